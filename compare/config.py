@@ -1,0 +1,153 @@
+"""One place for every default of a run; variants override a few fields.
+
+A `RunConfig` is frozen: the CLI builds one, writes it to JSON beside the result, and the
+framework subprocess reads that JSON back. Both frameworks read the same file, so the
+recipe cannot drift between them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+FRAMEWORKS = ("tf", "torch")
+PRECISIONS = ("fp32", "mixed")
+DEVICE_CHOICES = ("auto", "cpu", "gpu")
+SCHEDULES = ("constant", "onecycle")
+PIPELINES = ("naive", "tuned", "device")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Input pipeline settings; each stage can be switched off and is recorded.
+
+    `kind` is a preset: `tuned` (the frameworks' recommended settings), `naive` (one
+    synchronous stage, no prefetch, no workers) or `device` (the whole dataset resident
+    on the device, augmentation there). The other fields refine it.
+    """
+
+    kind: str = "tuned"
+    cache: bool = True  # tf.data: cache the normalised test set in memory
+    parallel_map: bool = True  # tf.data: map(num_parallel_calls=AUTOTUNE)
+    prefetch: bool = True  # tf.data prefetch(AUTOTUNE); DataLoader prefetch_factor
+    workers: int = 2  # DataLoader worker processes (0 = load in the training loop)
+    prefetch_factor: int = 4  # batches each DataLoader worker keeps ready
+    persistent_workers: bool = True  # DataLoader: keep workers alive between epochs
+    pin_memory: bool = True  # DataLoader: page-locked host memory (GPU only)
+    non_blocking: bool = True  # torch: asynchronous host-to-device copies (GPU only)
+
+    @classmethod
+    def preset(cls, kind: str) -> "PipelineConfig":
+        if kind == "tuned":
+            return cls(kind="tuned")
+        if kind == "naive":
+            return cls(kind="naive", cache=False, parallel_map=False, prefetch=False,
+                       workers=0, prefetch_factor=0, persistent_workers=False,
+                       pin_memory=False, non_blocking=False)
+        if kind == "device":
+            return cls(kind="device", cache=True, parallel_map=False, prefetch=False,
+                       workers=0, prefetch_factor=0, persistent_workers=False,
+                       pin_memory=False, non_blocking=False)
+        raise ValueError(f"unknown pipeline {kind!r}; choose one of {', '.join(PIPELINES)}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines one training run. Units in the comments."""
+
+    framework: str = "torch"
+    model: str = "lenet"
+    dataset: str = "cifar10"
+    data_dir: str | None = None  # None: the cache under $CNNCOMPARE_HOME
+    synthetic_train_size: int = 10_000  # images (synthetic dataset only)
+    synthetic_test_size: int = 2_000  # images (synthetic dataset only)
+    validation_fraction: float = 0.1  # folder datasets without test/: held-out share
+    epochs: int = 2
+    batch_size: int = 32  # global batch, images per optimizer step over all replicas
+    lr: float = 0.01  # peak learning rate per step
+    schedule: str = "constant"  # constant | onecycle (linear up for warmup_fraction, down to 0)
+    warmup_fraction: float = 0.2  # share of all steps spent rising (onecycle only)
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 0.0  # L2 coefficient added to the gradient (PyTorch SGD form)
+    label_smoothing: float = 0.0
+    bn_momentum: float = 0.1  # PyTorch convention: new = (1 - m) * old + m * batch
+    bn_epsilon: float = 1e-5
+    augment: bool = True  # random crop with padding + horizontal flip, from the data plan
+    crop_padding: int = 4  # pixels of zero padding before the random crop
+    precision: str = "mixed"  # fp32 | mixed (float16 on GPU, bfloat16 on CPU)
+    tf32: bool = False  # TensorFloat-32 matmuls/convs; off in both for equal numerics
+    device: str = "auto"  # auto (GPU if present) | cpu | gpu
+    devices: int = 1  # replicas: GPUs, or logical CPU devices / gloo processes on CPU
+    compile: bool = False  # XLA jit_compile (tf) / torch.compile (torch)
+    cudnn_benchmark: bool = True  # cuDNN autotuning (torch; TF autotunes always)
+    deterministic: bool = False  # framework determinism flags
+    shared_init: bool = True  # load the same numpy-generated initial weights in both
+    seed: int = 0
+    timing_window: int = 10  # steps per synchronised timing window
+    target_accuracy: float | None = None  # fraction; reports time-to-accuracy when set
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    out: str = "runs/latest"
+    quiet: bool = False
+    debug: bool = False
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        data = dict(data)
+        data["pipeline"] = PipelineConfig(**data.get("pipeline", {}))
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunConfig":
+        return cls.from_dict(json.loads(text))
+
+    @property
+    def per_replica_batch(self) -> int:
+        return self.batch_size // self.devices
+
+
+# Per-model recipes: only the fields that differ from RunConfig's defaults. `lenet` is
+# the seed's recipe scaled to batch 32; `resnet9` is the DAWNBench-style recipe.
+RECIPES: dict[str, dict[str, Any]] = {
+    "lenet": {},
+    "resnet9": {"batch_size": 512, "lr": 0.2, "schedule": "onecycle", "weight_decay": 5e-4,
+                "nesterov": True, "label_smoothing": 0.2, "epochs": 10},
+}
+
+
+def recipe_config(model: str, **overrides: Any) -> RunConfig:
+    """The defaults for `model`, with the given overrides (None values ignored)."""
+    fields = dict(RECIPES.get(model, {}))
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return RunConfig(model=model, **fields)
+
+
+def steps_per_epoch(train_size: int, batch_size: int) -> int:
+    """Optimizer steps per epoch: the last partial batch is dropped (equal steps in both)."""
+    return train_size // batch_size
+
+
+def learning_rate(config: RunConfig, step: int, total_steps: int) -> float:
+    """The learning rate for optimizer step `step` (0-based), the same in both frameworks."""
+    if config.schedule == "constant":
+        return config.lr
+    if config.schedule == "onecycle":
+        rise = max(1, math.ceil(config.warmup_fraction * total_steps))
+        if step < rise:
+            return config.lr * (step + 1) / rise
+        fall = max(1, total_steps - rise)
+        return config.lr * max(0.0, (total_steps - step) / fall)
+    raise ValueError(f"unknown schedule {config.schedule!r}")

@@ -1,0 +1,1 @@
+"""TensorFlow/Keras implementation: imports tensorflow/keras only here."""

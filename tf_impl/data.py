@@ -1,0 +1,79 @@
+"""The shared data plan as a tf.data pipeline: gather, crop, flip and normalise per sample."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from compare import plan as data_plan
+from compare.config import RunConfig
+
+
+class PlanImages:
+    """Training or test images held as host tensors; `load` maps a plan key to a sample.
+
+    `load` computes exactly compare.plan.augment_batch and normalise, for one image.
+    """
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray, std: np.ndarray,
+                 padding: int):
+        with tf.device("/cpu:0"):  # the source stays in host memory, as the DataLoader's does
+            self.images = tf.constant(images)  # (N, H, W, C) uint8
+            self.labels = tf.constant(labels)
+        mean255, std255 = data_plan.scaled_stats(mean, std)
+        self.mean255, self.std255 = tf.constant(mean255), tf.constant(std255)
+        self.padding = padding
+        self.height, self.width = images.shape[1], images.shape[2]
+
+    def load(self, index, dy, dx, flip):
+        image = tf.gather(self.images, index)
+        p = self.padding
+        padded = tf.pad(image, [[p, p], [p, p], [0, 0]])
+        rows = dy + tf.range(self.height)
+        cols = tf.where(flip, tf.range(self.width - 1, -1, -1), tf.range(self.width)) + dx
+        crop = tf.gather(tf.gather(padded, rows, axis=0), cols, axis=1)
+        image = (tf.cast(crop, tf.float32) - self.mean255) / self.std255  # HWC float32
+        return image, tf.gather(self.labels, index)
+
+
+def _finish(ds: tf.data.Dataset, config: RunConfig, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    if config.pipeline.prefetch:
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.deterministic = True  # keep the plan's order under parallel map
+    # Each replica gets its slice of the global batch (no per-file sharding of an in-memory source).
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.with_options(options)
+
+
+def train_dataset(source: PlanImages, train_size: int, config: RunConfig, epoch: int) -> tf.data.Dataset:
+    """The epoch's plan as a dataset of global batches (images NHWC float32, labels int64)."""
+    indices, dy, dx, flips = data_plan.epoch_plan(train_size, config.batch_size, epoch, config.seed,
+                                                  config.augment, config.crop_padding).flat()
+    ds = tf.data.Dataset.from_tensor_slices((indices, dy, dx, flips))
+    parallel = tf.data.AUTOTUNE if config.pipeline.parallel_map else None
+    ds = ds.map(source.load, num_parallel_calls=parallel, deterministic=True)
+    return _finish(ds, config, config.batch_size, drop_remainder=True)
+
+
+def test_dataset(source: PlanImages, test_size: int, config: RunConfig) -> tf.data.Dataset:
+    """The test set in order, uncropped and unflipped; cached after normalisation if enabled."""
+    p = config.crop_padding
+    keys = (np.arange(test_size), np.full(test_size, p, np.int32), np.full(test_size, p, np.int32),
+            np.zeros(test_size, bool))
+    ds = tf.data.Dataset.from_tensor_slices(keys)
+    parallel = tf.data.AUTOTUNE if config.pipeline.parallel_map else None
+    ds = ds.map(source.load, num_parallel_calls=parallel, deterministic=True)
+    if config.pipeline.cache:
+        ds = ds.cache()
+    return _finish(ds, config, config.batch_size, drop_remainder=False)
+
+
+def pipeline_settings(config: RunConfig, on_gpu: bool) -> dict:
+    """What tf.data actually used, for the fairness manifest."""
+    p = config.pipeline
+    return {"kind": p.kind, "loader": "tf.data", "parallel_map": "AUTOTUNE" if p.parallel_map else 1,
+            "prefetch": "AUTOTUNE" if p.prefetch else None, "cache_test_set": p.cache,
+            "distribution": "strategy.experimental_distribute_dataset",
+            "augmentation": "shared plan: zero-pad crop + flip as two tf.gather, per sample in map"}

@@ -1,0 +1,1 @@
+"""PyTorch implementation: imports torch/torchvision only here."""

@@ -1,0 +1,111 @@
+"""Build a compare.specs ModelSpec as a torch nn.Module, and load the shared weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from compare import specs
+
+
+class Residual(nn.Module):
+    """x + branch(x)."""
+
+    def __init__(self, branch: nn.Module):
+        super().__init__()
+        self.branch = branch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.branch(x)
+
+
+class Scale(nn.Module):
+    def __init__(self, factor: float):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
+
+
+class GlobalMaxPool(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.amax(x, dim=(2, 3), keepdim=True)
+
+
+class SpecNet(nn.Module):
+    """The spec's layers in order; `named_layers` maps spec names to modules."""
+
+    def __init__(self, spec: specs.ModelSpec, bn_momentum: float, bn_epsilon: float):
+        super().__init__()
+        self.spec = spec
+        self.named_layers: dict[str, nn.Module] = {}
+        self.body = self._build(spec.layers, bn_momentum, bn_epsilon)
+
+    def _build(self, layers, bn_momentum: float, bn_epsilon: float) -> nn.Sequential:
+        modules = []
+        for layer in layers:
+            if isinstance(layer, specs.Conv):
+                module = nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel,
+                                   padding=layer.padding, bias=layer.bias)
+            elif isinstance(layer, specs.BatchNorm):
+                module = nn.BatchNorm2d(layer.channels, momentum=bn_momentum, eps=bn_epsilon)
+            elif isinstance(layer, specs.ReLU):
+                module = nn.ReLU(inplace=True)
+            elif isinstance(layer, specs.MaxPool):
+                module = nn.MaxPool2d(layer.size)
+            elif isinstance(layer, specs.GlobalMaxPool):
+                module = GlobalMaxPool()
+            elif isinstance(layer, specs.Flatten):
+                module = nn.Flatten()
+            elif isinstance(layer, specs.Dense):
+                module = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias)
+            elif isinstance(layer, specs.Scale):
+                module = Scale(layer.factor)
+            elif isinstance(layer, specs.Residual):
+                module = Residual(self._build(layer.layers, bn_momentum, bn_epsilon))
+            else:
+                raise TypeError(f"no torch build for {layer!r}")
+            self.named_layers[layer.name] = module
+            modules.append(module)
+        return nn.Sequential(*modules)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1, bn_epsilon: float = 1e-5) -> SpecNet:
+    """The spec as an nn.Module (NCHW input), PyTorch's own initialisation."""
+    return SpecNet(spec, bn_momentum, bn_epsilon)
+
+
+def _tensor(model: SpecNet, name: str) -> torch.Tensor:
+    layer_name, part = name.rsplit(".", 1)
+    return getattr(model.named_layers[layer_name], part)
+
+
+def load_weights(model: SpecNet, weights: dict[str, np.ndarray]) -> None:
+    """Copy canonical-layout weights (compare.init) into the model: torch's layout is canonical."""
+    with torch.no_grad():
+        for name, value in weights.items():
+            target = _tensor(model, name)
+            if tuple(target.shape) != value.shape:
+                raise ValueError(f"{name}: model has {tuple(target.shape)}, weights {value.shape}")
+            target.copy_(torch.from_numpy(value))
+
+
+def export_weights(model: SpecNet) -> dict[str, np.ndarray]:
+    """The model's weights in the canonical layout, float32 numpy."""
+    return {name: _tensor(model, name).detach().float().cpu().numpy()
+            for name in specs.parameter_shapes(model.spec)}
+
+
+def export_gradients(model: SpecNet) -> dict[str, np.ndarray]:
+    """Gradients of the trainable weights in the canonical layout."""
+    return {name: _tensor(model, name).grad.detach().float().cpu().numpy()
+            for name in specs.parameter_shapes(model.spec) if specs.trainable(name)}
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
