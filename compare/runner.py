@@ -1,0 +1,150 @@
+"""Run a framework's trainer in its own subprocess, and check it can run at all."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from compare import results
+from compare.config import RunConfig
+from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
+
+MODULES = {"tf": "tf_impl.train", "torch": "torch_impl.train"}
+REQUIRES = {"tf": ("tensorflow", "keras"), "torch": ("torch", "torchvision")}
+FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
+
+
+@dataclass
+class Outcome:
+    framework: str
+    out: Path
+    code: int
+    status: str  # the result's summary.status, or "failed" when there is no valid result
+    error: str | None  # the last error line, when the run did not complete
+
+    @property
+    def result_path(self) -> Path:
+        return self.out / "result.json"
+
+
+def check_installed(framework: str) -> None:
+    """FrameworkMissing naming the pip command, if the framework cannot be imported."""
+    missing = [m for m in REQUIRES[framework] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]} is not installed (missing "
+                               f"{', '.join(missing)}): pip install {' '.join(missing)}")
+
+
+def child_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
+    env.setdefault("PYTHONUNBUFFERED", "1")  # epoch lines reach the parent as they happen
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def command(config_path: Path, framework: str, extra: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, "-m", MODULES[framework], str(config_path), *extra]
+
+
+def _noise(line: str) -> bool:
+    """TensorFlow/absl start-up lines that say nothing about the run."""
+    return line.startswith(("WARNING: All log messages before absl", "I0000 ", "E0000 ", "W0000 ",
+                            "To enable the following instructions"))
+
+
+def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = None,
+                  extra: tuple[str, ...] = ()) -> Outcome:
+    """Run `config.framework` in a subprocess, writing into config.out.
+
+    With `on_line` None the child shares the terminal (live progress bar); otherwise its
+    output goes line by line to `on_line` and to out/log.txt. Ctrl-C reaches the child
+    too (same process group); we wait for it to finish writing before returning.
+    """
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = results.write_atomic(out / "config.json", lambda f: f.write(config.to_json()))
+    argv = command(config_path, config.framework, extra)
+    last_error = None
+    if on_line is None:
+        process = subprocess.Popen(argv, env=child_environment(), stderr=subprocess.PIPE, text=True)
+        stream = process.stderr
+    else:
+        process = subprocess.Popen(argv, env=child_environment(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        stream = process.stdout
+    interrupted = False
+    with open(out / "log.txt", "a") as log:
+        while True:
+            try:
+                line = stream.readline()
+            except KeyboardInterrupt:  # the child got SIGINT too: let it finish writing
+                interrupted = True
+                continue
+            if not line:
+                break
+            log.write(line)
+            log.flush()
+            if line.startswith("error:"):
+                last_error = line[len("error:"):].strip()
+            if _noise(line):
+                continue
+            if on_line is None:
+                sys.stderr.write(line)
+            else:
+                on_line(line.rstrip("\n"))
+    code = _wait(process)
+    if interrupted and code == 0:
+        code = EXIT_INTERRUPTED
+    status = result_status(out)
+    if code < 0:  # killed by a signal: say which
+        last_error = f"{config.framework} process killed by {signal.Signals(-code).name}"
+    if status == "running":  # the child died mid-epoch: its last write is still 'running'
+        status = "failed"
+    if code != 0 and status == "completed":
+        status = "failed"
+    return Outcome(config.framework, out, code, status, last_error)
+
+
+def _wait(process: subprocess.Popen) -> int:
+    while True:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            continue
+
+
+def result_status(out: Path) -> str:
+    try:
+        return results.read_result(out / "result.json")["summary"]["status"]
+    except results.SchemaError:
+        return "failed"
+
+
+def run_probe(config: RunConfig, path: Path, steps: int) -> tuple[int, str | None]:
+    """The parity probe of `config.framework`, written to `path`; (exit code, last error)."""
+    outcome = run_framework(config, on_line=lambda line: None,
+                            extra=("--parity", str(path), "--parity-steps", str(steps)))
+    return outcome.code, outcome.error
+
+
+def framework_environment(framework: str) -> dict:
+    """What the framework sees (its train module's --env), or an error entry."""
+    import json
+    try:
+        check_installed(framework)
+    except FrameworkMissing as exc:
+        return {"framework": framework, "error": str(exc)}
+    proc = subprocess.run([sys.executable, "-m", MODULES[framework], "--env"], env=child_environment(),
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not _noise(ln)]
+        return {"framework": framework, "error": lines[-1] if lines else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout)
