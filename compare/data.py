@@ -111,7 +111,7 @@ def load(source: str, data_dir: str | None = None, *, seed: int = 0,
     """Load `source`, from the cache when it is there. Raises DataError with what to do."""
     if source not in SOURCES:
         raise DataError(f"unknown dataset {source!r}; choose one of {', '.join(SOURCES)}")
-    if data_dir is not None and source != "synthetic" and not Path(data_dir).exists():
+    if data_dir is not None and source in ("cifar10", "folder") and not Path(data_dir).exists():
         raise DataError(f"--data-dir {data_dir} does not exist")
     if source == "synthetic":
         return synthetic(synthetic_train_size, synthetic_test_size, seed=seed)
@@ -442,9 +442,9 @@ def load_tfds(data_dir: str | None, download: bool = True) -> Dataset:
         raise DataError("--dataset tfds needs tensorflow-datasets: pip install tensorflow-datasets") from None
     root = Path(data_dir) if data_dir else home() / "tfds"
     try:
-        splits = tfds.load("cifar10", split=["train", "test"], batch_size=-1, as_supervised=True,
+        splits = tfds.load("cifar10", split=["train", "test"], as_supervised=True,
                            data_dir=str(root), download=download)
-        (train_x, train_y), (test_x, test_y) = tfds.as_numpy(splits)
+        (train_x, train_y), (test_x, test_y) = (_tfds_arrays(tfds, split) for split in splits)
     except Exception as exc:  # tfds raises many types for missing data / no network
         raise DataError(f"tensorflow-datasets could not load cifar10 from {root} ({exc.__class__.__name__}: "
                         f"{str(exc).splitlines()[0] if str(exc) else ''}). "
@@ -454,6 +454,15 @@ def load_tfds(data_dir: str | None, download: bool = True) -> Dataset:
     check_arrays(train_x, train_y, 10, "tfds cifar10 (train)")
     check_arrays(test_x, test_y, 10, "tfds cifar10 (test)")
     return Dataset(train_x, train_y, test_x, test_y, CIFAR10_CLASSES, "tfds", str(root))
+
+
+def _tfds_arrays(tfds, split) -> tuple[np.ndarray, np.ndarray]:
+    """A tfds split as arrays, in batches (batch_size=-1 builds one tensor of the whole split)."""
+    images, labels = [], []
+    for x, y in tfds.as_numpy(split.batch(4096)):
+        images.append(x)
+        labels.append(y)
+    return np.concatenate(images), np.concatenate(labels)
 
 
 def load_torchvision(data_dir: str | None, download: bool = True) -> Dataset:

@@ -56,11 +56,17 @@ def select_device(config: RunConfig) -> DeviceChoice:
         names = tuple(f"/gpu:{i}" for i in range(config.devices))
         label = ", ".join(tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in used)
         return DeviceChoice("gpu", names, f"GPU: {label}")
-    tf.config.set_visible_devices([], "GPU")
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    if config.devices > 1:
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(config.devices)])
+    try:
+        tf.config.set_visible_devices([], "GPU")
+        if config.devices > 1:
+            tf.config.set_logical_device_configuration(
+                tf.config.list_physical_devices("CPU")[0],
+                [tf.config.LogicalDeviceConfiguration() for _ in range(config.devices)])
+    except RuntimeError:  # TensorFlow already initialised in this process (tests): use what exists
+        available = len(tf.config.list_logical_devices("CPU"))
+        if available < config.devices:
+            raise DeviceError(f"--devices {config.devices}: TensorFlow was initialised with "
+                              f"{available} logical CPU device(s)") from None
     names = tuple(f"/cpu:{i}" for i in range(config.devices))
     why = "no GPU found" if config.device == "auto" else "--device cpu"
     return DeviceChoice("cpu", names, f"CPU ({why}), {config.devices} logical device(s)")

@@ -97,13 +97,13 @@ def load_weights(model: SpecNet, weights: dict[str, np.ndarray]) -> None:
 
 def export_weights(model: SpecNet) -> dict[str, np.ndarray]:
     """The model's weights in the canonical layout, float32 numpy."""
-    return {name: _tensor(model, name).detach().float().cpu().numpy()
+    return {name: _tensor(model, name).detach().float().cpu().numpy().copy()  # not a live view
             for name in specs.parameter_shapes(model.spec)}
 
 
 def export_gradients(model: SpecNet) -> dict[str, np.ndarray]:
     """Gradients of the trainable weights in the canonical layout."""
-    return {name: _tensor(model, name).grad.detach().float().cpu().numpy()
+    return {name: _tensor(model, name).grad.detach().float().cpu().numpy().copy()
             for name in specs.parameter_shapes(model.spec) if specs.trainable(name)}
 
 

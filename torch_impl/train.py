@@ -210,7 +210,7 @@ class TorchTrainer:
         loss.backward()
         grads = export_gradients(self.model)
         self.optimizer.zero_grad(set_to_none=True)
-        return logits.detach().float().cpu().numpy(), float(loss), grads
+        return logits.detach().float().cpu().numpy(), float(loss.detach()), grads
 
     def reset_weights(self) -> None:
         load_weights(self.model, self.initial)

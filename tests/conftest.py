@@ -1,0 +1,140 @@
+"""Shared fixtures: an isolated cache, tiny datasets in every on-disk format, small configs."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import struct
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from compare import data  # noqa: E402
+from compare.config import PipelineConfig, RunConfig  # noqa: E402
+
+CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory, monkeypatch):
+    """Every test gets its own $CNNCOMPARE_HOME: no test reads a real cache."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("CNNCOMPARE_HOME", str(home))
+    return home
+
+
+def make_cifar_arrays(per_batch: int = 20, seed: int = 0):
+    """Random images and labels for 5 training batches and a test batch."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(6):
+        images = rng.integers(0, 256, size=(per_batch, 32, 32, 3), dtype=np.uint8)
+        labels = rng.integers(0, 10, size=per_batch).tolist()
+        batches.append((images, labels))
+    return batches
+
+
+class Py2Str(bytes):
+    """A Python 2 `str`: pickled with the (SHORT_)BINSTRING opcode, as the official archive's
+    keys are, so it loads as bytes with encoding='bytes' and as str with encoding='latin1'."""
+
+
+class Py2Pickler(pickle._Pickler):
+    dispatch = pickle._Pickler.dispatch.copy()
+
+    def save_py2str(self, obj):
+        if len(obj) < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([len(obj)]) + bytes(obj))
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<i", len(obj)) + bytes(obj))
+        self.memoize(obj)
+
+    dispatch[Py2Str] = save_py2str
+
+
+def py2_pickle(obj) -> bytes:
+    buffer = io.BytesIO()
+    Py2Pickler(buffer, protocol=2).dump(obj)
+    return buffer.getvalue()
+
+
+def _pickled_batch(images: np.ndarray, labels: list[int], name: str) -> bytes:
+    """A batch exactly as the official python archive stores it (Python 2 str keys, RGB planes)."""
+    rows = images.transpose(0, 3, 1, 2).reshape(len(images), -1)
+    return py2_pickle({Py2Str(b"batch_label"): Py2Str(name.encode()), Py2Str(b"labels"): labels,
+                       Py2Str(b"data"): rows,
+                       Py2Str(b"filenames"): [Py2Str(f"{i}.png".encode()) for i in range(len(labels))]})
+
+
+def write_cifar_dir(root: Path, batches, labels_override: dict | None = None) -> Path:
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for name, (images, labels) in zip(names, batches):
+        if labels_override and name in labels_override:
+            labels = labels_override[name]
+        (folder / name).write_bytes(_pickled_batch(images, labels, name))
+    (folder / "batches.meta").write_bytes(py2_pickle(
+        {Py2Str(b"num_cases_per_batch"): len(batches[0][1]),
+         Py2Str(b"label_names"): [Py2Str(c.encode()) for c in CLASSES], Py2Str(b"num_vis"): 3072}))
+    return folder
+
+
+def write_cifar_archive(root: Path, batches) -> Path:
+    folder = write_cifar_dir(root / "src", batches)
+    archive = root / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname="cifar-10-batches-py")
+    return archive
+
+
+@pytest.fixture
+def cifar_batches():
+    return make_cifar_arrays()
+
+
+@pytest.fixture
+def cifar_archive(tmp_path, cifar_batches) -> Path:
+    return write_cifar_archive(tmp_path, cifar_batches)
+
+
+def write_image(path: Path, array: np.ndarray, fmt: str = "PNG") -> None:
+    from PIL import Image
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path, format=fmt)
+
+
+@pytest.fixture
+def image_folder(tmp_path) -> Path:
+    """train/ and test/ with 3 classes of PNG and JPEG images, 32x32 RGB."""
+    rng = np.random.default_rng(1)
+    root = tmp_path / "images"
+    for split, count in (("train", 6), ("test", 2)):
+        for cls in ("cat", "dog", "ship"):
+            for i in range(count):
+                image = rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
+                fmt = "PNG" if i % 2 == 0 else "JPEG"
+                write_image(root / split / cls / f"{i}.{fmt.lower()}", image, fmt)
+    return root
+
+
+def tiny_config(tmp_path: Path, **changes) -> RunConfig:
+    """A fast run: tiny synthetic data, float32, no worker processes."""
+    fields = dict(dataset="synthetic", synthetic_train_size=256, synthetic_test_size=64, epochs=1,
+                  batch_size=32, precision="fp32", quiet=True, out=str(tmp_path / "run"),
+                  pipeline=PipelineConfig(workers=0, persistent_workers=False))
+    fields.update(changes)
+    return RunConfig(**fields)
+
+
+@pytest.fixture(scope="session")
+def tf_two_cpus():
+    """TensorFlow split into 2 logical CPU devices (must happen before it initialises)."""
+    from tf_impl import train as tf_train
+    tf_train.select_device(RunConfig(device="cpu", devices=2))
+    return tf_train

@@ -1,0 +1,150 @@
+"""Specs, initial weights, the data plan, the config and the result contract."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from compare import init, plan, results, specs
+from compare.config import RunConfig, learning_rate, recipe_config
+
+
+def test_lenet_matches_the_seed_net():
+    spec = specs.lenet()
+    assert specs.parameter_count(spec) == 62_006
+    # conv1 5*5*3*6*28*28 + conv2 5*5*6*16*10*10 + fc 400*120 + 120*84 + 84*10 multiply-adds
+    assert specs.forward_flops(spec) == 2 * (352_800 + 240_000 + 48_000 + 10_080 + 840)
+    assert specs.train_flops(spec) == 3 * specs.forward_flops(spec)
+    assert specs.output_shapes(spec)["flatten"] == (400,)
+
+
+def test_resnet9_parameters_and_flops_by_hand():
+    spec = specs.resnet9()
+    convs = [(3, 64), (64, 128), (128, 128), (128, 128), (128, 256), (256, 512), (512, 512), (512, 512)]
+    params = sum(9 * a * b + 2 * b for a, b in convs) + 512 * 10  # 3x3 convs, BN gamma/beta, fc
+    assert specs.parameter_count(spec) == params == 6_573_120
+    sizes = [32, 32, 16, 16, 16, 8, 4, 4]  # output side of each conv
+    macs = sum(9 * a * b * s * s for (a, b), s in zip(convs, sizes)) + 512 * 10
+    assert specs.forward_flops(spec) == 2 * macs
+    assert specs.output_shapes(spec)["layer3_res"] == (512, 4, 4)
+
+
+def test_a_spec_that_does_not_fit_together_is_refused():
+    broken = specs.ModelSpec("broken", (3, 32, 32), 10, (specs.Conv("c", 4, 8, 3),))
+    with pytest.raises(ValueError, match="expects 4 channels"):
+        specs.output_shapes(broken)
+
+
+def test_initial_weights_are_seeded_and_follow_the_documented_initialisers():
+    spec = specs.resnet9()
+    a, b = init.initial_weights(spec, 0), init.initial_weights(spec, 0)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert not np.array_equal(a["prep_conv.weight"], init.initial_weights(spec, 1)["prep_conv.weight"])
+    bound = 1 / np.sqrt(64 * 9)
+    w = a["layer1_conv.weight"]
+    assert w.dtype == np.float32 and np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound
+    assert (a["prep_bn.weight"] == 1).all() and (a["prep_bn.running_var"] == 1).all()
+    assert (a["prep_bn.bias"] == 0).all() and (a["prep_bn.running_mean"] == 0).all()
+
+
+def test_flatten_row_permutation_round_trips_and_moves_the_right_rows():
+    w = np.arange(2 * 16 * 5 * 5, dtype=np.float32).reshape(2, 400)
+    hwc = init.chw_to_hwc_rows(w, (16, 5, 5))
+    np.testing.assert_array_equal(init.hwc_to_chw_rows(hwc, (16, 5, 5)), w)
+    # input (c=3, h=1, w=2) is torch column 3*25 + 1*5 + 2 and Keras column (1*5 + 2)*16 + 3
+    assert hwc[0, (1 * 5 + 2) * 16 + 3] == w[0, 3 * 25 + 1 * 5 + 2]
+    assert init.flatten_input_shape(specs.lenet(), "fc1") == (16, 5, 5)
+    assert init.flatten_input_shape(specs.lenet(), "fc2") is None
+    assert init.flatten_input_shape(specs.resnet9(), "fc") is None  # 512x1x1: orders agree
+
+
+def test_epoch_plan_is_a_seeded_permutation_with_augmentation_in_range():
+    p = plan.epoch_plan(1000, 64, epoch=0, seed=0, padding=4)
+    assert p.indices.shape == (15, 64) and len(np.unique(p.indices)) == 15 * 64
+    assert p.offsets.min() >= 0 and p.offsets.max() <= 8
+    assert 0.4 < p.flips.mean() < 0.6
+    same = plan.epoch_plan(1000, 64, epoch=0, seed=0)
+    assert np.array_equal(p.indices, same.indices) and np.array_equal(p.offsets, same.offsets)
+    assert not np.array_equal(p.indices, plan.epoch_plan(1000, 64, epoch=1, seed=0).indices)
+    off = plan.epoch_plan(1000, 64, epoch=0, seed=0, augment=False)
+    assert (off.offsets == 4).all() and not off.flips.any()
+
+
+def test_augment_batch_crops_and_flips_as_specified():
+    images = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    idx = np.array([2, 0, 1])
+    dy, dx, flip = np.array([4, 0, 8]), np.array([4, 8, 0]), np.array([False, True, False])
+    out = plan.augment_batch(images, idx, dy, dx, flip, 4)
+    np.testing.assert_array_equal(out[0], images[2])  # centre crop is the identity
+    padded = np.pad(images[0], ((4, 4), (4, 4), (0, 0)))
+    np.testing.assert_array_equal(out[1], padded[0:32, 8:40][:, ::-1])  # crop then mirror
+    assert (out[2][-4:] == 0).all() and (out[2][:, :4] == 0).all()  # shifted in: zero padding
+    np.testing.assert_array_equal(out[2][:-4, 4:], images[1][4:, :28])
+
+
+def test_normalise_is_float32_per_channel():
+    batch = np.full((1, 2, 2, 3), 255, np.uint8)
+    out = plan.normalise(batch, np.array([0.5, 0.5, 0.5]), np.array([0.25, 0.5, 1.0]))
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out[0, 0, 0], [2.0, 1.0, 0.5])
+
+
+def test_config_round_trips_through_json_and_recipes_override_few_fields():
+    config = recipe_config("resnet9", lr=0.1, epochs=None)
+    assert config.lr == 0.1 and config.epochs == 10 and config.schedule == "onecycle"
+    assert RunConfig.from_json(config.to_json()) == config
+    assert recipe_config("lenet") == RunConfig()
+
+
+def test_onecycle_rises_then_falls_to_zero():
+    config = RunConfig(lr=1.0, schedule="onecycle", warmup_fraction=0.25)
+    lrs = [learning_rate(config, s, 100) for s in range(100)]
+    assert lrs[0] == pytest.approx(1 / 25) and max(lrs) == 1.0 and lrs.index(1.0) == 24
+    assert lrs[-1] == pytest.approx(1 / 75) and all(a >= b for a, b in zip(lrs[24:], lrs[25:]))
+    assert learning_rate(RunConfig(lr=0.3), 57, 100) == 0.3
+
+
+def _result(**summary) -> dict:
+    base = results.empty_summary(1, 100, "completed")
+    base.update({"final_test_accuracy": 0.5, "best_test_accuracy": 0.6, **summary})
+    epoch = {"epoch": 1, "train_loss": 1.0, "test_loss": 1.1, "test_accuracy": 0.5,
+             "train_time_s": 2.0, "eval_time_s": 0.1, "images_per_s": 100.0}
+    return {"schema_version": 1, "framework": "torch", "model": {}, "config": {}, "environment": {},
+            "fairness": {}, "epochs": [epoch], "summary": base, "measurement": {}}
+
+
+def test_result_schema_round_trip(tmp_path):
+    path = results.write_json_atomic(tmp_path / "result.json", _result())
+    assert results.read_result(path) == json.loads(path.read_text())
+    assert results.read_result(path)["summary"]["final_test_accuracy"] == 0.5
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"status": "exploded"}, "summary.status"),
+    ({"final_test_accuracy": 54.0}, "fraction in"),
+    ({"steady_step_time_ms": 3.0}, "median and p90"),
+])
+def test_result_schema_rejects_bad_values(tmp_path, change, message):
+    with pytest.raises(results.SchemaError, match=message):
+        results.validate_result(_result(**change))
+
+
+def test_nan_is_written_as_null(tmp_path):
+    path = results.write_json_atomic(tmp_path / "x.json", {"loss": float("nan"), "ok": [1.0, float("inf")]})
+    assert json.loads(path.read_text()) == {"loss": None, "ok": [1.0, None]}
+
+
+def test_atomic_write_keeps_the_previous_file_when_writing_fails(tmp_path):
+    path = tmp_path / "result.json"
+    results.write_json_atomic(path, {"version": 1})
+
+    def fail_midway(f):
+        f.write('{"version": 2, "trunc')
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        results.write_atomic(path, fail_midway)
+    assert json.loads(path.read_text()) == {"version": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary left behind
