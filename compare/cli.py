@@ -168,7 +168,7 @@ def run(framework: str, **options):
 @run_options
 @click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Seeds per framework (seed, seed+1, ...); 2+ gives confidence intervals.")
-@click.option("--parity-steps", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--parity-steps", type=click.IntRange(min=1), default=3, show_default=True,
               help="SGD steps of the parity check before the comparison.")
 @click.option("--ignore-parity", is_flag=True,
               help="Run the comparison even when the parity check fails (the report says so).")

@@ -50,6 +50,7 @@ class Recorder:
     def __init__(self, config: RunConfig, trainer: Trainer, spec: specs.ModelSpec,
                  environment: dict, fairness: dict, data_info: dict):
         self.out = Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
         self.config = config
         self.windows: list[dict[str, float]] = []  # synchronised timing windows
         self.steps: list[tuple[int, int, float, float]] = []  # (global step, epoch, lr, loss)

@@ -26,7 +26,7 @@ def replay_command() -> str:
     return "cnncompare " + shlex.join(sys.argv[1:])
 
 
-def compare_frameworks(config: RunConfig, seeds: int, out: Path, parity_steps: int = 5,
+def compare_frameworks(config: RunConfig, seeds: int, out: Path, parity_steps: int = 3,
                        ignore_parity: bool = False, command: str | None = None) -> int:
     """Run the whole comparison into `out`; returns the exit code.
 
@@ -104,5 +104,6 @@ def _parity_line(parity: dict) -> str:
         return f"parity: FAILED ({parity['error']})"
     verdict = "passed" if parity["passed"] else "FAILED"
     return (f"parity {verdict}: logits {parity['logits_max_abs_diff']:.2e}, loss {parity['loss_abs_diff']:.2e}, "
-            f"gradients {parity['grad_max_rel_diff']:.2e} (rel), weights after {parity['steps']} steps "
+            f"gradients {parity['grad_max_rel_diff']:.2e} (rel), updates after {parity['steps']} steps "
+            f"{parity['params_rel_update_diff_after_steps']:.2e} (rel), weights "
             f"{parity['params_max_abs_diff_after_steps']:.2e}")

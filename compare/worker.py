@@ -32,7 +32,7 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
                                      description="One framework's side of cnncompare (started by the CLI).")
     parser.add_argument("config", nargs="?", help="RunConfig JSON file")
     parser.add_argument("--parity", metavar="NPZ", help="write the parity probe to NPZ instead of training")
-    parser.add_argument("--parity-steps", type=int, default=5)
+    parser.add_argument("--parity-steps", type=int, default=3)
     parser.add_argument("--env", action="store_true", help="print what this framework sees, as JSON")
     args = parser.parse_args(argv)
     debug = False

@@ -14,6 +14,20 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# The product never holds both frameworks in one process (each runs in its own), but the
+# tests do. TensorFlow (XLA) and torch's compiler stack each bring LLVM; loaded in the order
+# TF then torch._dynamo, LLVM aborts ("Option registered more than once"). torch first works.
+import torch  # noqa: E402,F401
+import torch._dynamo  # noqa: E402,F401
+import tensorflow as tf  # noqa: E402
+
+# Two logical CPU devices for MirroredStrategy tests; must precede TensorFlow's start-up,
+# which any test (tfds, a Keras build) may trigger first.
+tf.config.set_visible_devices([], "GPU")
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+
 from compare import data  # noqa: E402
 from compare.config import PipelineConfig, RunConfig  # noqa: E402
 
@@ -134,7 +148,7 @@ def tiny_config(tmp_path: Path, **changes) -> RunConfig:
 
 @pytest.fixture(scope="session")
 def tf_two_cpus():
-    """TensorFlow split into 2 logical CPU devices (must happen before it initialises)."""
+    """tf_impl.train, with TensorFlow split into 2 logical CPU devices (done above)."""
     from tf_impl import train as tf_train
-    tf_train.select_device(RunConfig(device="cpu", devices=2))
+    assert len(tf.config.list_logical_devices("CPU")) == 2
     return tf_train

@@ -20,7 +20,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from compare import init, loop, results, specs  # noqa: E402
-from compare.config import PipelineConfig, RunConfig, learning_rate  # noqa: E402
+from compare.config import PipelineConfig, RunConfig
+from compare.parity import probe_learning_rate  # noqa: E402
 from compare.data import Dataset  # noqa: E402
 from compare.errors import DeviceError  # noqa: E402
 from tf_impl import data as tf_data  # noqa: E402
@@ -306,9 +307,10 @@ def describe_environment() -> dict:
             "mixed_precision": "mixed_float16 + LossScaleOptimizer" if gpus else "mixed_bfloat16 (CPU)"}
 
 
-def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int = 5) -> None:
+def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int = 3) -> None:
     """Float32 logits, loss and gradients on the plan's first batch, then the weights after
-    `steps` SGD steps on the plan's first batches; saved as NPZ in the canonical layout."""
+    `steps` SGD steps on the plan's first batches (compare.parity.probe_learning_rate); saved
+    as NPZ in the canonical layout."""
     config = config.replace(precision="fp32", devices=1, tf32=False, compile=False, shared_init=True,
                             pipeline=PipelineConfig.preset("naive"))
     trainer = KerasTrainer(config, dataset, select_device(config))
@@ -319,11 +321,12 @@ def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int = 5
     total = trainer.steps_per_epoch * config.epochs
     batch = first
     for step in range(steps):
-        trainer.train_step(batch, learning_rate(config, step, total))
+        trainer.train_step(batch, probe_learning_rate(config, step, total))
         batch = next(batches)
     out = {"logits": logits, "loss": np.float64(loss)}
     out.update({f"grad/{k}": v for k, v in grads.items()})
     out.update({f"param/{k}": v for k, v in trainer.weights().items()})
+    out.update({f"init/{k}": v for k, v in trainer.initial.items()})
     results.write_atomic(path, lambda f: np.savez(f, **out), mode="wb")
 
 

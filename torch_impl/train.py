@@ -19,7 +19,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from compare import init, loop, results, specs, worker
-from compare.config import PipelineConfig, RunConfig, learning_rate
+from compare.config import PipelineConfig, RunConfig
+from compare.parity import probe_learning_rate
 from compare.data import Dataset
 from compare.errors import DeviceError
 from torch_impl import data as torch_data
@@ -280,9 +281,10 @@ def _version(module: str) -> str | None:
         return None
 
 
-def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int = 5) -> None:
+def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int = 3) -> None:
     """Float32 logits, loss and gradients on the plan's first batch, then the weights after
-    `steps` SGD steps on the plan's first batches; saved as NPZ in the canonical layout."""
+    `steps` SGD steps on the plan's first batches (compare.parity.probe_learning_rate); saved
+    as NPZ in the canonical layout."""
     config = config.replace(precision="fp32", devices=1, tf32=False, compile=False, shared_init=True,
                             pipeline=PipelineConfig.preset("naive"))
     trainer = TorchTrainer(config, dataset, select_device(config))
@@ -293,11 +295,12 @@ def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int = 5
     total = trainer.steps_per_epoch * config.epochs
     batch = first
     for step in range(steps):
-        trainer.train_step(batch, learning_rate(config, step, total))
+        trainer.train_step(batch, probe_learning_rate(config, step, total))
         batch = next(batches)
     out = {"logits": logits, "loss": np.float64(loss)}
     out.update({f"grad/{k}": v for k, v in grads.items()})
     out.update({f"param/{k}": v for k, v in trainer.weights().items()})
+    out.update({f"init/{k}": v for k, v in trainer.initial.items()})
     results.write_atomic(path, lambda f: np.savez(f, **out), mode="wb")
 
 
