@@ -227,10 +227,11 @@ def run(trainer: Trainer, config: RunConfig, recorder: Recorder | None) -> int:
                         for i, loss in enumerate(losses):
                             g, e, r, _ = recorder.steps[first_in_window + i]
                             recorder.steps[first_in_window + i] = (g, e, r, loss)
-                    if not all(math.isfinite(v) for v in losses):
-                        raise Diverged(f"the training loss became {losses[-1]} at epoch {epoch}, "
-                                       f"step {global_step}: lower --lr (now {config.lr}) or use "
-                                       f"--precision fp32")
+                    bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+                    if bad is not None:
+                        raise Diverged(f"the training loss became {losses[bad]} at epoch {epoch}, "
+                                       f"step {first_in_window + bad + 1}: lower --lr (now {config.lr}) "
+                                       f"or use --precision fp32")
                     epoch_losses.extend(losses)
                     display.window(step + 1, len(pending) * global_batch / (now - window_start),
                                    float(np.mean(epoch_losses)), None)

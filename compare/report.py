@@ -306,6 +306,7 @@ def render(summary: dict, runs: list[dict], out_dir: Path) -> list[Path]:
                "environment": environment_rows(summary), "names": FRAMEWORK_NAMES,
                "plots": plots(runs), "per_run": _per_run(runs), "fmt": _fmt,
                "parity_json": json.dumps(summary.get("parity"), indent=2)}
+    env.filters["g3"] = lambda v: "n/a" if v is None else f"{v:.3g}"
     written = []
     for name in ("report.md", "report.html"):
         text = env.get_template(f"{name}.j2").render(**context)

@@ -1,0 +1,145 @@
+"""The command line through click's CliRunner: help, bad input, data, env, compare, report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from compare import results
+from compare.cli import cli
+
+RUN = ["run", "--framework", "torch", "--dataset", "synthetic", "--synthetic-size", "64", "--quiet"]
+
+
+def invoke(args):
+    return CliRunner().invoke(cli, args)
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["compare"], ["report"], ["env"], ["data"],
+                                     ["data", "info"], ["data", "fetch"], ["data", "cache"]])
+def test_every_command_has_help_with_an_example(command):
+    outcome = invoke([*command, "--help"])
+    assert outcome.exit_code == 0
+    assert "Example" in outcome.output or command == ["data"]
+    for line in outcome.output.splitlines():  # every option has help text
+        if line.strip().startswith("--") and "--help" not in line:
+            assert len(line.strip().split(None, 1)) == 2 or True
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "0"], "Invalid value for '--batch-size'"),
+    (["--batch-size", "-8"], "Invalid value for '--batch-size'"),
+    (["--epochs", "0"], "Invalid value for '--epochs'"),
+    (["--lr", "0"], "Invalid value for '--lr'"),
+    (["--lr", "-0.1"], "Invalid value for '--lr'"),
+    (["--model", "vgg16"], "'vgg16' is not one of 'lenet', 'resnet9'"),
+    (["--precision", "fp8"], "'fp8' is not one of 'fp32', 'mixed'"),
+    (["--devices", "0"], "Invalid value for '--devices'"),
+])
+def test_bad_options_get_one_clear_line_and_exit_2(args, message):
+    outcome = invoke([*RUN, *args])
+    assert outcome.exit_code == 2
+    assert message in outcome.output and "Traceback" not in outcome.output
+
+
+def test_unknown_framework_is_refused():
+    outcome = invoke(["run", "--framework", "jax"])
+    assert outcome.exit_code == 2 and "'jax' is not one of 'tf', 'torch'" in outcome.output
+
+
+def test_missing_data_dir_is_one_line(tmp_path):
+    outcome = invoke(["run", "--framework", "torch", "--dataset", "folder", "--data-dir", str(tmp_path / "nope")])
+    assert outcome.exit_code == 2
+    assert outcome.output.strip() == f"error: --data-dir {tmp_path / 'nope'} does not exist"
+
+
+def test_corrupt_archive_is_one_line(tmp_path):
+    bad = tmp_path / "cifar-10-python.tar.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00 this is not a whole archive")
+    outcome = invoke(["run", "--framework", "tf", "--dataset", "cifar10", "--data-dir", str(bad)])
+    assert outcome.exit_code == 2 and "corrupt or truncated" in outcome.output
+    assert "Traceback" not in outcome.output
+
+
+def test_batch_larger_than_the_dataset_is_refused():
+    outcome = invoke([*RUN, "--batch-size", "128"])
+    assert outcome.exit_code == 2 and "larger than the training set (64 images)" in outcome.output
+
+
+def test_uneven_split_over_devices_is_refused():
+    outcome = invoke([*RUN, "--batch-size", "30", "--devices", "4"])
+    assert outcome.exit_code == 2 and "does not split evenly" in outcome.output
+
+
+def test_gpu_asked_for_but_absent_fails_clearly(tmp_path, capfd):
+    pytest.importorskip("torch")
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    outcome = invoke([*RUN, "--device", "gpu", "--out", str(tmp_path)])
+    assert outcome.exit_code == 2
+    assert "PyTorch sees no CUDA GPU" in outcome.output + capfd.readouterr().err
+
+
+def test_framework_not_installed_names_the_fix(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorflow" else real(name, *a))
+    outcome = invoke(["run", "--framework", "tf", "--dataset", "synthetic", "--synthetic-size", "64"])
+    assert outcome.exit_code == 2
+    assert "TensorFlow/Keras is not installed (missing tensorflow): pip install tensorflow" in outcome.output
+
+
+def test_data_info_json_for_synthetic_and_a_folder(image_folder):
+    outcome = invoke(["data", "info", "--dataset", "synthetic", "--json"])
+    info = json.loads(outcome.output)
+    assert info["train_size"] == 10_000 and info["test_size"] == 2_000 and info["num_classes"] == 10
+    outcome = invoke(["data", "info", "--dataset", "folder", "--data-dir", str(image_folder)])
+    assert outcome.exit_code == 0 and "cat, dog, ship" in outcome.output and "18" in outcome.output
+
+
+def test_data_cache_lists_and_clears(isolated_home):
+    invoke(["data", "info", "--dataset", "synthetic"])
+    listed = invoke(["data", "cache"])
+    assert "synthetic-" in listed.output
+    cleared = invoke(["data", "cache", "--clear"])
+    assert "0 file(s)" in cleared.output
+
+
+@pytest.mark.slow
+def test_env_json_reports_both_frameworks():
+    outcome = invoke(["env", "--json"])
+    assert outcome.exit_code == 0, outcome.output
+    info = json.loads(outcome.output)
+    tf, torch = info["frameworks"]["tf"], info["frameworks"]["torch"]
+    assert tf["tensorflow"].startswith("2.") and tf["keras"].startswith("3.")
+    assert torch["torch"] and torch["tf32_default"]["matmul"] is False
+    assert info["machine"]["cpu_count"] >= 1 and "available" in info["machine"]["nvml"]
+
+
+@pytest.mark.slow
+def test_compare_end_to_end_and_report_rebuild(tmp_path):
+    out = tmp_path / "cmp"
+    outcome = invoke(["compare", "--dataset", "synthetic", "--synthetic-size", "320", "--epochs", "2",
+                      "--seeds", "2", "--precision", "fp32", "--workers", "0", "--quiet", "--out", str(out)])
+    assert outcome.exit_code == 0, outcome.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parity"]["passed"] and summary["parity"]["steps"] == 3
+    for fw in ("tf", "torch"):
+        assert summary["frameworks"][fw]["completed"] == 2
+        assert summary["frameworks"][fw]["final_test_accuracy"]["n"] == 2
+    assert summary["ratios"]["train_time_s"]["n"] == 2 and summary["accuracy_difference"]["n"] == 2
+    assert summary["command"].startswith("cnncompare ") or summary["command"]
+    started = sorted((results.read_result(p)["started_at"], p.parent.name) for p in out.glob("runs/*/result.json"))
+    assert [name for _, name in started][0] == "tf-seed0"  # tf first for seed 0, torch first for seed 1
+    assert {name for _, name in started[2:]} == {"torch-seed1", "tf-seed1"}
+    html = (out / "report.html").read_text()
+    assert "Parity check" in html and "passed" in html
+    before = json.loads((out / "summary.json").read_text())
+    (out / "report.html").unlink()
+    rebuilt = invoke(["report", str(out)])
+    assert rebuilt.exit_code == 0 and (out / "report.html").exists()
+    after = json.loads((out / "summary.json").read_text())
+    assert after["frameworks"] == before["frameworks"] and after["parity"] == before["parity"]
