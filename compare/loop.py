@@ -146,6 +146,7 @@ class Display:
         self.enabled = enabled
         self.epochs = config.epochs
         self.label = f"{framework}"
+        self.accuracy: float | None = None  # the last epoch's test accuracy, shown live
         self.progress = None
         if enabled and not config.quiet:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
@@ -161,13 +162,14 @@ class Display:
             self.progress.reset(self.task, description=f"{self.label} epoch {epoch}/{self.epochs}",
                                 stats="")
 
-    def window(self, done: int, images_per_s: float, loss: float, accuracy: float | None) -> None:
+    def window(self, done: int, images_per_s: float, loss: float) -> None:
         if self.progress:
-            acc = f"  acc {accuracy:.3f}" if accuracy is not None else ""
+            acc = f"  test acc {self.accuracy:.3f}" if self.accuracy is not None else ""
             self.progress.update(self.task, completed=done,
                                  stats=f"{images_per_s:,.0f} img/s  loss {loss:.4f}{acc}")
 
     def end_epoch(self, record: dict[str, Any]) -> None:
+        self.accuracy = record["test_accuracy"]
         line = (f"{self.label} epoch {record['epoch']}/{self.epochs}  "
                 f"train_loss {record['train_loss']:.4f}  test_loss {record['test_loss']:.4f}  "
                 f"test_acc {record['test_accuracy']:.4f}  train {record['train_time_s']:.2f}s  "
@@ -234,7 +236,7 @@ def run(trainer: Trainer, config: RunConfig, recorder: Recorder | None) -> int:
                                        f"or use --precision fp32")
                     epoch_losses.extend(losses)
                     display.window(step + 1, len(pending) * global_batch / (now - window_start),
-                                   float(np.mean(epoch_losses)), None)
+                                   float(np.mean(epoch_losses)))
                     pending, first_in_window = [], global_step
                     window_start, window_wait = time.perf_counter(), 0.0
             trainer.sync()
@@ -249,7 +251,7 @@ def run(trainer: Trainer, config: RunConfig, recorder: Recorder | None) -> int:
                       "train_time_s": train_time, "eval_time_s": eval_time,
                       "images_per_s": images / train_time, "images": images,
                       "input_wait_s": wait_s, "steps": trainer.steps_per_epoch,
-                      "device_time_s": device_time}
+                      "device_time_s": device_time, "host_rss_bytes": host_rss()}
             if chief:
                 recorder.add_epoch(record)
                 recorder.summarise("running", trainer.peak_memory())
@@ -289,6 +291,16 @@ def run(trainer: Trainer, config: RunConfig, recorder: Recorder | None) -> int:
         recorder.summarise(status, trainer.peak_memory())
         recorder.write()
     return code
+
+
+def host_rss() -> int | None:
+    """Resident memory of this process now, bytes (Linux /proc; None elsewhere)."""
+    try:
+        import os
+        pages = int(open("/proc/self/statm").read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def host_peak_rss() -> int:
