@@ -61,6 +61,8 @@ def run_options(f):
                      help="L2 coefficient added to the gradient. [default: lenet 0]"),
         click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=None,
                      help="Label smoothing of the cross-entropy. [default: lenet 0]"),
+        click.option("--augment/--no-augment", default=True, show_default=True,
+                     help="Random crop (4-pixel zero padding) and horizontal flip, from the shared data plan."),
         click.option("--precision", type=click.Choice(PRECISIONS), default="mixed", show_default=True,
                      help="mixed: float16 + loss scaling on GPU, bfloat16 on CPU; fp32: float32, TF32 off."),
         click.option("--device", type=click.Choice(DEVICE_CHOICES), default="auto", show_default=True,
@@ -103,7 +105,7 @@ def build_config(framework: str, out: str, **o) -> RunConfig:
         overrides.update(synthetic_train_size=o["synthetic_size"],
                          synthetic_test_size=max(1, o["synthetic_size"] // 5))
     return recipe_config(o["model"], framework=framework, dataset=o["dataset"], data_dir=o["data_dir"],
-                         precision=o["precision"], device=o["device"], devices=o["devices"],
+                         precision=o["precision"], device=o["device"], devices=o["devices"], augment=o["augment"],
                          compile=o["compile_"], pipeline=pipeline, tf32=o["tf32"],
                          shared_init=o["shared_init"], target_accuracy=o["target_accuracy"],
                          seed=o["seed"], out=out, quiet=o["quiet"], debug=o["debug"], **overrides)

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Protocol
 
 import numpy as np
 
-from compare import results, specs
+from compare import gpu_metrics, results, specs
 from compare.config import RunConfig, learning_rate
 from compare.errors import (EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM,
                             Diverged, OutOfMemory)
@@ -31,6 +31,8 @@ class Trainer(Protocol):
     replicas: int
     is_chief: bool  # writes files and shows progress (rank 0 under DDP)
     steps_per_epoch: int
+    gpu_indices: list[int] | None  # NVML indices of the GPUs used; None on CPU
+    device_name: str | None  # e.g. "NVIDIA H100 80GB HBM3"; None on CPU
 
     def batches(self, epoch: int) -> Iterator[Any]: ...
     def train_step(self, batch: Any, lr: float) -> Any: ...  # returns the loss, not yet synced
@@ -52,6 +54,8 @@ class Recorder:
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.config = config
+        self.device_name = trainer.device_name
+        self.math_mode = gpu_metrics.math_mode(trainer.gpu_indices is not None, config.precision, config.tf32)
         self.windows: list[dict[str, float]] = []  # synchronised timing windows
         self.steps: list[tuple[int, int, float, float]] = []  # (global step, epoch, lr, loss)
         self.result: dict[str, Any] = {
@@ -110,6 +114,13 @@ class Recorder:
         flops = summary["train_flops_per_image"]
         summary["achieved_flops_per_s"] = (flops * summary["images_per_s"]
                                            if summary["images_per_s"] else None)
+        summary.update(gpu_metrics.mfu(summary["achieved_flops_per_s"], self.device_name, self.math_mode,
+                                       summary["replicas"]))
+        energies = [e["gpu"].get("energy_j") for e in epochs]
+        summary["energy_j"] = sum(energies) if all(v is not None for v in energies) else None
+        summary["energy_per_image_j"] = (summary["energy_j"] / sum(e["images"] for e in epochs)
+                                         if summary["energy_j"] is not None else None)
+        summary["energy_note"] = epochs[-1]["gpu"].get("note") or epochs[-1]["gpu"].get("energy_source")
         target = self.config.target_accuracy
         summary["target_accuracy"] = target
         summary["time_to_target_s"] = None
@@ -198,6 +209,7 @@ def run(trainer: Trainer, config: RunConfig, recorder: Recorder | None) -> int:
     global_step = 0
     status, code = "completed", EXIT_OK
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) if chief else None
+    nvml = gpu_metrics.sampler(trainer.gpu_indices) if chief else gpu_metrics.NoSampler("not rank 0")
     try:
         for epoch in range(1, config.epochs + 1):
             display.start_epoch(epoch)
@@ -205,6 +217,7 @@ def run(trainer: Trainer, config: RunConfig, recorder: Recorder | None) -> int:
             epoch_losses: list[float] = []
             wait_s = window_wait = 0.0
             trainer.sync()  # nothing queued from before may land in this epoch's clock
+            nvml.begin_epoch()
             start = window_start = time.perf_counter()
             pending: list[Any] = []
             first_in_window = global_step
@@ -242,6 +255,7 @@ def run(trainer: Trainer, config: RunConfig, recorder: Recorder | None) -> int:
             trainer.sync()
             train_time = time.perf_counter() - start
             device_time = trainer.epoch_device_time()
+            gpu = nvml.end_epoch()  # energy and utilisation of the training part of the epoch
             eval_start = time.perf_counter()
             test_loss, test_accuracy = trainer.evaluate()  # returns host floats: synchronised
             eval_time = time.perf_counter() - eval_start
@@ -251,7 +265,7 @@ def run(trainer: Trainer, config: RunConfig, recorder: Recorder | None) -> int:
                       "train_time_s": train_time, "eval_time_s": eval_time,
                       "images_per_s": images / train_time, "images": images,
                       "input_wait_s": wait_s, "steps": trainer.steps_per_epoch,
-                      "device_time_s": device_time, "host_rss_bytes": host_rss()}
+                      "device_time_s": device_time, "host_rss_bytes": host_rss(), "gpu": gpu}
             if chief:
                 recorder.add_epoch(record)
                 recorder.summarise("running", trainer.peak_memory())
@@ -284,6 +298,7 @@ def run(trainer: Trainer, config: RunConfig, recorder: Recorder | None) -> int:
                 raise
     finally:
         display.close()
+        nvml.close()
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
     if chief:

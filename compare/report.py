@@ -32,6 +32,9 @@ AGGREGATES = {
     "host_peak_rss_bytes": lambda s: s.get("host_peak_rss_bytes"),
     "achieved_flops_per_s": lambda s: s.get("achieved_flops_per_s"),
     "time_to_target_s": lambda s: s.get("time_to_target_s"),
+    "mfu": lambda s: s.get("mfu"),
+    "energy_j": lambda s: s.get("energy_j"),
+    "energy_per_image_j": lambda s: s.get("energy_per_image_j"),
 }
 
 
@@ -81,7 +84,7 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
 
     ratios = {key: stats.paired_ratio(per_seed("tf", key), per_seed("torch", key))
               for key in ("train_time_s", "images_per_s", "steady_step_time_ms", "warmup_time_s",
-                          "peak_device_memory_bytes")}
+                          "peak_device_memory_bytes", "energy_j")}
     first = {fw: next((r for r in by_framework.get(fw, []) if r.get("environment")), None)
              for fw in ("tf", "torch")}
     base_config = next((r["config"] for r in runs if r.get("config")), {})
@@ -215,6 +218,8 @@ def _fmt(value: float | None, kind: str) -> str:
         return f"{value / 1e9:,.1f} GFLOP/s"
     if kind == "x":
         return f"{value:.3f}x"
+    if kind == "j":
+        return f"{value:,.0f} J" if value >= 10 else f"{value:.4g} J"
     return f"{value:.4g}"
 
 
@@ -264,6 +269,11 @@ def verdict_rows(summary: dict) -> list[dict[str, str]]:
         ("Host peak RSS", "host_peak_rss_bytes", "mib", "", "getrusage ru_maxrss of the trainer process"),
         ("Achieved FLOP/s", "achieved_flops_per_s", "flops", "",
          "analytic training FLOPs per image (3 x forward, multiply-add = 2) x images/s"),
+        ("MFU", "mfu", "pct", "", "achieved FLOP/s / the device's dense peak for the precision "
+         "(table in compare/gpu_metrics.py); n/a on CPU or an unknown GPU"),
+        ("Energy (training)", "energy_j", "j", _ratio(r["energy_j"]),
+         "NVML cumulative energy counter, difference over each epoch's training; n/a without NVML"),
+        ("Energy per image", "energy_per_image_j", "j", "", "training energy / images trained"),
     ]
     if any(x.get("time_to_target_s", {}).get("n") for x in (tf, torch)):
         rows.append(("Time to target accuracy", "time_to_target_s", "s", "",

@@ -27,6 +27,8 @@ class FakeTrainer:
     replicas = 1
     is_chief = True
     steps_per_epoch = 4
+    gpu_indices = None
+    device_name = None
 
     def __init__(self, fail_at_epoch: int, failure):
         self.fail_at_epoch, self.failure = fail_at_epoch, failure

@@ -152,6 +152,8 @@ class KerasTrainer:
         self.test_set = self.strategy.experimental_distribute_dataset(
             tf_data.test_dataset(self.test_source, len(dataset.test_y), config))
         self.steps_per_epoch = self.train_size // config.batch_size
+        self.gpu_indices = list(range(len(choice.names))) if self.on_gpu else None
+        self.device_name = choice.description.split(": ", 1)[1].split(", ")[0] if self.on_gpu else None
         # XLA compiles the forward/backward; the update and all-reduce stay outside it.
         self._gradients = tf.function(self._forward_backward, jit_compile=config.compile)
         self._train_step = tf.function(self._distributed_step)

@@ -113,6 +113,8 @@ class TorchTrainer:
                                                   self.on_gpu)
         self.steps_per_epoch = len(self.loader.batch_sampler)
         self.epoch_events = None
+        self.gpu_indices = [torch.device(n).index for n in choice.names] if self.on_gpu else None
+        self.device_name = torch.cuda.get_device_name(self.device) if self.on_gpu else None
 
     def autocast(self):
         dtype = self.numerics["autocast_dtype"]

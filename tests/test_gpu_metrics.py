@@ -1,0 +1,108 @@
+"""NVML sampling and MFU, with NVML replaced at its boundary (the pynvml module)."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+import pytest
+
+from compare import gpu_metrics, loop, results, specs
+from conftest import tiny_config
+
+
+def fake_pynvml(power_mw: int = 300_000, energy_mj_per_s: float = 300_000.0, fail_init: bool = False):
+    """A stand-in for nvidia-ml-py: a GPU drawing 300 W at 75% utilisation."""
+    module = types.ModuleType("pynvml")
+    started = time.monotonic()
+
+    class NVMLError(Exception):
+        pass
+
+    def init():
+        if fail_init:
+            raise NVMLError("NVML Shared Library Not Found")
+
+    module.NVMLError = NVMLError
+    module.nvmlInit = init
+    module.nvmlShutdown = lambda: None
+    module.nvmlDeviceGetHandleByIndex = lambda i: f"gpu{i}"
+    module.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=75, memory=40)
+    module.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=2 * 2**30, total=80 * 2**30)
+    module.nvmlDeviceGetPowerUsage = lambda h: power_mw
+    module.nvmlDeviceGetTotalEnergyConsumption = lambda h: int(1e9 + (time.monotonic() - started) * energy_mj_per_s)
+    return module
+
+
+def test_sampler_reads_utilisation_power_and_the_energy_counter(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    sampler = gpu_metrics.sampler([0])
+    assert isinstance(sampler, gpu_metrics.NvmlSampler)
+    sampler.begin_epoch()
+    time.sleep(0.6)
+    record = sampler.end_epoch()
+    sampler.close()
+    assert record["samples"] >= 2 and record["utilisation_pct_mean"] == 75
+    assert record["power_w_mean"] == 300.0 and record["memory_used_bytes_max"] == 2 * 2**30
+    assert record["energy_j"] == pytest.approx(300 * 0.6, rel=0.2)  # 300 W for ~0.6 s
+    assert record["energy_source"].startswith("nvmlDeviceGetTotalEnergyConsumption")
+
+
+def test_no_nvml_is_null_with_a_reason(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(fail_init=True))
+    sampler = gpu_metrics.sampler([0])
+    assert sampler.end_epoch() == {"energy_j": None, "note": "NVML unavailable (NVMLError: NVML Shared Library Not Found)"}
+    assert gpu_metrics.sampler(None).end_epoch()["note"] == "CPU run: no GPU to sample"
+
+
+def test_mfu_against_the_peak_table():
+    peak, why = gpu_metrics.peak_flops("NVIDIA H100 80GB HBM3", "fp16")
+    assert peak == 989e12 and why is None
+    assert gpu_metrics.peak_flops("NVIDIA H100 PCIe", "fp16")[0] == 756e12
+    assert gpu_metrics.peak_flops("NVIDIA A100-SXM4-40GB", "fp32")[0] == 19.5e12
+    record = gpu_metrics.mfu(98.9e12, "NVIDIA H100 80GB HBM3", "fp16", replicas=2)
+    assert record["mfu"] == pytest.approx(0.05) and record["peak_flops_per_s"] == 2 * 989e12
+    unknown = gpu_metrics.mfu(1e12, "Imaginary GPU 9000", "fp16", 1)
+    assert unknown["mfu"] is None and "not in the peak-FLOP table" in unknown["mfu_note"]
+    assert gpu_metrics.mfu(1e12, None, None, 1)["mfu_note"].startswith("CPU run")
+    assert gpu_metrics.math_mode(True, "mixed", False) == "fp16"
+    assert gpu_metrics.math_mode(True, "fp32", True) == "tf32" and gpu_metrics.math_mode(False, "fp32", False) is None
+
+
+def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
+    """The loop with a GPU-looking trainer: energy per epoch and in the summary, MFU from the table."""
+    from test_reliability import FakeTrainer
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+
+    class SlowGpuTrainer(FakeTrainer):
+        gpu_indices = [0]
+        device_name = "NVIDIA H100 80GB HBM3"
+
+        def train_step(self, batch, lr):
+            time.sleep(0.05)
+            return 1.0
+
+    config = tiny_config(tmp_path, epochs=2, precision="mixed", timing_window=2)
+    trainer = SlowGpuTrainer(99, None)
+    recorder = loop.Recorder(config, trainer, specs.lenet(), {}, {}, {})
+    assert loop.run(trainer, config, recorder) == 0
+    result = results.read_result(tmp_path / "run" / "result.json")
+    energies = [e["gpu"]["energy_j"] for e in result["epochs"]]
+    assert all(e == pytest.approx(300 * 4 * 0.05, rel=0.5) for e in energies)  # 300 W x 4 steps x 50 ms
+    summary = result["summary"]
+    assert summary["energy_j"] == pytest.approx(sum(energies))
+    assert summary["energy_per_image_j"] == pytest.approx(summary["energy_j"] / (2 * 4 * 32))
+    assert summary["mfu"] == pytest.approx(summary["achieved_flops_per_s"] / 989e12)
+    assert "fp16 peak of NVIDIA H100" in summary["mfu_note"]
+
+
+def test_cpu_runs_say_why_there_is_no_mfu_or_energy(tmp_path):
+    from test_reliability import FakeTrainer
+    config = tiny_config(tmp_path, epochs=1)
+    trainer = FakeTrainer(99, None)
+    recorder = loop.Recorder(config, trainer, specs.lenet(), {}, {}, {})
+    loop.run(trainer, config, recorder)
+    summary = results.read_result(tmp_path / "run" / "result.json")["summary"]
+    assert summary["mfu"] is None and summary["mfu_note"].startswith("CPU run")
+    assert summary["energy_j"] is None and summary["energy_note"] == "CPU run: no GPU to sample"
