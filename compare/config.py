@@ -146,3 +146,10 @@ def learning_rate(config: RunConfig, step: int, total_steps: int) -> float:
         fall = max(1, total_steps - rise)
         return config.lr * max(0.0, (total_steps - step) / fall)
     raise ValueError(f"unknown schedule {config.schedule!r}")
+
+
+def update_rule(config: RunConfig) -> str:
+    """The SGD update both frameworks apply (PyTorch's form), with this config's numbers."""
+    step = "g + mu*v" if config.nesterov else "v"
+    return (f"g = grad + {config.weight_decay}*w; v = mu*v + g (mu={config.momentum}, v0 = 0); "
+            f"w -= lr*({step})")

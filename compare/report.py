@@ -282,13 +282,24 @@ def verdict_rows(summary: dict) -> list[dict[str, str]]:
              "versus": versus, "how": how} for name, key, kind, versus, how in rows]
 
 
+# Manifest entries that name each framework's own machinery: expected to read differently.
+IMPLEMENTATION_KEYS = {"optimizer_implementation", "distribution", "pipeline", "device"}
+
+
 def fairness_rows(summary: dict) -> list[dict[str, str]]:
+    """Each setting per framework, and whether the two agree (compared in one convention)."""
     tf, torch = summary["fairness"].get("tf") or {}, summary["fairness"].get("torch") or {}
     keys = list(dict.fromkeys(list(tf) + list(torch)))
     rows = []
     for key in keys:
         a, b = _plain(tf.get(key)), _plain(torch.get(key))
-        rows.append({"setting": key, "tf": a, "torch": b, "same": "yes" if a == b else "differs"})
+        if key in IMPLEMENTATION_KEYS:
+            same = "(implementation)"
+        elif isinstance(tf.get(key), dict) and "torch_convention" in tf.get(key, {}):
+            same = "yes" if tf[key]["torch_convention"] == (torch.get(key) or {}).get("torch_convention") else "differs"
+        else:
+            same = "yes" if a == b else "differs"
+        rows.append({"setting": key, "tf": a, "torch": b, "same": same})
     return rows
 
 

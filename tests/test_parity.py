@@ -140,3 +140,22 @@ def test_parity_catches_keras_momentum_form_under_a_changing_learning_rate(tmp_p
     wrong = _probes(tmp_path / "b", tf_two_cpus, "lenet", 32, **changes)
     record = parity.compare_probes(wrong["tf"], wrong["torch"], steps=3)
     assert record["failed"] == ["params_rel_update_diff_after_steps"], record["params_rel_update_diff_after_steps"]
+
+
+def test_fairness_manifests_list_the_same_settings_and_agree(tmp_path, tf_two_cpus):
+    from compare import report
+    from torch_impl import train as torch_train
+    config = tiny_config(tmp_path, device="cpu", weight_decay=5e-4, nesterov=True)
+    dataset = data.config_dataset(config)
+    tf_manifest = tf_two_cpus.fairness_manifest(
+        config, tf_two_cpus.KerasTrainer(config, dataset, tf_two_cpus.select_device(config)))
+    torch_manifest = torch_train.fairness_manifest(
+        config, torch_train.TorchTrainer(config, dataset, torch_train.select_device(config)))
+    assert set(tf_manifest) == set(torch_manifest)
+    for key in ("precision_policy", "tf32", "deterministic", "loss_scaling", "bn_epsilon", "update_rule",
+                "weight_decay_form", "loss", "lr_schedule", "global_batch", "per_replica_batch", "replicas",
+                "compile", "init_source", "data_plan_seed", "device_kind"):
+        assert tf_manifest[key] == torch_manifest[key], key
+    rows = report.fairness_rows({"fairness": {"tf": tf_manifest, "torch": torch_manifest}})
+    differing = {r["setting"] for r in rows if r["same"] == "differs"}
+    assert differing == {"bn_running_variance", "channels_last"}  # genuine conventions, shown as such

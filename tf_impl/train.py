@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from compare import init, loop, results, specs  # noqa: E402
-from compare.config import PipelineConfig, RunConfig
+from compare.config import PipelineConfig, RunConfig, update_rule
 from compare.parity import probe_learning_rate  # noqa: E402
 from compare.data import Dataset  # noqa: E402
 from compare.errors import DeviceError  # noqa: E402
@@ -28,6 +28,7 @@ from tf_impl import data as tf_data  # noqa: E402
 from tf_impl.model import build_model, export_gradients, export_weights, load_weights  # noqa: E402
 
 FRAMEWORK = "tf"
+TF32_DEFAULT = tf.config.experimental.tensor_float_32_execution_enabled()  # before we change it
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,8 @@ def fairness_manifest(config: RunConfig, trainer: KerasTrainer) -> dict:
         "bn_epsilon": config.bn_epsilon,
         "bn_running_variance": "biased batch variance (Keras)",
         "bn_statistics": "per replica" if trainer.replicas > 1 else "single replica",
-        "optimizer": f"TorchFormSGD momentum={config.momentum} nesterov={config.nesterov} dampening=0",
+        "update_rule": update_rule(config),
+        "optimizer_implementation": "TorchFormSGD (a keras.optimizers.Optimizer, tf_impl/train.py)",
         "weight_decay_form": f"L2 {config.weight_decay} added to the gradient before momentum",
         "loss": f"mean cross-entropy, label smoothing {config.label_smoothing}",
         "lr_schedule": f"{config.schedule}, peak {config.lr}, set every step",
@@ -290,6 +292,7 @@ def fairness_manifest(config: RunConfig, trainer: KerasTrainer) -> dict:
         "init_source": f"compare.init numpy weights, seed {config.seed}" if config.shared_init
         else "Keras default initialisers",
         "data_plan_seed": config.seed,
+        "device_kind": trainer.choice.kind,
         "device": trainer.choice.description,
     }
 
@@ -305,7 +308,7 @@ def describe_environment() -> dict:
             "python": platform.python_version(), "platform": platform.platform(),
             "cuda_available": bool(gpus), "cuda": build.get("cuda_version"),
             "cudnn": build.get("cudnn_version"), "gpus": gpus,
-            "tf32_default": tf.config.experimental.tensor_float_32_execution_enabled(),
+            "tf32_default": TF32_DEFAULT,
             "mixed_precision": "mixed_float16 + LossScaleOptimizer" if gpus else "mixed_bfloat16 (CPU)"}
 
 

@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from compare import init, loop, results, specs, worker
-from compare.config import PipelineConfig, RunConfig
+from compare.config import PipelineConfig, RunConfig, update_rule
 from compare.parity import probe_learning_rate
 from compare.data import Dataset
 from compare.errors import DeviceError
@@ -27,6 +27,7 @@ from torch_impl import data as torch_data
 from torch_impl.model import build_model, export_gradients, export_weights, load_weights
 
 FRAMEWORK = "torch"
+TF32_DEFAULT = {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,8 @@ def fairness_manifest(config: RunConfig, trainer: TorchTrainer) -> dict:
         "bn_epsilon": config.bn_epsilon,
         "bn_running_variance": "unbiased (n/(n-1)) batch variance",
         "bn_statistics": "per replica" if trainer.replicas > 1 else "single replica",
-        "optimizer": f"torch.optim.SGD momentum={config.momentum} nesterov={config.nesterov} dampening=0",
+        "update_rule": update_rule(config),
+        "optimizer_implementation": "torch.optim.SGD (dampening 0)",
         "weight_decay_form": f"L2 {config.weight_decay} added to the gradient before momentum",
         "loss": f"mean cross-entropy, label smoothing {config.label_smoothing}",
         "lr_schedule": f"{config.schedule}, peak {config.lr}, set every step",
@@ -255,6 +257,7 @@ def fairness_manifest(config: RunConfig, trainer: TorchTrainer) -> dict:
         "init_source": f"compare.init numpy weights, seed {config.seed}" if config.shared_init
         else "PyTorch default initialisers",
         "data_plan_seed": config.seed,
+        "device_kind": trainer.choice.kind,
         "device": trainer.choice.description,
     }
 
@@ -270,8 +273,7 @@ def describe_environment() -> dict:
             "torchvision": _version("torchvision"), "python": platform.python_version(),
             "platform": platform.platform(), "cpu_threads": torch.get_num_threads(),
             "cuda_available": cuda, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if cuda else None,
-            "gpus": gpus, "tf32_default": {"matmul": torch.backends.cuda.matmul.allow_tf32,
-                                           "cudnn": torch.backends.cudnn.allow_tf32},
+            "gpus": gpus, "tf32_default": TF32_DEFAULT,
             "bf16_supported": torch.cuda.is_bf16_supported() if cuda else True,
             "mixed_precision": "float16 autocast + GradScaler" if cuda else "bfloat16 autocast (CPU)"}
 
