@@ -72,7 +72,8 @@ def run_options(f):
         click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
                      help="XLA jit_compile (tf) and torch.compile (torch)."),
         click.option("--pipeline", type=click.Choice(PIPELINES), default="tuned", show_default=True,
-                     help="Input pipeline preset: tuned (parallel map, prefetch, workers) or naive."),
+                     help="Input pipeline preset: tuned (parallel map, prefetch, workers), naive (one "
+                          "synchronous stage) or device (whole training set resident on the device)."),
         click.option("--workers", type=click.IntRange(min=0), default=None,
                      help="DataLoader worker processes (torch). [default: 2 when tuned]"),
         click.option("--tf32/--no-tf32", default=False, show_default=True,
@@ -134,6 +135,7 @@ def cli():
       cnncompare compare --dataset synthetic --epochs 2 --seeds 2 --out runs/demo
       cnncompare run --framework torch --dataset cifar10 --data-dir ~/cifar-10-python.tar.gz
       cnncompare report runs/demo
+      cnncompare sweep --dataset synthetic --vary precision=fp32,mixed --vary pipeline=naive,tuned
       cnncompare env
       cnncompare data info --dataset folder --data-dir ~/cifar10-jpeg
     """
@@ -191,6 +193,34 @@ def compare(seeds: int, parity_steps: int, ignore_parity: bool, **options):
     prepare_data(config)
     code = orchestrate.compare_frameworks(config, seeds, Path(out), parity_steps, ignore_parity)
     sys.exit(code)
+
+
+@cli.command(context_settings=CONTEXT)
+@run_options
+@click.option("--vary", "varies", multiple=True, required=True, metavar="NAME=V1,V2",
+              help="A setting and its values; repeat for a cartesian product. Names: precision, "
+                   "batch-size, pipeline (naive/tuned/device), compile (on/off), devices, device "
+                   "(cpu/gpu), model, lr, epochs, workers, tf32. The first values form the baseline.")
+@click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
+              help="Frameworks to run (repeatable). [default: both]")
+def sweep(varies: tuple[str, ...], frameworks: tuple[str, ...], **options):
+    """What each setting is worth, per framework: every combination of the --vary values,
+    each run in its own process; writes DIR/sweep.json, sweep.md and sweep.html.
+
+    \b
+    Examples:
+      cnncompare sweep --dataset synthetic --epochs 2 --vary precision=fp32,mixed --vary pipeline=naive,tuned
+      cnncompare sweep --model resnet9 --vary batch-size=128,512 --vary compile=off,on --out runs/sweep
+      cnncompare sweep --dataset synthetic --vary device=cpu,gpu --target-accuracy 0.8
+    """
+    from compare import orchestrate
+    from compare import sweep as sweep_module
+    out = options.pop("out") or "runs/sweep"
+    parsed = [sweep_module.parse_vary(v) for v in varies]
+    config = build_config("torch", out, **options)
+    prepare_data(config)
+    sys.exit(sweep_module.run_sweep(config, parsed, list(frameworks) or list(FRAMEWORKS), Path(out),
+                                    orchestrate.replay_command()))
 
 
 @cli.command(context_settings=CONTEXT)

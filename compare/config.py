@@ -17,15 +17,16 @@ FRAMEWORKS = ("tf", "torch")
 PRECISIONS = ("fp32", "mixed")
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
-PIPELINES = ("naive", "tuned")
+PIPELINES = ("naive", "tuned", "device")
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
     """Input pipeline settings; each stage can be switched off and is recorded.
 
-    `kind` is a preset: `tuned` (the frameworks' recommended settings) or `naive` (one
-    synchronous stage, no prefetch, no workers). The other fields refine it.
+    `kind` is a preset: `tuned` (the frameworks' recommended settings), `naive` (one
+    synchronous stage, no prefetch, no workers) or `device` (the whole training set resident
+    on the device, batches gathered and augmented there). The other fields refine it.
     """
 
     kind: str = "tuned"
@@ -46,6 +47,9 @@ class PipelineConfig:
             return cls(kind="naive", cache=False, parallel_map=False, prefetch=False,
                        workers=0, prefetch_factor=0, persistent_workers=False,
                        pin_memory=False, non_blocking=False)
+        if kind == "device":
+            return cls(kind="device", cache=True, parallel_map=False, prefetch=False, workers=0,
+                       prefetch_factor=0, persistent_workers=False, pin_memory=False, non_blocking=False)
         raise ValueError(f"unknown pipeline {kind!r}; choose one of {', '.join(PIPELINES)}")
 
 

@@ -36,6 +36,40 @@ class PlanImages:
         return image, tf.gather(self.labels, index)
 
 
+class DeviceImages:
+    """The `device` pipeline: the training set in a (mirrored) variable on every replica's
+    device; `load_batch` gathers and augments a batch there, the same computation as
+    PlanImages.load, vectorised."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray, std: np.ndarray,
+                 padding: int):
+        # Created under strategy.scope(): MirroredStrategy keeps a copy on each replica's device.
+        self.images = tf.Variable(images, trainable=False, name="train_images")
+        self.labels = tf.Variable(labels, trainable=False, name="train_labels")
+        mean255, std255 = data_plan.scaled_stats(mean, std)
+        self.mean255, self.std255 = tf.constant(mean255), tf.constant(std255)
+        self.padding = padding
+        self.height, self.width = images.shape[1], images.shape[2]
+
+    def load_batch(self, indices, dy, dx, flips):
+        batch = tf.gather(self.images, indices)
+        p = self.padding
+        padded = tf.pad(batch, [[0, 0], [p, p], [p, p], [0, 0]])
+        rows = dy[:, None] + tf.range(self.height)[None, :]
+        cols = tf.where(flips[:, None], tf.range(self.width - 1, -1, -1)[None, :],
+                        tf.range(self.width)[None, :]) + dx[:, None]
+        crops = tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
+        images = (tf.cast(crops, tf.float32) - self.mean255) / self.std255
+        return images, tf.gather(self.labels, indices)
+
+
+def _map(ds: tf.data.Dataset, fn, config: RunConfig) -> tf.data.Dataset:
+    """map, in parallel (AUTOTUNE, order kept) when the pipeline says so."""
+    if config.pipeline.parallel_map:
+        return ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.map(fn)
+
+
 def _finish(ds: tf.data.Dataset, config: RunConfig, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     if config.pipeline.prefetch:
@@ -52,8 +86,9 @@ def train_dataset(source: PlanImages, train_size: int, config: RunConfig, epoch:
     indices, dy, dx, flips = data_plan.epoch_plan(train_size, config.batch_size, epoch, config.seed,
                                                   config.augment, config.crop_padding).flat()
     ds = tf.data.Dataset.from_tensor_slices((indices, dy, dx, flips))
-    parallel = tf.data.AUTOTUNE if config.pipeline.parallel_map else None
-    ds = ds.map(source.load, num_parallel_calls=parallel, deterministic=True)
+    if config.pipeline.kind == "device":  # only the plan's keys travel; images stay on the device
+        return _finish(ds, config, config.batch_size, drop_remainder=True)
+    ds = _map(ds, source.load, config)
     return _finish(ds, config, config.batch_size, drop_remainder=True)
 
 
@@ -63,8 +98,7 @@ def test_dataset(source: PlanImages, test_size: int, config: RunConfig) -> tf.da
     keys = (np.arange(test_size), np.full(test_size, p, np.int32), np.full(test_size, p, np.int32),
             np.zeros(test_size, bool))
     ds = tf.data.Dataset.from_tensor_slices(keys)
-    parallel = tf.data.AUTOTUNE if config.pipeline.parallel_map else None
-    ds = ds.map(source.load, num_parallel_calls=parallel, deterministic=True)
+    ds = _map(ds, source.load, config)
     if config.pipeline.cache:
         ds = ds.cache()
     return _finish(ds, config, config.batch_size, drop_remainder=False)
@@ -73,6 +107,10 @@ def test_dataset(source: PlanImages, test_size: int, config: RunConfig) -> tf.da
 def pipeline_settings(config: RunConfig, on_gpu: bool) -> dict:
     """What tf.data actually used, for the fairness manifest."""
     p = config.pipeline
+    if p.kind == "device":
+        return {"kind": "device", "loader": "whole training set in a mirrored variable on each replica's "
+                "device; tf.data carries only the plan's keys",
+                "augmentation": "shared plan: zero-pad crop + flip as two batched tf.gather, on the device"}
     return {"kind": p.kind, "loader": "tf.data", "parallel_map": "AUTOTUNE" if p.parallel_map else 1,
             "prefetch": "AUTOTUNE" if p.prefetch else None, "cache_test_set": p.cache,
             "distribution": "strategy.experimental_distribute_dataset",

@@ -145,6 +145,9 @@ class KerasTrainer:
                 load_weights(self.model, self.initial, self.spec)
             self.optimizer = make_optimizer(self.model, config)
             self.optimizer.build(self.model.trainable_variables)
+            self.device_source = (tf_data.DeviceImages(dataset.train_x, dataset.train_y, dataset.mean,
+                                                       dataset.std, config.crop_padding)
+                                  if config.pipeline.kind == "device" else None)
         self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         mean, std = dataset.mean, dataset.std
         self.train_source = tf_data.PlanImages(dataset.train_x, dataset.train_y, mean, std, config.crop_padding)
@@ -176,7 +179,9 @@ class KerasTrainer:
         grads = tape.gradient(scaled, self.model.trainable_variables)
         return loss, grads
 
-    def _replica_step(self, images, labels):
+    def _replica_step(self, *batch):
+        # (images, labels), or for the device pipeline the plan's keys for this replica's slice
+        images, labels = self.device_source.load_batch(*batch) if self.device_source else batch
         loss, grads = self._gradients(images, labels)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         return loss
@@ -242,7 +247,7 @@ class KerasTrainer:
 
     def gradients(self, batch) -> tuple[np.ndarray, float, dict[str, np.ndarray]]:
         """Logits, loss and canonical-layout gradients for one batch, no update."""
-        images, labels = batch
+        images, labels = self.device_source.load_batch(*batch) if self.device_source else batch
         with tf.GradientTape() as tape:
             logits = self.model(images, training=True)
             loss = tf.reduce_mean(self._loss(labels, logits, self.config.label_smoothing))

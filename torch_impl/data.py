@@ -18,27 +18,29 @@ class PlanDataset(Dataset):
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray, std: np.ndarray,
-                 padding: int):
-        self.images = torch.from_numpy(np.ascontiguousarray(images))  # (N, H, W, C) uint8
-        self.labels = torch.from_numpy(labels)
+                 padding: int, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)  # "cpu" for loader workers; the GPU when device-resident
+        self.images = torch.from_numpy(np.ascontiguousarray(images)).to(self.device)  # (N, H, W, C) uint8
+        self.labels = torch.from_numpy(labels).to(self.device)
         mean255, std255 = data_plan.scaled_stats(mean, std)
-        self.mean255, self.std255 = torch.from_numpy(mean255), torch.from_numpy(std255)
+        self.mean255 = torch.from_numpy(mean255).to(self.device)
+        self.std255 = torch.from_numpy(std255).to(self.device)
         self.padding = padding
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitems__(self, keys: list[tuple[int, int, int, bool]]) -> tuple[torch.Tensor, torch.Tensor]:
-        key = torch.as_tensor(keys, dtype=torch.int64)
+        key = torch.as_tensor(keys, dtype=torch.int64).to(self.device)
         indices, dy, dx, flips = key.unbind(1)
         batch = self.images[indices]
         n, h, w, _ = batch.shape
         p = self.padding
         padded = torch.nn.functional.pad(batch, (0, 0, p, p, p, p))  # pad W and H, not C
-        rows = dy[:, None] + torch.arange(h)[None, :]
-        cols = torch.where(flips[:, None].bool(), torch.arange(w - 1, -1, -1)[None, :],
-                           torch.arange(w)[None, :]) + dx[:, None]
-        crops = padded[torch.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]]
+        arange_h, arange_w = (torch.arange(k, device=self.device) for k in (h, w))
+        rows = dy[:, None] + arange_h[None, :]
+        cols = torch.where(flips[:, None].bool(), arange_w.flip(0)[None, :], arange_w[None, :]) + dx[:, None]
+        crops = padded[torch.arange(n, device=self.device)[:, None, None], rows[:, :, None], cols[:, None, :]]
         images = (crops.float() - self.mean255) / self.std255  # NHWC float32
         return images.permute(0, 3, 1, 2), self.labels[indices]  # NCHW view for the model
 
@@ -91,6 +93,17 @@ class SequentialKeys(Sampler):
                    for i in range(start, min(start + self.batch_size, self.size))]
 
 
+class DeviceResident:
+    """The `device` pipeline: no loader; each batch is gathered and augmented where the
+    data lives (the GPU), on the training loop's own thread, from the same plan."""
+
+    def __init__(self, dataset: PlanDataset, sampler: Sampler):
+        self.dataset, self.batch_sampler = dataset, sampler
+
+    def __iter__(self):
+        return (self.dataset.__getitems__(keys) for keys in self.batch_sampler)
+
+
 def _loader(dataset: PlanDataset, sampler: Sampler, config: RunConfig, on_gpu: bool) -> DataLoader:
     p = config.pipeline
     workers = p.workers
@@ -101,10 +114,14 @@ def _loader(dataset: PlanDataset, sampler: Sampler, config: RunConfig, on_gpu: b
 
 
 def train_loader(train_x: np.ndarray, train_y: np.ndarray, mean: np.ndarray, std: np.ndarray,
-                 config: RunConfig, on_gpu: bool, rank: int = 0, world_size: int = 1):
-    """A DataLoader over the data plan; call `loader.batch_sampler.set_epoch(e)` per epoch."""
-    dataset = PlanDataset(train_x, train_y, mean, std, config.crop_padding)
+                 config: RunConfig, on_gpu: bool, rank: int = 0, world_size: int = 1,
+                 device: torch.device | str = "cpu"):
+    """A DataLoader over the data plan (or, for the `device` pipeline, batches built on
+    `device`); call `loader.batch_sampler.set_epoch(e)` per epoch."""
     sampler = PlanBatchSampler(len(train_y), config, rank, world_size)
+    if config.pipeline.kind == "device":
+        return DeviceResident(PlanDataset(train_x, train_y, mean, std, config.crop_padding, device), sampler)
+    dataset = PlanDataset(train_x, train_y, mean, std, config.crop_padding)
     return _loader(dataset, sampler, config, on_gpu)
 
 
@@ -118,6 +135,10 @@ def test_loader(test_x: np.ndarray, test_y: np.ndarray, mean: np.ndarray, std: n
 def pipeline_settings(config: RunConfig, on_gpu: bool) -> dict:
     """What the DataLoader actually used, for the fairness manifest."""
     p = config.pipeline
+    if p.kind == "device":
+        return {"kind": "device", "loader": "whole training set resident on the device; batches "
+                "gathered there on the loop's thread", "workers": 0,
+                "augmentation": "shared plan: zero-pad crop + flip as one tensor gather, on the device"}
     return {"kind": p.kind, "loader": "torch.utils.data.DataLoader", "workers": p.workers,
             "pin_memory": p.pin_memory and on_gpu, "persistent_workers": p.persistent_workers and p.workers > 0,
             "prefetch_factor": p.prefetch_factor if p.prefetch and p.workers > 0 else None,

@@ -109,7 +109,7 @@ class TorchTrainer:
         self.non_blocking = config.pipeline.non_blocking and self.on_gpu
         mean, std = dataset.mean, dataset.std
         self.loader = torch_data.train_loader(dataset.train_x, dataset.train_y, mean, std, config,
-                                              self.on_gpu, rank, world_size)
+                                              self.on_gpu, rank, world_size, self.device)
         self.test_loader = torch_data.test_loader(dataset.test_x, dataset.test_y, mean, std, config,
                                                   self.on_gpu)
         self.steps_per_epoch = len(self.loader.batch_sampler)

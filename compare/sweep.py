@@ -1,0 +1,221 @@
+"""`cnncompare sweep`: what each setting is worth, per framework, as a measured matrix.
+
+The cartesian product of the `--vary` settings, run for each framework in its own
+subprocess (alternating which framework goes first), into DIR/sweep.json, sweep.md and a
+self-contained sweep.html. The baseline is the first value of every varied setting; each
+row's speed-up is its throughput over the baseline's, within the same framework.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from compare import report, results, runner, specs
+from compare.config import DEVICE_CHOICES, PIPELINES, PRECISIONS, PipelineConfig, RunConfig
+from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("on", "true", "yes", "1"):
+        return True
+    if lowered in ("off", "false", "no", "0"):
+        return False
+    raise ValueError("on or off")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("a positive integer")
+    return value
+
+
+def _choice(options) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in options:
+            raise ValueError(f"one of {', '.join(options)}")
+        return text
+    return parse
+
+
+@dataclass(frozen=True)
+class Variable:
+    parse: Callable[[str], Any]
+    apply: Callable[[RunConfig, Any], RunConfig]
+
+
+VARIABLES: dict[str, Variable] = {
+    "precision": Variable(_choice(PRECISIONS), lambda c, v: c.replace(precision=v)),
+    "batch-size": Variable(_positive_int, lambda c, v: c.replace(batch_size=v)),
+    "pipeline": Variable(_choice(PIPELINES), lambda c, v: c.replace(pipeline=PipelineConfig.preset(v))),
+    "compile": Variable(_bool, lambda c, v: c.replace(compile=v)),
+    "devices": Variable(_positive_int, lambda c, v: c.replace(devices=v)),
+    "device": Variable(_choice(DEVICE_CHOICES), lambda c, v: c.replace(device=v)),
+    "model": Variable(_choice(tuple(specs.MODELS)), lambda c, v: c.replace(model=v)),
+    "lr": Variable(float, lambda c, v: c.replace(lr=v)),
+    "epochs": Variable(_positive_int, lambda c, v: c.replace(epochs=v)),
+    "workers": Variable(int, lambda c, v: c.replace(pipeline=PipelineConfig(**{**c.pipeline.__dict__, "workers": v}))),
+    "tf32": Variable(_bool, lambda c, v: c.replace(tf32=v)),
+}
+
+
+def parse_vary(text: str) -> tuple[str, list[Any]]:
+    """'precision=fp32,mixed' -> ('precision', ['fp32', 'mixed']); UserError when malformed."""
+    if "=" not in text:
+        raise UserError(f"--vary {text!r}: expected NAME=V1,V2 (names: {', '.join(VARIABLES)})")
+    name, _, values = text.partition("=")
+    name = name.strip().replace("_", "-")
+    if name not in VARIABLES:
+        raise UserError(f"--vary {text!r}: unknown setting {name!r}; choose from {', '.join(VARIABLES)}")
+    parsed = []
+    for raw in (v.strip() for v in values.split(",") if v.strip()):
+        try:
+            parsed.append(VARIABLES[name].parse(raw))
+        except ValueError as exc:
+            raise UserError(f"--vary {name}: {raw!r} is not valid ({exc})") from None
+    if not parsed:
+        raise UserError(f"--vary {text!r}: no values")
+    return name, parsed
+
+
+def plan(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks: list[str]) -> list[tuple[str, dict, RunConfig]]:
+    """(framework, settings, config) for every combination; framework order alternates."""
+    names = [n for n, _ in varies]
+    rows = []
+    for i, values in enumerate(itertools.product(*(v for _, v in varies))):
+        settings = dict(zip(names, values))
+        changed = config
+        for name, value in settings.items():
+            changed = VARIABLES[name].apply(changed, value)
+        order = frameworks if i % 2 == 0 else frameworks[::-1]
+        rows.extend((fw, settings, changed.replace(framework=fw)) for fw in order)
+    return rows
+
+
+def _slug(framework: str, settings: dict) -> str:
+    text = "-".join(f"{k}_{v}" for k, v in settings.items()) or "baseline"
+    return f"{framework}-" + re.sub(r"[^A-Za-z0-9_.-]", "_", text)
+
+
+def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks: list[str], out: Path,
+              command: str) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    console = Console(stderr=True)
+    for fw in frameworks:
+        runner.check_installed(fw)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = plan(config, varies, frameworks)
+    rows: list[dict] = []
+    interrupted = False
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, disable=config.quiet) as progress:
+        task = progress.add_task("sweep", total=len(todo))
+        for framework, settings, run_config in todo:
+            label = f"{framework} " + " ".join(f"{k}={v}" for k, v in settings.items())
+            if interrupted:
+                rows.append({"framework": framework, "settings": settings, "status": "not run",
+                             "summary": None, "path": None, "error": "interrupted"})
+                continue
+            progress.update(task, description=label)
+            run_config = run_config.replace(quiet=True, out=str(out / "runs" / _slug(framework, settings)))
+            outcome = runner.run_framework(run_config, on_line=(lambda line, label=label: print(
+                f"{label}: {line}", flush=True)) if config.quiet else (lambda line: None))
+            interrupted = outcome.code == EXIT_INTERRUPTED
+            summary = None
+            if outcome.result_path.exists():
+                try:
+                    summary = results.read_result(outcome.result_path)["summary"]
+                except results.SchemaError:
+                    summary = None
+            rows.append({"framework": framework, "settings": settings, "status": outcome.status,
+                         "summary": summary, "path": str(outcome.result_path), "error": outcome.error})
+            if outcome.status != "completed":
+                console.print(f"{label}: {outcome.status}" + (f": {outcome.error}" if outcome.error else ""))
+            progress.advance(task)
+    for p in write(out, rows, varies, command):
+        console.print(f"wrote {p}")
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if all(r["status"] == "completed" for r in rows) else EXIT_FAILED
+
+
+def with_speedups(rows: list[dict], varies: list[tuple[str, list[Any]]]) -> list[dict]:
+    """Each row's throughput and time-to-target relative to its framework's baseline row."""
+    baseline_settings = {name: values[0] for name, values in varies}
+    baselines = {r["framework"]: r for r in rows if r["settings"] == baseline_settings and r["summary"]}
+    out = []
+    for r in rows:
+        row = dict(r)
+        base = baselines.get(r["framework"])
+        s, b = r["summary"] or {}, (base or {}).get("summary") or {}
+        ips, base_ips = s.get("images_per_s"), b.get("images_per_s")
+        row["speedup"] = ips / base_ips if ips and base_ips else None
+        tta, base_tta = s.get("time_to_target_s"), b.get("time_to_target_s")
+        row["time_to_target_speedup"] = base_tta / tta if tta and base_tta else None
+        row["baseline"] = r["settings"] == baseline_settings
+        out.append(row)
+    return out
+
+
+def _bars(rows: list[dict]) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    matplotlib.rcParams["svg.fonttype"] = "none"
+    labels = sorted({" ".join(f"{k}={v}" for k, v in r["settings"].items()) for r in rows})
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.55 * len(labels)))
+    height = 0.38
+    for offset, fw in ((-height / 2, "tf"), (height / 2, "torch")):
+        values = []
+        for label in labels:
+            match = [r for r in rows if r["framework"] == fw
+                     and " ".join(f"{k}={v}" for k, v in r["settings"].items()) == label]
+            values.append(match[0]["speedup"] or 0.0 if match else 0.0)
+        ax.barh([i + offset for i in range(len(labels))], values, height, color=report.COLOURS[fw],
+                label=report.FRAMEWORK_NAMES[fw])
+    ax.axvline(1.0, color="#444", linewidth=0.8)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("throughput speed-up over the framework's baseline (x); 0 = failed or not run")
+    ax.legend(fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return report._svg(fig)
+
+
+def write(out: Path, rows: list[dict], varies: list[tuple[str, list[Any]]], command: str) -> list[Path]:
+    import jinja2
+    rows = with_speedups(rows, varies)
+    document = {"schema_version": 1, "command": command, "varied": {n: v for n, v in varies},
+                "baseline": {n: v[0] for n, v in varies}, "rows": rows,
+                "measurement": {"speedup": "images/s of the row / images/s of the same framework's "
+                                           "baseline row (first value of every varied setting)",
+                                **results.MEASUREMENT}}
+    paths = [results.write_json_atomic(out / "sweep.json", document)]
+    env = jinja2.Environment(loader=jinja2.PackageLoader("compare", "templates"),
+                             autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
+    fmt = report._fmt
+    table = [{"framework": report.FRAMEWORK_NAMES[r["framework"]],
+              "settings": ", ".join(f"{k}={v}" for k, v in r["settings"].items()) + (" (baseline)" if r["baseline"] else ""),
+              "status": r["status"], "error": r["error"] or "",
+              "throughput": fmt((r["summary"] or {}).get("images_per_s"), "ips"),
+              "speedup": fmt(r["speedup"], "x"),
+              "train_time": fmt((r["summary"] or {}).get("train_time_s") if r["summary"] and r["summary"].get("epochs_completed") else None, "s"),
+              "step_ms": fmt(((r["summary"] or {}).get("steady_step_time_ms") or {}).get("median"), "ms"),
+              "input_wait": fmt((r["summary"] or {}).get("input_wait_fraction"), "pct"),
+              "accuracy": fmt((r["summary"] or {}).get("final_test_accuracy"), "acc"),
+              "memory": fmt((r["summary"] or {}).get("peak_device_memory_bytes"), "mib"),
+              "mfu": fmt((r["summary"] or {}).get("mfu"), "pct"),
+              "energy": fmt((r["summary"] or {}).get("energy_per_image_j"), "j"),
+              "tta": fmt((r["summary"] or {}).get("time_to_target_s"), "s")} for r in rows]
+    context = {"table": table, "command": command, "varied": document["varied"], "baseline": document["baseline"],
+               "bars": _bars(rows), "target": any((r["summary"] or {}).get("target_accuracy") for r in rows)}
+    for name in ("sweep.md", "sweep.html"):
+        text = env.get_template(f"{name}.j2").render(**context)
+        paths.append(results.write_atomic(out / name, lambda f, t=text: f.write(t)))
+    return paths

@@ -1,0 +1,109 @@
+"""The sweep: parsing, the plan, speed-ups, reports; the device pipeline; time to accuracy."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from compare import data, sweep
+from compare.cli import cli
+from compare.config import PipelineConfig, RunConfig
+from compare.errors import UserError
+from conftest import tiny_config
+
+
+def test_parse_vary_and_the_cartesian_plan():
+    varies = [sweep.parse_vary("precision=fp32,mixed"), sweep.parse_vary("batch_size=32, 64"),
+              sweep.parse_vary("compile=off,on")]
+    assert varies == [("precision", ["fp32", "mixed"]), ("batch-size", [32, 64]), ("compile", [False, True])]
+    rows = sweep.plan(RunConfig(), varies, ["tf", "torch"])
+    assert len(rows) == 2 * 2 * 2 * 2
+    assert [fw for fw, _, _ in rows[:4]] == ["tf", "torch", "torch", "tf"]  # order alternates
+    fw, settings, config = rows[-1]
+    assert settings == {"precision": "mixed", "batch-size": 64, "compile": True}
+    assert config.precision == "mixed" and config.batch_size == 64 and config.compile and config.framework == fw
+    assert sweep.plan(RunConfig(), [sweep.parse_vary("pipeline=device")], ["tf"])[0][2].pipeline.kind == "device"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("precision", "expected NAME=V1,V2"),
+    ("colour=red", "unknown setting 'colour'"),
+    ("batch-size=0,32", "'0' is not valid"),
+    ("pipeline=fast", "'fast' is not valid (one of naive, tuned, device)"),
+    ("compile=maybe", "'maybe' is not valid (on or off)"),
+])
+def test_bad_vary_is_one_clear_line(text, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        sweep.parse_vary(text)
+
+
+def test_speedups_are_relative_to_each_frameworks_baseline():
+    def row(fw, precision, ips, tta=None):
+        return {"framework": fw, "settings": {"precision": precision}, "status": "completed", "path": "",
+                "error": None, "summary": {"images_per_s": ips, "time_to_target_s": tta}}
+    rows = sweep.with_speedups([row("tf", "fp32", 100.0, 10.0), row("tf", "mixed", 250.0, 4.0),
+                                row("torch", "fp32", 200.0), row("torch", "mixed", 300.0),
+                                {"framework": "torch", "settings": {"precision": "x"}, "status": "failed",
+                                 "summary": None, "path": None, "error": "boom"}],
+                               [("precision", ["fp32", "mixed"])])
+    assert [r["speedup"] for r in rows] == [1.0, 2.5, 1.0, 1.5, None]
+    assert rows[1]["time_to_target_speedup"] == 2.5 and rows[0]["baseline"] and not rows[1]["baseline"]
+
+
+@pytest.mark.slow
+def test_sweep_cli_writes_json_markdown_and_html(tmp_path):
+    out = tmp_path / "sweep"
+    outcome = CliRunner().invoke(cli, ["sweep", "--dataset", "synthetic", "--synthetic-size", "320", "--epochs", "2",
+                                       "--precision", "fp32", "--vary", "pipeline=naive,device",
+                                       "--target-accuracy", "0.05", "--quiet", "--out", str(out)])
+    assert outcome.exit_code == 0, outcome.output
+    document = json.loads((out / "sweep.json").read_text())
+    assert len(document["rows"]) == 4 and document["baseline"] == {"pipeline": "naive"}
+    for row in document["rows"]:
+        assert row["status"] == "completed" and row["summary"]["images_per_s"] > 0
+        assert row["speedup"] == 1.0 if row["baseline"] else row["speedup"] > 0
+        assert row["summary"]["time_to_target_s"] is not None
+    html = (out / "sweep.html").read_text()
+    assert "<svg" in html and "Time to target" in html and "pipeline=device" in html
+    assert "| TensorFlow/Keras | pipeline=naive (baseline) | completed |" in (out / "sweep.md").read_text()
+
+
+def test_device_pipeline_batches_equal_the_loader_batches(tmp_path, tf_two_cpus):
+    from torch_impl import train as torch_train
+    config = tiny_config(tmp_path, device="cpu")
+    resident = config.replace(pipeline=PipelineConfig.preset("device"))
+    dataset = data.config_dataset(config)
+    loader = torch_train.TorchTrainer(config, dataset, torch_train.select_device(config))
+    on_device = torch_train.TorchTrainer(resident, dataset, torch_train.select_device(resident))
+    for (a, la), (b, lb) in zip(loader.batches(1), on_device.batches(1)):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+    for devices in (1, 2):  # TF: the same losses as tf.data, one or two replicas
+        plain = tf_two_cpus.KerasTrainer(config.replace(devices=devices), dataset,
+                                         tf_two_cpus.select_device(config.replace(devices=devices)))
+        device = tf_two_cpus.KerasTrainer(resident.replace(devices=devices), dataset,
+                                          tf_two_cpus.select_device(resident.replace(devices=devices)))
+        a = [float(plain.train_step(x, 0.05)) for x in plain.batches(0)]
+        b = [float(device.train_step(x, 0.05)) for x in device.batches(0)]
+        np.testing.assert_allclose(b, a, rtol=1e-6)
+
+
+def test_time_to_target_accuracy_is_the_training_time_of_the_first_epoch_reaching_it(tmp_path):
+    from compare import loop, results, specs
+    from test_reliability import FakeTrainer
+
+    class Improving(FakeTrainer):
+        def evaluate(self):
+            return 1.0, 0.2 * self.epoch  # 0.2, 0.4, 0.6
+
+    config = tiny_config(tmp_path, epochs=3, target_accuracy=0.35)
+    trainer = Improving(99, None)
+    recorder = loop.Recorder(config, trainer, specs.lenet(), {}, {}, {})
+    assert loop.run(trainer, config, recorder) == 0
+    result = results.read_result(tmp_path / "run" / "result.json")
+    epochs = result["epochs"]
+    assert result["summary"]["epochs_to_target"] == 2
+    assert result["summary"]["time_to_target_s"] == pytest.approx(epochs[0]["train_time_s"] + epochs[1]["train_time_s"])
