@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import traceback
@@ -61,8 +60,9 @@ def run_options(f):
                      help="L2 coefficient added to the gradient. [default: lenet 0]"),
         click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=None,
                      help="Label smoothing of the cross-entropy. [default: lenet 0]"),
-        click.option("--augment/--no-augment", default=True, show_default=True,
-                     help="Random crop (4-pixel zero padding) and horizontal flip, from the shared data plan."),
+        click.option("--augment/--no-augment", default=None,
+                     help="Random crop (4-pixel zero padding) and horizontal flip, from the shared data "
+                          "plan. [default: model recipe; lenet off (the seed's), resnet9 on]"),
         click.option("--precision", type=click.Choice(PRECISIONS), default="mixed", show_default=True,
                      help="mixed: float16 + loss scaling on GPU, bfloat16 on CPU; fp32: float32, TF32 off."),
         click.option("--device", type=click.Choice(DEVICE_CHOICES), default="auto", show_default=True,
@@ -99,14 +99,14 @@ def build_config(framework: str, out: str, **o) -> RunConfig:
     pipeline = PipelineConfig.preset(o["pipeline"])
     if o["workers"] is not None:
         pipeline = PipelineConfig(**{**pipeline.__dict__, "workers": o["workers"]})
-    overrides = {"epochs": o["epochs"], "batch_size": o["batch_size"], "lr": o["lr"],
+    overrides = {"epochs": o["epochs"], "batch_size": o["batch_size"], "lr": o["lr"], "augment": o["augment"],
                  "schedule": o["schedule"], "momentum": o["momentum"],
                  "weight_decay": o["weight_decay"], "label_smoothing": o["label_smoothing"]}
     if o["synthetic_size"] is not None:
         overrides.update(synthetic_train_size=o["synthetic_size"],
                          synthetic_test_size=max(1, o["synthetic_size"] // 5))
     return recipe_config(o["model"], framework=framework, dataset=o["dataset"], data_dir=o["data_dir"],
-                         precision=o["precision"], device=o["device"], devices=o["devices"], augment=o["augment"],
+                         precision=o["precision"], device=o["device"], devices=o["devices"],
                          compile=o["compile_"], pipeline=pipeline, tf32=o["tf32"],
                          shared_init=o["shared_init"], target_accuracy=o["target_accuracy"],
                          seed=o["seed"], out=out, quiet=o["quiet"], debug=o["debug"], **overrides)

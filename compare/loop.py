@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Iterator, Protocol
 
 import numpy as np
@@ -21,7 +22,23 @@ import numpy as np
 from compare import gpu_metrics, results, specs
 from compare.config import RunConfig, learning_rate
 from compare.errors import (EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM,
-                            Diverged, OutOfMemory)
+                            DeviceError, Diverged, OutOfMemory)
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """Where a run trains, chosen once by the framework's select_device and passed down."""
+
+    kind: str  # "gpu" or "cpu"
+    names: tuple[str, ...]  # one framework device name per replica
+    description: str  # what the user is told, e.g. "GPU: NVIDIA H100 80GB HBM3"
+
+
+def check_split(config: RunConfig) -> None:
+    """The global batch must split evenly over the replicas."""
+    if config.batch_size % config.devices:
+        raise DeviceError(f"--batch-size {config.batch_size} does not split evenly over "
+                          f"--devices {config.devices}")
 
 
 class Trainer(Protocol):
@@ -194,6 +211,19 @@ class Display:
         if self.progress:
             self.progress.stop()
             self.progress = None
+
+
+def train_and_record(trainer: Trainer, config: RunConfig, spec: specs.ModelSpec, environment: dict,
+                     fairness: dict, data_info: dict) -> int:
+    """Run `trainer` with a Recorder on the chief (rank 0), the others without; an exit code."""
+    recorder = None
+    if trainer.is_chief:
+        recorder = Recorder(config, trainer, spec, environment, fairness, data_info)
+        recorder.write()  # a valid result exists from the start
+    try:
+        return run(trainer, config, recorder)
+    finally:
+        trainer.close()
 
 
 def run(trainer: Trainer, config: RunConfig, recorder: Recorder | None) -> int:

@@ -63,6 +63,36 @@ def probe_learning_rate(config: RunConfig, step: int, total_steps: int) -> float
     return learning_rate(config, step, total_steps) * min(1.0, PROBE_PEAK_LR / config.lr)
 
 
+def probe_config(config: RunConfig) -> RunConfig:
+    """The run's config as the probe runs it: float32, TF32 off, one replica, no compiler,
+    shared initial weights, the naive pipeline."""
+    from compare.config import PipelineConfig
+    return config.replace(precision="fp32", devices=1, tf32=False, compile=False, shared_init=True,
+                          pipeline=PipelineConfig.preset("naive"))
+
+
+def write_probe(trainer, config: RunConfig, path: Path, steps: int) -> None:
+    """Drive a framework's trainer (compare.loop.Trainer plus gradients/reset_weights/weights):
+    logits, loss and gradients on the plan's first batch, then the weights after `steps`
+    SGD steps on the plan's first batches; saved as NPZ in the canonical layout."""
+    import numpy as np
+    from compare import results
+    batches = iter(trainer.batches(0))
+    first = next(batches)
+    logits, loss, grads = trainer.gradients(first)
+    trainer.reset_weights()  # the probe's forward moved BatchNorm statistics
+    total = trainer.steps_per_epoch * config.epochs
+    batch = first
+    for step in range(steps):
+        trainer.train_step(batch, probe_learning_rate(config, step, total))
+        batch = next(batches)
+    out = {"logits": logits, "loss": np.float64(loss)}
+    out.update({f"grad/{k}": v for k, v in grads.items()})
+    out.update({f"param/{k}": v for k, v in trainer.weights().items()})
+    out.update({f"init/{k}": v for k, v in trainer.initial.items()})
+    results.write_atomic(path, lambda f: np.savez(f, **out), mode="wb")
+
+
 GATED = ("logits_max_abs_diff", "loss_abs_diff", "grad_max_rel_diff", "params_rel_update_diff_after_steps")
 
 

@@ -28,7 +28,6 @@ tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 
-from compare import data  # noqa: E402
 from compare.config import PipelineConfig, RunConfig  # noqa: E402
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

@@ -95,7 +95,8 @@ def test_config_round_trips_through_json_and_recipes_override_few_fields():
     config = recipe_config("resnet9", lr=0.1, epochs=None)
     assert config.lr == 0.1 and config.epochs == 10 and config.schedule == "onecycle"
     assert RunConfig.from_json(config.to_json()) == config
-    assert recipe_config("lenet") == RunConfig()
+    assert recipe_config("lenet") == RunConfig(augment=False)  # the seed's recipe: no augmentation
+    assert recipe_config("resnet9").augment and recipe_config("lenet", augment=True).augment
 
 
 def test_onecycle_rises_then_falls_to_zero():

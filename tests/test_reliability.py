@@ -194,3 +194,20 @@ def test_parity_failure_stops_the_comparison_with_a_report(tmp_path, monkeypatch
     summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
     assert summary["runs"] == [] and len(summary["not_run"]) == 2
     assert "FAILED" in (tmp_path / "cmp" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_sweep_reports_what_finished(tmp_path):
+    out = tmp_path / "sweep"
+    process = subprocess.Popen(_cli("sweep", "--framework", "torch", "--dataset", "synthetic", "--synthetic-size",
+                                    "2000", "--epochs", "200", "--precision", "fp32", "--workers", "0",
+                                    "--vary", "batch-size=32,64", "--quiet", "--out", str(out)),
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    _wait_for_epoch(out / "runs" / "torch-batch-size_32" / "result.json", process)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_INTERRUPTED, stderr
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    assert [r["status"] for r in rows] == ["interrupted", "not run"]
+    assert rows[0]["summary"]["epochs_completed"] >= 1 and (out / "sweep.html").exists()

@@ -81,7 +81,7 @@ def _finish(ds: tf.data.Dataset, config: RunConfig, batch_size: int, drop_remain
     return ds.with_options(options)
 
 
-def train_dataset(source: PlanImages, train_size: int, config: RunConfig, epoch: int) -> tf.data.Dataset:
+def train_pipeline(source: PlanImages, train_size: int, config: RunConfig, epoch: int) -> tf.data.Dataset:
     """The epoch's plan as a dataset of global batches (images NHWC float32, labels int64)."""
     indices, dy, dx, flips = data_plan.epoch_plan(train_size, config.batch_size, epoch, config.seed,
                                                   config.augment, config.crop_padding).flat()
@@ -92,7 +92,7 @@ def train_dataset(source: PlanImages, train_size: int, config: RunConfig, epoch:
     return _finish(ds, config, config.batch_size, drop_remainder=True)
 
 
-def test_dataset(source: PlanImages, test_size: int, config: RunConfig) -> tf.data.Dataset:
+def test_pipeline(source: PlanImages, test_size: int, config: RunConfig) -> tf.data.Dataset:
     """The test set in order, uncropped and unflipped; cached after normalisation if enabled."""
     p = config.crop_padding
     keys = (np.arange(test_size), np.full(test_size, p, np.int32), np.full(test_size, p, np.int32),

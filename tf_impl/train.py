@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from compare import worker
@@ -19,11 +18,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from compare import init, loop, results, specs  # noqa: E402
-from compare.config import PipelineConfig, RunConfig, update_rule
-from compare.parity import probe_learning_rate  # noqa: E402
+from compare import init, loop, parity, specs  # noqa: E402
+from compare.config import RunConfig, update_rule  # noqa: E402
 from compare.data import Dataset  # noqa: E402
 from compare.errors import DeviceError  # noqa: E402
+from compare.loop import DeviceChoice  # noqa: E402
 from tf_impl import data as tf_data  # noqa: E402
 from tf_impl.model import build_model, export_gradients, export_weights, load_weights  # noqa: E402
 
@@ -31,11 +30,6 @@ FRAMEWORK = "tf"
 TF32_DEFAULT = tf.config.experimental.tensor_float_32_execution_enabled()  # before we change it
 
 
-@dataclass(frozen=True)
-class DeviceChoice:
-    kind: str  # "gpu" or "cpu"
-    names: tuple[str, ...]  # one per replica
-    description: str  # what the user is told
 
 
 def select_device(config: RunConfig) -> DeviceChoice:
@@ -72,12 +66,6 @@ def select_device(config: RunConfig) -> DeviceChoice:
     names = tuple(f"/cpu:{i}" for i in range(config.devices))
     why = "no GPU found" if config.device == "auto" else "--device cpu"
     return DeviceChoice("cpu", names, f"CPU ({why}), {config.devices} logical device(s)")
-
-
-def check_batch(config: RunConfig, dataset: Dataset) -> None:
-    if config.batch_size % config.devices:
-        raise DeviceError(f"--batch-size {config.batch_size} does not split evenly over "
-                          f"--devices {config.devices}")
 
 
 def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
@@ -154,7 +142,7 @@ class KerasTrainer:
         self.test_source = tf_data.PlanImages(dataset.test_x, dataset.test_y, mean, std, config.crop_padding)
         self.train_size = len(dataset.train_y)
         self.test_set = self.strategy.experimental_distribute_dataset(
-            tf_data.test_dataset(self.test_source, len(dataset.test_y), config))
+            tf_data.test_pipeline(self.test_source, len(dataset.test_y), config))
         self.steps_per_epoch = self.train_size // config.batch_size
         self.gpu_indices = list(range(len(choice.names))) if self.on_gpu else None
         self.device_name = choice.description.split(": ", 1)[1].split(", ")[0] if self.on_gpu else None
@@ -202,7 +190,7 @@ class KerasTrainer:
         return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for v in per_replica]
 
     def batches(self, epoch: int):
-        dataset = tf_data.train_dataset(self.train_source, self.train_size, self.config, epoch)
+        dataset = tf_data.train_pipeline(self.train_source, self.train_size, self.config, epoch)
         return iter(self.strategy.experimental_distribute_dataset(dataset))
 
     def train_step(self, batch, lr: float):
@@ -318,50 +306,23 @@ def describe_environment() -> dict:
 
 
 def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int = 3) -> None:
-    """Float32 logits, loss and gradients on the plan's first batch, then the weights after
-    `steps` SGD steps on the plan's first batches (compare.parity.probe_learning_rate); saved
-    as NPZ in the canonical layout."""
-    config = config.replace(precision="fp32", devices=1, tf32=False, compile=False, shared_init=True,
-                            pipeline=PipelineConfig.preset("naive"))
-    trainer = KerasTrainer(config, dataset, select_device(config))
-    batches = trainer.batches(0)
-    first = next(batches)
-    logits, loss, grads = trainer.gradients(first)
-    trainer.reset_weights()  # the probe's forward moved BatchNorm statistics
-    total = trainer.steps_per_epoch * config.epochs
-    batch = first
-    for step in range(steps):
-        trainer.train_step(batch, probe_learning_rate(config, step, total))
-        batch = next(batches)
-    out = {"logits": logits, "loss": np.float64(loss)}
-    out.update({f"grad/{k}": v for k, v in grads.items()})
-    out.update({f"param/{k}": v for k, v in trainer.weights().items()})
-    out.update({f"init/{k}": v for k, v in trainer.initial.items()})
-    results.write_atomic(path, lambda f: np.savez(f, **out), mode="wb")
+    """This framework's side of the parity check (compare.parity.write_probe)."""
+    config = parity.probe_config(config)
+    parity.write_probe(KerasTrainer(config, dataset, select_device(config)), config, path, steps)
 
 
 def _train_replica(config: RunConfig, dataset: Dataset, choice: DeviceChoice, rank: int,
                    world_size: int) -> int:
     trainer = KerasTrainer(config, dataset, choice, rank, world_size)
-    recorder = loop.Recorder(config, trainer, trainer.spec, environment(choice),
-                             fairness_manifest(config, trainer), dataset.info())
-    recorder.write()
-    try:
-        return loop.run(trainer, config, recorder)
-    finally:
-        trainer.close()
-
-
-def environment(choice: DeviceChoice) -> dict:
-    env = describe_environment()
-    env["device_used"] = choice.description
-    return env
+    environment = {**describe_environment(), "device_used": choice.description}
+    return loop.train_and_record(trainer, config, trainer.spec, environment,
+                                 fairness_manifest(config, trainer), dataset.info())
 
 
 def train(config: RunConfig, dataset: Dataset) -> int:
     """Train as `config` says; several replicas run under one MirroredStrategy. Returns an exit code."""
     choice = select_device(config)
-    check_batch(config, dataset)
+    loop.check_split(config)
     if not config.quiet:
         print(f"tf: training on {choice.description}", flush=True)
     return _train_replica(config, dataset, choice, 0, 1)

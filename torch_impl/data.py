@@ -113,7 +113,7 @@ def _loader(dataset: PlanDataset, sampler: Sampler, config: RunConfig, on_gpu: b
                       prefetch_factor=(p.prefetch_factor if p.prefetch and workers > 0 else None))
 
 
-def train_loader(train_x: np.ndarray, train_y: np.ndarray, mean: np.ndarray, std: np.ndarray,
+def train_pipeline(train_x: np.ndarray, train_y: np.ndarray, mean: np.ndarray, std: np.ndarray,
                  config: RunConfig, on_gpu: bool, rank: int = 0, world_size: int = 1,
                  device: torch.device | str = "cpu"):
     """A DataLoader over the data plan (or, for the `device` pipeline, batches built on
@@ -125,7 +125,7 @@ def train_loader(train_x: np.ndarray, train_y: np.ndarray, mean: np.ndarray, std
     return _loader(dataset, sampler, config, on_gpu)
 
 
-def test_loader(test_x: np.ndarray, test_y: np.ndarray, mean: np.ndarray, std: np.ndarray,
+def test_pipeline(test_x: np.ndarray, test_y: np.ndarray, mean: np.ndarray, std: np.ndarray,
                 config: RunConfig, on_gpu: bool):
     dataset = PlanDataset(test_x, test_y, mean, std, config.crop_padding)
     return _loader(dataset, SequentialKeys(len(test_y), config.batch_size, config.crop_padding),

@@ -10,7 +10,6 @@ import platform
 import socket
 import sys
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +17,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from compare import init, loop, results, specs, worker
-from compare.config import PipelineConfig, RunConfig, update_rule
-from compare.parity import probe_learning_rate
+from compare import init, loop, parity, results, specs, worker
+from compare.config import RunConfig, update_rule
 from compare.data import Dataset
 from compare.errors import DeviceError
+from compare.loop import DeviceChoice
 from torch_impl import data as torch_data
 from torch_impl.model import build_model, export_gradients, export_weights, load_weights
 
@@ -30,11 +29,6 @@ FRAMEWORK = "torch"
 TF32_DEFAULT = {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
 
 
-@dataclass(frozen=True)
-class DeviceChoice:
-    kind: str  # "gpu" or "cpu"
-    names: tuple[str, ...]  # one per replica
-    description: str  # what the user is told
 
 
 def select_device(config: RunConfig) -> DeviceChoice:
@@ -52,12 +46,6 @@ def select_device(config: RunConfig) -> DeviceChoice:
     names = tuple("cpu" for _ in range(config.devices))
     why = "no CUDA GPU found" if config.device == "auto" else "--device cpu"
     return DeviceChoice("cpu", names, f"CPU ({why}), {config.devices} process(es)")
-
-
-def check_batch(config: RunConfig, dataset: Dataset) -> None:
-    if config.batch_size % config.devices:
-        raise DeviceError(f"--batch-size {config.batch_size} does not split evenly over "
-                          f"--devices {config.devices}")
 
 
 def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
@@ -108,9 +96,9 @@ class TorchTrainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
         self.non_blocking = config.pipeline.non_blocking and self.on_gpu
         mean, std = dataset.mean, dataset.std
-        self.loader = torch_data.train_loader(dataset.train_x, dataset.train_y, mean, std, config,
+        self.loader = torch_data.train_pipeline(dataset.train_x, dataset.train_y, mean, std, config,
                                               self.on_gpu, rank, world_size, self.device)
-        self.test_loader = torch_data.test_loader(dataset.test_x, dataset.test_y, mean, std, config,
+        self.test_loader = torch_data.test_pipeline(dataset.test_x, dataset.test_y, mean, std, config,
                                                   self.on_gpu)
         self.steps_per_epoch = len(self.loader.batch_sampler)
         self.epoch_events = None
@@ -286,26 +274,9 @@ def _version(module: str) -> str | None:
 
 
 def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int = 3) -> None:
-    """Float32 logits, loss and gradients on the plan's first batch, then the weights after
-    `steps` SGD steps on the plan's first batches (compare.parity.probe_learning_rate); saved
-    as NPZ in the canonical layout."""
-    config = config.replace(precision="fp32", devices=1, tf32=False, compile=False, shared_init=True,
-                            pipeline=PipelineConfig.preset("naive"))
-    trainer = TorchTrainer(config, dataset, select_device(config))
-    batches = trainer.batches(0)
-    first = next(batches)
-    logits, loss, grads = trainer.gradients(first)
-    trainer.reset_weights()  # the probe's forward moved BatchNorm statistics
-    total = trainer.steps_per_epoch * config.epochs
-    batch = first
-    for step in range(steps):
-        trainer.train_step(batch, probe_learning_rate(config, step, total))
-        batch = next(batches)
-    out = {"logits": logits, "loss": np.float64(loss)}
-    out.update({f"grad/{k}": v for k, v in grads.items()})
-    out.update({f"param/{k}": v for k, v in trainer.weights().items()})
-    out.update({f"init/{k}": v for k, v in trainer.initial.items()})
-    results.write_atomic(path, lambda f: np.savez(f, **out), mode="wb")
+    """This framework's side of the parity check (compare.parity.write_probe)."""
+    config = parity.probe_config(config)
+    parity.write_probe(TorchTrainer(config, dataset, select_device(config)), config, path, steps)
 
 
 def _free_port() -> int:
@@ -335,27 +306,15 @@ def _replica(rank: int, config: RunConfig, world_size: int, port: int) -> None:
 def _train_replica(config: RunConfig, dataset: Dataset, choice: DeviceChoice, rank: int,
                    world_size: int) -> int:
     trainer = TorchTrainer(config, dataset, choice, rank, world_size)
-    recorder = None
-    if trainer.is_chief:
-        recorder = loop.Recorder(config, trainer, trainer.spec, environment(choice),
+    environment = {**describe_environment(), "device_used": choice.description}
+    return loop.train_and_record(trainer, config, trainer.spec, environment,
                                  fairness_manifest(config, trainer), dataset.info())
-        recorder.write()
-    try:
-        return loop.run(trainer, config, recorder)
-    finally:
-        trainer.close()
-
-
-def environment(choice: DeviceChoice) -> dict:
-    env = describe_environment()
-    env["device_used"] = choice.description
-    return env
 
 
 def train(config: RunConfig, dataset: Dataset) -> int:
     """Train as `config` says; several replicas run as DDP processes. Returns an exit code."""
     choice = select_device(config)
-    check_batch(config, dataset)
+    loop.check_split(config)
     if not config.quiet:
         print(f"torch: training on {choice.description}", flush=True)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched by torchrun
