@@ -16,9 +16,10 @@ def _hash(images: np.ndarray, labels: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(images, np.float32).tobytes() + labels.astype(np.int64).tobytes()).hexdigest()
 
 
-def test_first_batches_hash_equal_in_both_pipelines(tmp_path, tf_two_cpus):
+@pytest.mark.parametrize("augment", [True, False])
+def test_first_batches_hash_equal_in_both_pipelines(tmp_path, tf_two_cpus, augment):
     from torch_impl import train as torch_train
-    config = tiny_config(tmp_path, device="cpu", pipeline=PipelineConfig(workers=2))
+    config = tiny_config(tmp_path, device="cpu", pipeline=PipelineConfig(workers=2), augment=augment)
     dataset = data.config_dataset(config)
     tf_trainer = tf_two_cpus.KerasTrainer(config, dataset, tf_two_cpus.select_device(config))
     torch_trainer = torch_train.TorchTrainer(config, dataset, torch_train.select_device(config))

@@ -10,56 +10,38 @@ from compare.config import RunConfig
 
 
 class PlanImages:
-    """Training or test images held as host tensors; `load` maps a plan key to a sample.
+    """Training or test images and the batched load of plan keys into a normalised batch.
 
-    `load` computes exactly compare.plan.augment_batch and normalise, for one image.
+    `load_batch` computes exactly compare.plan.augment_batch then normalise, vectorised
+    over the batch (the tf.data guide's "vectorized mapping": batch, then map). With
+    `device=True` the images live in a variable; created under strategy.scope(),
+    MirroredStrategy keeps a copy on every replica's device (the `device` pipeline).
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray, std: np.ndarray,
-                 padding: int):
-        with tf.device("/cpu:0"):  # the source stays in host memory, as the DataLoader's does
-            self.images = tf.constant(images)  # (N, H, W, C) uint8
-            self.labels = tf.constant(labels)
+                 padding: int, augment: bool, device: bool = False):
+        if device:
+            self.images = tf.Variable(images, trainable=False, name="train_images")
+            self.labels = tf.Variable(labels, trainable=False, name="train_labels")
+        else:
+            with tf.device("/cpu:0"):  # the source stays in host memory, as the DataLoader's does
+                self.images = tf.constant(images)  # (N, H, W, C) uint8
+                self.labels = tf.constant(labels)
         mean255, std255 = data_plan.scaled_stats(mean, std)
         self.mean255, self.std255 = tf.constant(mean255), tf.constant(std255)
-        self.padding = padding
-        self.height, self.width = images.shape[1], images.shape[2]
-
-    def load(self, index, dy, dx, flip):
-        image = tf.gather(self.images, index)
-        p = self.padding
-        padded = tf.pad(image, [[p, p], [p, p], [0, 0]])
-        rows = dy + tf.range(self.height)
-        cols = tf.where(flip, tf.range(self.width - 1, -1, -1), tf.range(self.width)) + dx
-        crop = tf.gather(tf.gather(padded, rows, axis=0), cols, axis=1)
-        image = (tf.cast(crop, tf.float32) - self.mean255) / self.std255  # HWC float32
-        return image, tf.gather(self.labels, index)
-
-
-class DeviceImages:
-    """The `device` pipeline: the training set in a (mirrored) variable on every replica's
-    device; `load_batch` gathers and augments a batch there, the same computation as
-    PlanImages.load, vectorised."""
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray, std: np.ndarray,
-                 padding: int):
-        # Created under strategy.scope(): MirroredStrategy keeps a copy on each replica's device.
-        self.images = tf.Variable(images, trainable=False, name="train_images")
-        self.labels = tf.Variable(labels, trainable=False, name="train_labels")
-        mean255, std255 = data_plan.scaled_stats(mean, std)
-        self.mean255, self.std255 = tf.constant(mean255), tf.constant(std255)
-        self.padding = padding
+        self.padding, self.augment = padding, augment
         self.height, self.width = images.shape[1], images.shape[2]
 
     def load_batch(self, indices, dy, dx, flips):
         batch = tf.gather(self.images, indices)
-        p = self.padding
-        padded = tf.pad(batch, [[0, 0], [p, p], [p, p], [0, 0]])
-        rows = dy[:, None] + tf.range(self.height)[None, :]
-        cols = tf.where(flips[:, None], tf.range(self.width - 1, -1, -1)[None, :],
-                        tf.range(self.width)[None, :]) + dx[:, None]
-        crops = tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
-        images = (tf.cast(crops, tf.float32) - self.mean255) / self.std255
+        if self.augment:  # without augmentation the plan's crop is the identity: skip it
+            p = self.padding
+            padded = tf.pad(batch, [[0, 0], [p, p], [p, p], [0, 0]])
+            rows = dy[:, None] + tf.range(self.height)[None, :]
+            cols = tf.where(flips[:, None], tf.range(self.width - 1, -1, -1)[None, :],
+                            tf.range(self.width)[None, :]) + dx[:, None]
+            batch = tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
+        images = (tf.cast(batch, tf.float32) - self.mean255) / self.std255  # NHWC float32
         return images, tf.gather(self.labels, indices)
 
 
@@ -70,8 +52,7 @@ def _map(ds: tf.data.Dataset, fn, config: RunConfig) -> tf.data.Dataset:
     return ds.map(fn)
 
 
-def _finish(ds: tf.data.Dataset, config: RunConfig, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
-    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+def _finish(ds: tf.data.Dataset, config: RunConfig) -> tf.data.Dataset:
     if config.pipeline.prefetch:
         ds = ds.prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
@@ -82,14 +63,14 @@ def _finish(ds: tf.data.Dataset, config: RunConfig, batch_size: int, drop_remain
 
 
 def train_pipeline(source: PlanImages, train_size: int, config: RunConfig, epoch: int) -> tf.data.Dataset:
-    """The epoch's plan as a dataset of global batches (images NHWC float32, labels int64)."""
+    """The epoch's plan as global batches (images NHWC float32, labels int64); for the
+    `device` pipeline only the plan's keys, loaded on the replicas by source.load_batch."""
     indices, dy, dx, flips = data_plan.epoch_plan(train_size, config.batch_size, epoch, config.seed,
                                                   config.augment, config.crop_padding).flat()
-    ds = tf.data.Dataset.from_tensor_slices((indices, dy, dx, flips))
-    if config.pipeline.kind == "device":  # only the plan's keys travel; images stay on the device
-        return _finish(ds, config, config.batch_size, drop_remainder=True)
-    ds = _map(ds, source.load, config)
-    return _finish(ds, config, config.batch_size, drop_remainder=True)
+    ds = tf.data.Dataset.from_tensor_slices((indices, dy, dx, flips)).batch(config.batch_size, drop_remainder=True)
+    if config.pipeline.kind != "device":
+        ds = _map(ds, source.load_batch, config)
+    return _finish(ds, config)
 
 
 def test_pipeline(source: PlanImages, test_size: int, config: RunConfig) -> tf.data.Dataset:
@@ -97,21 +78,21 @@ def test_pipeline(source: PlanImages, test_size: int, config: RunConfig) -> tf.d
     p = config.crop_padding
     keys = (np.arange(test_size), np.full(test_size, p, np.int32), np.full(test_size, p, np.int32),
             np.zeros(test_size, bool))
-    ds = tf.data.Dataset.from_tensor_slices(keys)
-    ds = _map(ds, source.load, config)
+    ds = _map(tf.data.Dataset.from_tensor_slices(keys).batch(config.batch_size), source.load_batch, config)
     if config.pipeline.cache:
         ds = ds.cache()
-    return _finish(ds, config, config.batch_size, drop_remainder=False)
+    return _finish(ds, config)
 
 
 def pipeline_settings(config: RunConfig, on_gpu: bool) -> dict:
     """What tf.data actually used, for the fairness manifest."""
     p = config.pipeline
+    augmentation = ("shared plan: zero-pad crop + flip as two batched tf.gather" if config.augment
+                    else "none (the plan's crop is the identity)")
     if p.kind == "device":
         return {"kind": "device", "loader": "whole training set in a mirrored variable on each replica's "
-                "device; tf.data carries only the plan's keys",
-                "augmentation": "shared plan: zero-pad crop + flip as two batched tf.gather, on the device"}
-    return {"kind": p.kind, "loader": "tf.data", "parallel_map": "AUTOTUNE" if p.parallel_map else 1,
+                "device; tf.data carries only the plan's keys", "augmentation": augmentation + ", on the device"}
+    return {"kind": p.kind, "loader": "tf.data: plan keys, batch, then map (vectorised)",
+            "parallel_map": "AUTOTUNE" if p.parallel_map else 1,
             "prefetch": "AUTOTUNE" if p.prefetch else None, "cache_test_set": p.cache,
-            "distribution": "strategy.experimental_distribute_dataset",
-            "augmentation": "shared plan: zero-pad crop + flip as two tf.gather, per sample in map"}
+            "distribution": "strategy.experimental_distribute_dataset", "augmentation": augmentation}

@@ -133,13 +133,15 @@ class KerasTrainer:
                 load_weights(self.model, self.initial, self.spec)
             self.optimizer = make_optimizer(self.model, config)
             self.optimizer.build(self.model.trainable_variables)
-            self.device_source = (tf_data.DeviceImages(dataset.train_x, dataset.train_y, dataset.mean,
-                                                       dataset.std, config.crop_padding)
+            self.device_source = (tf_data.PlanImages(dataset.train_x, dataset.train_y, dataset.mean,
+                                                     dataset.std, config.crop_padding, config.augment, device=True)
                                   if config.pipeline.kind == "device" else None)
         self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         mean, std = dataset.mean, dataset.std
-        self.train_source = tf_data.PlanImages(dataset.train_x, dataset.train_y, mean, std, config.crop_padding)
-        self.test_source = tf_data.PlanImages(dataset.test_x, dataset.test_y, mean, std, config.crop_padding)
+        self.train_source = tf_data.PlanImages(dataset.train_x, dataset.train_y, mean, std, config.crop_padding,
+                                               config.augment)
+        self.test_source = tf_data.PlanImages(dataset.test_x, dataset.test_y, mean, std, config.crop_padding,
+                                              augment=False)
         self.train_size = len(dataset.train_y)
         self.test_set = self.strategy.experimental_distribute_dataset(
             tf_data.test_pipeline(self.test_source, len(dataset.test_y), config))

@@ -18,14 +18,14 @@ class PlanDataset(Dataset):
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray, std: np.ndarray,
-                 padding: int, device: torch.device | str = "cpu"):
+                 padding: int, augment: bool, device: torch.device | str = "cpu"):
         self.device = torch.device(device)  # "cpu" for loader workers; the GPU when device-resident
         self.images = torch.from_numpy(np.ascontiguousarray(images)).to(self.device)  # (N, H, W, C) uint8
         self.labels = torch.from_numpy(labels).to(self.device)
         mean255, std255 = data_plan.scaled_stats(mean, std)
         self.mean255 = torch.from_numpy(mean255).to(self.device)
         self.std255 = torch.from_numpy(std255).to(self.device)
-        self.padding = padding
+        self.padding, self.augment = padding, augment
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -34,14 +34,15 @@ class PlanDataset(Dataset):
         key = torch.as_tensor(keys, dtype=torch.int64).to(self.device)
         indices, dy, dx, flips = key.unbind(1)
         batch = self.images[indices]
-        n, h, w, _ = batch.shape
-        p = self.padding
-        padded = torch.nn.functional.pad(batch, (0, 0, p, p, p, p))  # pad W and H, not C
-        arange_h, arange_w = (torch.arange(k, device=self.device) for k in (h, w))
-        rows = dy[:, None] + arange_h[None, :]
-        cols = torch.where(flips[:, None].bool(), arange_w.flip(0)[None, :], arange_w[None, :]) + dx[:, None]
-        crops = padded[torch.arange(n, device=self.device)[:, None, None], rows[:, :, None], cols[:, None, :]]
-        images = (crops.float() - self.mean255) / self.std255  # NHWC float32
+        if self.augment:  # without augmentation the plan's crop is the identity: skip it
+            n, h, w, _ = batch.shape
+            p = self.padding
+            padded = torch.nn.functional.pad(batch, (0, 0, p, p, p, p))  # pad W and H, not C
+            arange_h, arange_w = (torch.arange(k, device=self.device) for k in (h, w))
+            rows = dy[:, None] + arange_h[None, :]
+            cols = torch.where(flips[:, None].bool(), arange_w.flip(0)[None, :], arange_w[None, :]) + dx[:, None]
+            batch = padded[torch.arange(n, device=self.device)[:, None, None], rows[:, :, None], cols[:, None, :]]
+        images = (batch.float() - self.mean255) / self.std255  # NHWC float32
         return images.permute(0, 3, 1, 2), self.labels[indices]  # NCHW view for the model
 
     def __getitem__(self, key):
@@ -120,14 +121,15 @@ def train_pipeline(train_x: np.ndarray, train_y: np.ndarray, mean: np.ndarray, s
     `device`); call `loader.batch_sampler.set_epoch(e)` per epoch."""
     sampler = PlanBatchSampler(len(train_y), config, rank, world_size)
     if config.pipeline.kind == "device":
-        return DeviceResident(PlanDataset(train_x, train_y, mean, std, config.crop_padding, device), sampler)
-    dataset = PlanDataset(train_x, train_y, mean, std, config.crop_padding)
+        return DeviceResident(PlanDataset(train_x, train_y, mean, std, config.crop_padding, config.augment,
+                                          device), sampler)
+    dataset = PlanDataset(train_x, train_y, mean, std, config.crop_padding, config.augment)
     return _loader(dataset, sampler, config, on_gpu)
 
 
 def test_pipeline(test_x: np.ndarray, test_y: np.ndarray, mean: np.ndarray, std: np.ndarray,
                 config: RunConfig, on_gpu: bool):
-    dataset = PlanDataset(test_x, test_y, mean, std, config.crop_padding)
+    dataset = PlanDataset(test_x, test_y, mean, std, config.crop_padding, augment=False)
     return _loader(dataset, SequentialKeys(len(test_y), config.batch_size, config.crop_padding),
                    config, on_gpu)
 
@@ -135,12 +137,13 @@ def test_pipeline(test_x: np.ndarray, test_y: np.ndarray, mean: np.ndarray, std:
 def pipeline_settings(config: RunConfig, on_gpu: bool) -> dict:
     """What the DataLoader actually used, for the fairness manifest."""
     p = config.pipeline
+    augmentation = ("shared plan: zero-pad crop + flip as one tensor gather" if config.augment
+                    else "none (the plan's crop is the identity)")
     if p.kind == "device":
         return {"kind": "device", "loader": "whole training set resident on the device; batches "
-                "gathered there on the loop's thread", "workers": 0,
-                "augmentation": "shared plan: zero-pad crop + flip as one tensor gather, on the device"}
+                "gathered there on the loop's thread", "workers": 0, "augmentation": augmentation + ", on the device"}
     return {"kind": p.kind, "loader": "torch.utils.data.DataLoader", "workers": p.workers,
             "pin_memory": p.pin_memory and on_gpu, "persistent_workers": p.persistent_workers and p.workers > 0,
             "prefetch_factor": p.prefetch_factor if p.prefetch and p.workers > 0 else None,
             "non_blocking_copies": p.non_blocking and on_gpu,
-            "augmentation": "shared plan: zero-pad crop + flip as one tensor gather, per batch"}
+            "augmentation": augmentation}

@@ -118,6 +118,7 @@ class TorchTrainer:
 
     def batches(self, epoch: int):
         self.loader.batch_sampler.set_epoch(epoch)
+        self.train_model.train()  # evaluate() switched to eval mode
         if self.on_gpu:  # CUDA events bracket the epoch's device work
             self.epoch_events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             self.epoch_events[0].record()
@@ -127,7 +128,6 @@ class TorchTrainer:
         images, labels = self._to_device(batch)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.train_model.train()
         with self.autocast():
             logits = self.train_model(images)
         # The loss in float32, as Keras computes it from its float32 logits layer.
