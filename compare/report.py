@@ -161,7 +161,7 @@ def plots(runs: list[dict]) -> dict[str, str]:
     fig.tight_layout()
     out["curves"] = _svg(fig)
 
-    parts = ("warm-up (epoch 1)", "steady training", "input wait", "evaluation")
+    parts = ("warm-up (epoch 1)", "later epochs", "input wait", "evaluation")
     colours = ("#bbbbbb", "#4c9a2a", "#d62728", "#9467bd")
     fig, ax = plt.subplots(figsize=(8, 2.6))
     names = []
@@ -187,14 +187,14 @@ def plots(runs: list[dict]) -> dict[str, str]:
 
 
 def _breakdown(run: dict) -> tuple[float, float, float, float]:
-    """(warm-up, steady training excluding input wait, input wait, evaluation) seconds."""
+    """(first epoch, later epochs, input wait, evaluation) seconds; the two training parts
+    exclude the input wait, which is counted over all epochs."""
     epochs = run["epochs"]
-    warmup = epochs[0]["train_time_s"]
-    later = epochs[1:]
-    wait = sum(e.get("input_wait_s", 0.0) for e in later)
-    steady = sum(e["train_time_s"] for e in later) - wait
+    first = epochs[0]["train_time_s"] - epochs[0].get("input_wait_s", 0.0)
+    later = sum(e["train_time_s"] - e.get("input_wait_s", 0.0) for e in epochs[1:])
+    wait = sum(e.get("input_wait_s", 0.0) for e in epochs)
     evaluation = sum(e["eval_time_s"] for e in epochs)
-    return warmup, steady, wait, evaluation
+    return first, later, wait, evaluation
 
 
 # --------------------------------------------------------------------------- rendering
