@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FRAMEWORKS = ("tf", "torch")
+FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
 PRECISIONS = ("fp32", "mixed")
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")

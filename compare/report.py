@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from compare import results, stats
+from compare.config import FRAMEWORK_NAMES
 
-FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
 COLOURS = {"tf": "#e8710a", "torch": "#1f5fbf"}
 SUMMARY_VERSION = 1
 
@@ -119,7 +118,7 @@ def _safe(read, summary: dict) -> float | None:
 
 # --------------------------------------------------------------------------- plots
 
-def _svg(fig) -> str:
+def svg(fig) -> str:
     """An inline <svg> element (no XML prolog, no DOCTYPE: nothing that points outside)."""
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", bbox_inches="tight")
@@ -159,7 +158,7 @@ def plots(runs: list[dict]) -> dict[str, str]:
     if handles:
         axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
-    out["curves"] = _svg(fig)
+    out["curves"] = svg(fig)
 
     parts = ("warm-up (epoch 1)", "later epochs", "input wait", "evaluation")
     colours = ("#bbbbbb", "#4c9a2a", "#d62728", "#9467bd")
@@ -182,7 +181,7 @@ def plots(runs: list[dict]) -> dict[str, str]:
     ax.legend(unique.values(), unique.keys(), fontsize=8, ncol=4, loc="upper center",
               bbox_to_anchor=(0.5, -0.35))
     ax.grid(axis="x", alpha=0.3)
-    out["breakdown"] = _svg(fig)
+    out["breakdown"] = svg(fig)
     return out
 
 
@@ -199,45 +198,38 @@ def _breakdown(run: dict) -> tuple[float, float, float, float]:
 
 # --------------------------------------------------------------------------- rendering
 
-def _fmt(value: float | None, kind: str) -> str:
-    if value is None:
-        return "n/a"
-    if kind == "pct":
-        return f"{100 * value:.1f}%"
-    if kind == "acc":
-        return f"{value:.4f}"
-    if kind == "mib":
-        return f"{value / 2**20:,.0f} MiB"
-    if kind == "s":
-        return f"{value:,.2f} s"
-    if kind == "ms":
-        return f"{value:,.2f} ms"
-    if kind == "ips":
-        return f"{value:,.0f} img/s"
-    if kind == "flops":
-        return f"{value / 1e9:,.1f} GFLOP/s"
-    if kind == "x":
-        return f"{value:.3f}x"
-    if kind == "j":
-        return f"{value:,.0f} J" if value >= 10 else f"{value:.4g} J"
-    return f"{value:.4g}"
+FORMATS = {  # how each kind of figure is printed in tables
+    "pct": lambda v: f"{100 * v:.1f}%",
+    "acc": lambda v: f"{v:.4f}",
+    "mib": lambda v: f"{v / 2**20:,.0f} MiB",
+    "s": lambda v: f"{v:,.2f} s",
+    "ms": lambda v: f"{v:,.2f} ms",
+    "ips": lambda v: f"{v:,.0f} img/s",
+    "flops": lambda v: f"{v / 1e9:,.1f} GFLOP/s",
+    "x": lambda v: f"{v:.3f}x",
+    "j": lambda v: f"{v:,.0f} J" if v >= 10 else f"{v:.4g} J",
+}
+
+
+def fmt(value: float | None, kind: str) -> str:
+    return "n/a" if value is None else FORMATS[kind](value)
 
 
 def _with_interval(agg: dict, kind: str) -> str:
     if not agg or agg.get("n", 0) == 0:
         return "n/a"
-    text = _fmt(agg["mean"], kind)
+    text = fmt(agg["mean"], kind)
     if agg.get("ci95_low") is not None:
-        text += f" [{_fmt(agg['ci95_low'], kind)}, {_fmt(agg['ci95_high'], kind)}]"
+        text += f" [{fmt(agg['ci95_low'], kind)}, {fmt(agg['ci95_high'], kind)}]"
     return text + f" (n={agg['n']})"
 
 
 def _ratio(r: dict) -> str:
     if not r or r.get("ratio") is None:
         return "n/a"
-    text = _fmt(r["ratio"], "x")
+    text = fmt(r["ratio"], "x")
     if r.get("ci95_low") is not None:
-        text += f" [{_fmt(r['ci95_low'], 'x')}, {_fmt(r['ci95_high'], 'x')}]"
+        text += f" [{fmt(r['ci95_low'], 'x')}, {fmt(r['ci95_high'], 'x')}]"
     return text
 
 
@@ -325,7 +317,7 @@ def render(summary: dict, runs: list[dict], out_dir: Path) -> list[Path]:
                              lstrip_blocks=True)
     context = {"summary": summary, "verdict": verdict_rows(summary), "fairness": fairness_rows(summary),
                "environment": environment_rows(summary), "names": FRAMEWORK_NAMES,
-               "plots": plots(runs), "per_run": _per_run(runs), "fmt": _fmt,
+               "plots": plots(runs), "per_run": _per_run(runs), "fmt": fmt,
                "parity_json": json.dumps(summary.get("parity"), indent=2)}
     env.filters["g3"] = lambda v: "n/a" if v is None else f"{v:.3g}"
     written = []
@@ -341,9 +333,9 @@ def _per_run(runs: list[dict]) -> list[dict[str, str]]:
         s = r["summary"]
         rows.append({"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]), "seed": _seed(r),
                      "status": s.get("status"), "epochs": len(r["epochs"]),
-                     "accuracy": _fmt(s.get("final_test_accuracy"), "acc"),
-                     "train_time": _fmt(s.get("train_time_s") if r["epochs"] else None, "s"),
-                     "throughput": _fmt(s.get("images_per_s"), "ips"),
+                     "accuracy": fmt(s.get("final_test_accuracy"), "acc"),
+                     "train_time": fmt(s.get("train_time_s") if r["epochs"] else None, "s"),
+                     "throughput": fmt(s.get("images_per_s"), "ips"),
                      "error": r.get("error") or "", "path": r["path"]})
     return rows
 
@@ -369,8 +361,3 @@ def rebuild(out_dir: Path, run_dirs: list[Path]) -> list[Path]:
         from compare.errors import UserError
         raise UserError(f"no result.json under {', '.join(map(str, run_dirs))}")
     return write(out_dir, runs, previous.get("parity"), previous.get("command"), previous.get("not_run"))
-
-
-def strip_tags(html: str) -> str:
-    """Visible text of an HTML page (for tests and quick checks)."""
-    return re.sub(r"<[^>]+>", " ", html)

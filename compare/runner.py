@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Callable
 
 from compare import results
-from compare.config import RunConfig
+from compare.config import FRAMEWORK_NAMES, RunConfig
 from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
 
 MODULES = {"tf": "tf_impl.train", "torch": "torch_impl.train"}
 REQUIRES = {"tf": ("tensorflow", "keras"), "torch": ("torch", "torchvision")}
-FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from compare import report, results, runner, specs
-from compare.config import DEVICE_CHOICES, PIPELINES, PRECISIONS, PipelineConfig, RunConfig
+from compare.config import DEVICE_CHOICES, FRAMEWORK_NAMES, PIPELINES, PRECISIONS, PipelineConfig, RunConfig
 from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError
 
 
@@ -178,14 +178,14 @@ def _bars(rows: list[dict]) -> str:
                      and " ".join(f"{k}={v}" for k, v in r["settings"].items()) == label]
             values.append(match[0]["speedup"] or 0.0 if match else 0.0)
         ax.barh([i + offset for i in range(len(labels))], values, height, color=report.COLOURS[fw],
-                label=report.FRAMEWORK_NAMES[fw])
+                label=FRAMEWORK_NAMES[fw])
     ax.axvline(1.0, color="#444", linewidth=0.8)
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("throughput speed-up over the framework's baseline (x); 0 = failed or not run")
     ax.legend(fontsize=8)
     ax.grid(axis="x", alpha=0.3)
-    return report._svg(fig)
+    return report.svg(fig)
 
 
 def write(out: Path, rows: list[dict], varies: list[tuple[str, list[Any]]], command: str) -> list[Path]:
@@ -199,8 +199,8 @@ def write(out: Path, rows: list[dict], varies: list[tuple[str, list[Any]]], comm
     paths = [results.write_json_atomic(out / "sweep.json", document)]
     env = jinja2.Environment(loader=jinja2.PackageLoader("compare", "templates"),
                              autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
-    fmt = report._fmt
-    table = [{"framework": report.FRAMEWORK_NAMES[r["framework"]],
+    fmt = report.fmt
+    table = [{"framework": FRAMEWORK_NAMES[r["framework"]],
               "settings": ", ".join(f"{k}={v}" for k, v in r["settings"].items()) + (" (baseline)" if r["baseline"] else ""),
               "status": r["status"], "error": r["error"] or "",
               "throughput": fmt((r["summary"] or {}).get("images_per_s"), "ips"),

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from compare import data, results
+from compare import data
 from compare.config import RunConfig
 from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, UserError
 
@@ -64,15 +64,3 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
             print(f"error: {impl.__name__} failed: {exc.__class__.__name__}: {exc} "
                   f"(rerun with --debug for the traceback)", file=sys.stderr, flush=True)
         return EXIT_FAILED
-
-
-def write_failure(config: RunConfig, framework: str, message: str, status: str = "failed") -> None:
-    """A valid result.json for a run that could not start, so reports can show why."""
-    from compare import specs
-    spec = specs.get_spec(config.model)
-    result = {"schema_version": results.SCHEMA_VERSION, "framework": framework,
-              "model": specs.describe(spec), "config": config.to_dict(), "environment": {},
-              "fairness": {}, "measurement": results.MEASUREMENT, "epochs": [],
-              "summary": results.empty_summary(config.devices, specs.train_flops(spec), status),
-              "error": message}
-    results.write_json_atomic(Path(config.out) / "result.json", result)

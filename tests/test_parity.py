@@ -160,3 +160,12 @@ def test_fairness_manifests_list_the_same_settings_and_agree(tmp_path, tf_two_cp
     rows = report.fairness_rows({"fairness": {"tf": tf_manifest, "torch": torch_manifest}})
     differing = {r["setting"] for r in rows if r["same"] == "differs"}
     assert differing == {"bn_running_variance", "channels_last"}  # genuine conventions, shown as such
+
+
+@pytest.mark.parametrize("model, count", [("lenet", 62_006), ("resnet9", 6_573_120)])
+def test_both_builds_have_the_specs_parameter_count(tf_two_cpus, model, count):
+    from compare import specs
+    from tf_impl.model import build_model as keras_build, count_parameters as keras_count
+    from torch_impl.model import build_model as torch_build, count_parameters as torch_count
+    spec = specs.get_spec(model)
+    assert specs.parameter_count(spec) == keras_count(keras_build(spec)) == torch_count(torch_build(spec)) == count
