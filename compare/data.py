@@ -9,6 +9,7 @@ training split.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import logging
@@ -59,14 +60,27 @@ class Dataset:
     cache_path: str | None = None
     notes: list[str] = field(default_factory=list)  # warnings: skipped/resized files
 
+    @functools.cached_property
+    def channel_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-channel (mean, std) of the training images on the 0..1 scale, float32."""
+        total = np.zeros(3)
+        total_sq = np.zeros(3)
+        for start in range(0, len(self.train_x), 4096):  # chunks keep memory flat
+            chunk = self.train_x[start:start + 4096].astype(np.float64) / 255.0
+            total += chunk.sum(axis=(0, 1, 2))
+            total_sq += (chunk ** 2).sum(axis=(0, 1, 2))
+        count = self.train_x.shape[0] * self.train_x.shape[1] * self.train_x.shape[2]
+        mean = total / count
+        std = np.sqrt(np.maximum(total_sq / count - mean ** 2, 1e-12))
+        return mean.astype(np.float32), std.astype(np.float32)
+
     @property
     def mean(self) -> np.ndarray:
-        """Per-channel mean of the training images on the 0..1 scale (float32)."""
-        return _channel_stats(self.train_x)[0]
+        return self.channel_stats[0]
 
     @property
     def std(self) -> np.ndarray:
-        return _channel_stats(self.train_x)[1]
+        return self.channel_stats[1]
 
     def info(self) -> dict[str, Any]:
         return {"source": self.source, "origin": self.origin, "cache_path": self.cache_path,
@@ -76,25 +90,6 @@ class Dataset:
                 "train_class_counts": np.bincount(self.train_y, minlength=len(self.classes)).tolist(),
                 "mean": [round(float(v), 6) for v in self.mean],
                 "std": [round(float(v), 6) for v in self.std], "notes": list(self.notes)}
-
-
-_STATS_CACHE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-
-def _channel_stats(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    key = id(images)
-    if key not in _STATS_CACHE:
-        total = np.zeros(3)
-        total_sq = np.zeros(3)
-        for start in range(0, len(images), 4096):  # chunks keep memory flat
-            chunk = images[start:start + 4096].astype(np.float64) / 255.0
-            total += chunk.sum(axis=(0, 1, 2))
-            total_sq += (chunk ** 2).sum(axis=(0, 1, 2))
-        count = images.shape[0] * images.shape[1] * images.shape[2]
-        mean = total / count
-        std = np.sqrt(np.maximum(total_sq / count - mean ** 2, 1e-12))
-        _STATS_CACHE[key] = (mean.astype(np.float32), std.astype(np.float32))
-    return _STATS_CACHE[key]
 
 
 def home() -> Path:

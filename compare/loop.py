@@ -170,7 +170,6 @@ class Display:
     """A rich progress bar with live img/s, loss and accuracy; one line per epoch when quiet."""
 
     def __init__(self, config: RunConfig, framework: str, steps_per_epoch: int, enabled: bool):
-        self.quiet = config.quiet or not enabled
         self.enabled = enabled
         self.epochs = config.epochs
         self.label = f"{framework}"
