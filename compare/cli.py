@@ -1,92 +1,98 @@
-"""The `cnncompare` command line. Commands are thin: options -> RunConfig -> one call."""
+"""The `cnncompare` command line. Commands are thin: options -> RunConfig -> one call.
+
+Options default to None and take their shown defaults from compare.config (RunConfig and
+the model recipes); every value is checked by compare.validate before any work starts.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
-import traceback
 from pathlib import Path
 
 import click
 
-from compare import data, specs
+from compare import datasets, errors, shutdown, specs, validate
 from compare.config import (DEVICE_CHOICES, FRAMEWORKS, PIPELINES, PRECISIONS, SCHEDULES,
-                            PipelineConfig, RunConfig, recipe_config)
-from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UserError
+                            ComparisonConfig, PipelineConfig, RunConfig, recipe_config,
+                            shown_default)
+from compare.errors import UserError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 class Errors(click.Group):
-    """Turns UserError into one line and an exit code; a traceback only with --debug."""
+    """Every UserError and Ctrl-C as one line and an exit code (compare.errors.report)."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except UserError as exc:
-            if "--debug" in sys.argv:
-                traceback.print_exc()
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
+        except (UserError, KeyboardInterrupt) as exc:
+            ctx.exit(errors.report(exc, debug="--debug" in sys.argv))
+
+
+def _option(name: str, field_name: str | None, help_text: str, **kwargs):
+    """A run option whose --help ends with the default compare.config gives it."""
+    if field_name is not None:
+        help_text = f"{help_text} {shown_default(field_name)}"
+    return click.option(name, default=None, help=help_text, **kwargs)
 
 
 def run_options(f):
-    """Options shared by run, compare and sweep."""
+    """Options shared by run, compare and sweep (None: the config's or recipe's default)."""
     options = [
-        click.option("--model", type=click.Choice(list(specs.MODELS)), default="lenet", show_default=True,
-                     help="Network: lenet (the seed's 62k-parameter Net) or resnet9 (DAWNBench ResNet)."),
-        click.option("--dataset", type=click.Choice(data.SOURCES), default="cifar10", show_default=True,
-                     help="Data source: the official CIFAR-10 archive, tfds, torchvision, an image "
-                          "folder, or generated synthetic images."),
-        click.option("--data-dir", type=click.Path(), default=None,
-                     help="cifar10: the tar.gz or extracted cifar-10-batches-py/; folder: the root "
-                          "with train/<class>/; tfds/torchvision: their data root."),
-        click.option("--synthetic-size", type=click.IntRange(min=1), default=None,
-                     help="Synthetic training images (test set: a fifth). [default: 10000]"),
-        click.option("--epochs", type=click.IntRange(min=1), default=None,
-                     help="Passes over the training set. [default: model recipe; lenet 2]"),
-        click.option("--batch-size", type=click.IntRange(min=1), default=None,
-                     help="Global batch: images per optimizer step over all replicas. [default: lenet 32]"),
-        click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Peak learning rate per step. [default: lenet 0.01]"),
-        click.option("--schedule", type=click.Choice(SCHEDULES), default=None,
-                     help="Learning-rate schedule, applied per step. [default: lenet constant]"),
-        click.option("--momentum", type=click.FloatRange(0, 1, max_open=True), default=None,
-                     help="SGD momentum (PyTorch's form in both frameworks). [default: 0.9]"),
-        click.option("--weight-decay", type=click.FloatRange(min=0), default=None,
-                     help="L2 coefficient added to the gradient. [default: lenet 0]"),
-        click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=None,
-                     help="Label smoothing of the cross-entropy. [default: lenet 0]"),
-        click.option("--augment/--no-augment", default=None,
-                     help="Random crop (4-pixel zero padding) and horizontal flip, from the shared data "
-                          "plan. [default: model recipe; lenet off (the seed's), resnet9 on]"),
-        click.option("--precision", type=click.Choice(PRECISIONS), default="mixed", show_default=True,
-                     help="mixed: float16 + loss scaling on GPU, bfloat16 on CPU; fp32: float32, TF32 off."),
-        click.option("--device", type=click.Choice(DEVICE_CHOICES), default="auto", show_default=True,
-                     help="auto: the GPU if there is one (and say which); gpu: fail if there is none."),
-        click.option("--devices", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Replicas: GPUs, or on CPU logical devices (tf) / gloo processes (torch)."),
-        click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
-                     help="XLA jit_compile (tf) and torch.compile (torch)."),
-        click.option("--pipeline", type=click.Choice(PIPELINES), default="tuned", show_default=True,
-                     help="Input pipeline preset: tuned (parallel map, prefetch, workers), naive (one "
-                          "synchronous stage) or device (whole training set resident on the device)."),
-        click.option("--workers", type=click.IntRange(min=0), default=None,
-                     help="DataLoader worker processes (torch). [default: 2 when tuned]"),
-        click.option("--tf32/--no-tf32", default=False, show_default=True,
-                     help="Allow TensorFloat-32 on Ampere+ GPUs, in both frameworks alike."),
-        click.option("--shared-init/--no-shared-init", default=True, show_default=True,
-                     help="Start both frameworks from the same numpy-generated weights."),
-        click.option("--target-accuracy", type=click.FloatRange(0, 1), default=None,
-                     help="Report the training time to reach this test accuracy (fraction)."),
-        click.option("--seed", type=int, default=0, show_default=True,
-                     help="Seed of the initial weights and the data plan."),
-        click.option("--out", type=click.Path(file_okay=False), default=None,
-                     help="Output directory. [default: runs/<command>-<framework or 'compare'>]"),
-        click.option("--quiet", is_flag=True, help="No progress bar: one line per epoch (for CI and logs)."),
+        _option("--model", "model", "Network: lenet (the seed's 62k-parameter Net) or resnet9 "
+                "(DAWNBench ResNet).", type=click.Choice(list(specs.MODELS))),
+        _option("--dataset", "dataset", "Data source: the official CIFAR-10 archive, tfds, "
+                "torchvision, an image folder, or generated synthetic images.",
+                type=click.Choice(datasets.SOURCES)),
+        _option("--data-dir", None, "cifar10: the tar.gz or extracted cifar-10-batches-py/; "
+                "folder: the root with train/<class>/; tfds/torchvision: their data root.",
+                type=click.Path()),
+        _option("--synthetic-size", "synthetic_train_size", "Synthetic training images "
+                "(test set: a fifth).", type=int),
+        _option("--epochs", "epochs", "Passes over the training set.", type=int),
+        _option("--batch-size", "batch_size", "Global batch: images per optimizer step over "
+                "all replicas.", type=int),
+        _option("--lr", "lr", "Peak learning rate per step.", type=float),
+        _option("--schedule", "schedule", "Learning-rate schedule, applied per step.",
+                type=click.Choice(SCHEDULES)),
+        _option("--momentum", "momentum", "SGD momentum (PyTorch's form in both frameworks).",
+                type=float),
+        _option("--weight-decay", "weight_decay", "L2 coefficient added to the gradient.",
+                type=float),
+        _option("--label-smoothing", "label_smoothing", "Label smoothing of the cross-entropy.",
+                type=float),
+        _option("--augment/--no-augment", "augment", "Random crop (4-pixel zero padding) and "
+                "horizontal flip, from the shared data plan."),
+        _option("--precision", "precision", "mixed: float16 + loss scaling on GPU, bfloat16 on "
+                "CPU; fp32: float32.", type=click.Choice(PRECISIONS)),
+        _option("--device", "device", "auto: the GPU if there is one (and say which); gpu: fail "
+                "if there is none.", type=click.Choice(DEVICE_CHOICES)),
+        _option("--devices", "devices", "Replicas: GPUs, or on CPU logical devices (tf) / gloo "
+                "processes (torch).", type=int),
+        _option("--compile/--no-compile", "compile", "XLA jit_compile (tf) and torch.compile "
+                "(torch)."),
+        _option("--pipeline", None, "Input pipeline preset: tuned (parallel map, prefetch, "
+                "workers), naive (one synchronous stage) or device (whole training set resident "
+                f"on the device). [default: {PipelineConfig().kind}]",
+                type=click.Choice(PIPELINES)),
+        _option("--workers", None, "DataLoader worker processes (torch). "
+                f"[default: {PipelineConfig().workers} when tuned]", type=int),
+        _option("--tf32/--no-tf32", "tf32", "Allow TensorFloat-32 on Ampere+ GPUs, in both "
+                "frameworks alike."),
+        _option("--channels-last/--no-channels-last", None, "PyTorch's memory format (Keras "
+                "always computes NHWC). [default: channels_last on GPU, contiguous on CPU]"),
+        _option("--shared-init/--no-shared-init", "shared_init", "Start both frameworks from the "
+                "same numpy-generated weights."),
+        _option("--target-accuracy", "target_accuracy", "Report the training time to reach "
+                "this test accuracy (fraction).", type=float),
+        _option("--seed", "seed", "Seed of the initial weights and the data plan.", type=int),
+        _option("--out", None, "Output directory. [default: runs/<command>-<framework or "
+                "'compare'>]", type=click.Path()),
+        click.option("--quiet", is_flag=True, help="No progress bar: one line per epoch (for CI "
+                     "and logs)."),
         click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors."),
     ]
     for option in reversed(options):
@@ -94,35 +100,43 @@ def run_options(f):
     return f
 
 
-def build_config(framework: str, out: str, **o) -> RunConfig:
-    """A RunConfig from the shared options (None means: the model's recipe default)."""
-    pipeline = PipelineConfig.preset(o["pipeline"])
-    if o["workers"] is not None:
-        pipeline = PipelineConfig(**{**pipeline.__dict__, "workers": o["workers"]})
-    overrides = {"epochs": o["epochs"], "batch_size": o["batch_size"], "lr": o["lr"], "augment": o["augment"],
-                 "schedule": o["schedule"], "momentum": o["momentum"],
-                 "weight_decay": o["weight_decay"], "label_smoothing": o["label_smoothing"]}
-    if o["synthetic_size"] is not None:
-        overrides.update(synthetic_train_size=o["synthetic_size"],
-                         synthetic_test_size=max(1, o["synthetic_size"] // 5))
-    return recipe_config(o["model"], framework=framework, dataset=o["dataset"], data_dir=o["data_dir"],
-                         precision=o["precision"], device=o["device"], devices=o["devices"],
-                         compile=o["compile_"], pipeline=pipeline, tf32=o["tf32"],
-                         shared_init=o["shared_init"], target_accuracy=o["target_accuracy"],
-                         seed=o["seed"], out=out, quiet=o["quiet"], debug=o["debug"], **overrides)
+def build_config(framework: str, out: str, **options) -> RunConfig:
+    """A validated RunConfig from the shared options (None: the model recipe's default)."""
+    model = options.pop("model") or RunConfig.model
+    pipeline = PipelineConfig.preset(options.pop("pipeline") or PipelineConfig.kind)
+    workers = options.pop("workers")
+    if workers is not None:
+        pipeline = dataclasses.replace(pipeline, workers=workers)
+    synthetic = options.pop("synthetic_size")
+    if synthetic is not None:
+        options.update(synthetic_train_size=synthetic, synthetic_test_size=max(1, synthetic // 5))
+    config = recipe_config(model, framework=framework, out=out, pipeline=pipeline, **options)
+    return validate.check_config(config)
 
 
-def prepare_data(config: RunConfig) -> data.Dataset:
+def prepare_data(config: RunConfig) -> datasets.Dataset:
     """Load (and cache) the dataset once in the parent, so bad data fails before any run."""
-    dataset = data.config_dataset(config)
-    if config.batch_size > len(dataset.train_y):
-        raise UserError(f"--batch-size {config.batch_size} is larger than the training set "
-                        f"({len(dataset.train_y)} images): use a smaller batch")
-    if config.batch_size % config.devices:
-        raise UserError(f"--batch-size {config.batch_size} does not split evenly over --devices {config.devices}")
+    dataset = datasets.config_dataset(config)
+    validate.check_against_data(config, len(dataset.train_y))
     for note in dataset.notes:
         click.echo(f"note: {note}", err=True)
     return dataset
+
+
+def _refuse_options_with_resume(directory: str) -> None:
+    """--resume continues a run as it was set up; any other setting would make it another."""
+    ctx = click.get_current_context()
+    given = [p.opts[0] for p in ctx.command.params
+             if p.name not in ("resume_dir", "quiet", "debug")
+             and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise UserError(f"--resume {directory} continues with the settings saved there: "
+                        f"drop {', '.join(given)}")
+
+
+def _resumed(config: RunConfig, options: dict) -> RunConfig:
+    """A saved config, shown as this invocation asks (--quiet, --debug), checked again."""
+    return validate.check_config(config.replace(quiet=options["quiet"], debug=options["debug"]))
 
 
 @click.group(cls=Errors, context_settings=CONTEXT)
@@ -137,15 +151,19 @@ def cli():
       cnncompare report runs/demo
       cnncompare sweep --dataset synthetic --vary precision=fp32,mixed --vary pipeline=naive,tuned
       cnncompare env
+      cnncompare doctor
       cnncompare data info --dataset folder --data-dir ~/cifar10-jpeg
     """
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--framework", type=click.Choice(FRAMEWORKS), required=True,
-              help="tf (TensorFlow/Keras) or torch (PyTorch).")
+@click.option("--framework", type=click.Choice(FRAMEWORKS), default=None,
+              help="tf (TensorFlow/Keras) or torch (PyTorch); required unless --resume.")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
+              metavar="DIR", help="Continue the interrupted run in DIR from its last "
+              "checkpoint, with the settings saved there (DIR/config.json).")
 @run_options
-def run(framework: str, **options):
+def run(framework: str | None, resume_dir: str | None, **options):
     """Train once with one framework, in its own process; write DIR/result.json.
 
     \b
@@ -153,30 +171,53 @@ def run(framework: str, **options):
       cnncompare run --framework tf --dataset synthetic --epochs 1
       cnncompare run --framework torch --model resnet9 --dataset folder --data-dir ~/cifar10-jpeg
       cnncompare run --framework torch --device cpu --devices 2 --precision fp32 --quiet
+      cnncompare run --resume runs/run-torch
     """
-    from compare import runner
-    out = options.pop("out") or f"runs/run-{framework}"
-    config = build_config(framework, out, **options)
-    runner.check_installed(framework)
-    prepare_data(config)
-    outcome = runner.run_framework(config)
-    if outcome.code == 0:
-        click.echo(f"result: {outcome.result_path}")
+    from compare import checkpoint, lock, orchestrate, runner
+    if resume_dir:
+        _refuse_options_with_resume(resume_dir)
+        config = _resumed(checkpoint.saved_config(Path(resume_dir)), options)
+        if framework not in (None, config.framework):
+            raise UserError(f"--resume {resume_dir} is a {config.framework} run, not {framework}")
+        if runner.result_status(Path(resume_dir)) == "completed":
+            click.echo(f"{resume_dir}: the run has completed; nothing to resume")
+            return
+    elif framework is None:
+        raise click.UsageError("Missing option '--framework'.")
     else:
-        click.echo(f"{framework} run {outcome.status} (exit {outcome.code}); what finished is in "
-                   f"{outcome.result_path}", err=True)
-    sys.exit(outcome.code)
+        out = options.pop("out") or f"runs/run-{framework}"
+        config = build_config(framework, out, **options)
+    runner.check_installed(config.framework)
+    prepare_data(config)
+    with lock.hold(config.out, orchestrate.replay_command()), shutdown.forwarding() as stop:
+        outcome = runner.run_framework(config, resume=resume_dir is not None)
+        if outcome.code == 0:
+            click.echo(f"result: {outcome.result_path}")
+        else:
+            click.echo(f"{config.framework} run {outcome.status} (exit {outcome.code}); what "
+                       f"finished is in {outcome.result_path}", err=True)
+    sys.exit(stop.exit_code(outcome.code))
 
 
 @cli.command(context_settings=CONTEXT)
 @run_options
-@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--seeds", type=click.IntRange(min=1), default=ComparisonConfig.seeds,
+              show_default=True,
               help="Seeds per framework (seed, seed+1, ...); 2+ gives confidence intervals.")
-@click.option("--parity-steps", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--parity-steps", type=click.IntRange(min=1),
+              default=ComparisonConfig.parity_steps, show_default=True,
               help="SGD steps of the parity check before the comparison.")
 @click.option("--ignore-parity", is_flag=True,
               help="Run the comparison even when the parity check fails (the report says so).")
-def compare(seeds: int, parity_steps: int, ignore_parity: bool, **options):
+@click.option("--allow-mixed-devices", is_flag=True, default=None,
+              help="Run even when one framework would train on the GPU and the other on the "
+                   "CPU (e.g. TensorFlow without its CUDA libraries); the report says so.")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
+              metavar="DIR", help="Finish the interrupted comparison in DIR with the settings "
+              "saved there: keep its passed parity check and completed runs, continue the "
+              "others from their checkpoints.")
+def compare(seeds: int, parity_steps: int, ignore_parity: bool, resume_dir: str | None,
+            **options):
     """Parity check, then both frameworks over several seeds, then the side-by-side report.
 
     Runs alternate tf, torch, torch, tf, ... so machine drift hits both. Writes
@@ -187,12 +228,19 @@ def compare(seeds: int, parity_steps: int, ignore_parity: bool, **options):
       cnncompare compare --dataset synthetic --epochs 2 --seeds 2 --out runs/demo
       cnncompare compare --model lenet --dataset folder --data-dir ~/cifar10-jpeg --epochs 1
     """
-    from compare import orchestrate
-    out = options.pop("out") or "runs/compare"
-    config = build_config("torch", out, **options)
+    from compare import lock, orchestrate
+    if resume_dir:
+        _refuse_options_with_resume(resume_dir)
+        config, seeds, parity_steps, ignore_parity = orchestrate.saved_comparison(Path(resume_dir))
+        config, out = _resumed(config, options), resume_dir
+    else:
+        out = options.pop("out") or "runs/compare"
+        config = build_config("torch", out, **options)
     prepare_data(config)
-    code = orchestrate.compare_frameworks(config, seeds, Path(out), parity_steps, ignore_parity)
-    sys.exit(code)
+    with lock.hold(out, orchestrate.replay_command()), shutdown.forwarding() as stop:
+        code = orchestrate.compare_frameworks(config, seeds, Path(out), parity_steps,
+                                              ignore_parity, resume=resume_dir is not None)
+    sys.exit(stop.exit_code(code))
 
 
 @cli.command(context_settings=CONTEXT)
@@ -203,41 +251,60 @@ def compare(seeds: int, parity_steps: int, ignore_parity: bool, **options):
                    "(cpu/gpu), model, lr, epochs, workers, tf32. The first values form the baseline.")
 @click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
               help="Frameworks to run (repeatable). [default: both]")
+@click.option("--allow-mixed-devices", is_flag=True, default=None,
+              help="Run even when one framework would train on the GPU and the other on the "
+                   "CPU (e.g. TensorFlow without its CUDA libraries); the report says so.")
 def sweep(varies: tuple[str, ...], frameworks: tuple[str, ...], **options):
     """What each setting is worth, per framework: every combination of the --vary values,
     each run in its own process; writes DIR/sweep.json, sweep.md and sweep.html.
 
     \b
     Examples:
-      cnncompare sweep --dataset synthetic --epochs 2 --vary precision=fp32,mixed --vary pipeline=naive,tuned
-      cnncompare sweep --model resnet9 --vary batch-size=128,512 --vary compile=off,on --out runs/sweep
+      cnncompare sweep --dataset synthetic --vary precision=fp32,mixed --vary pipeline=naive,tuned
+      cnncompare sweep --model resnet9 --vary batch-size=128,512 --vary compile=off,on
       cnncompare sweep --dataset synthetic --vary device=cpu,gpu --target-accuracy 0.8
     """
-    from compare import orchestrate
+    from compare import lock, orchestrate
     from compare import sweep as sweep_module
     out = options.pop("out") or "runs/sweep"
     parsed = [sweep_module.parse_vary(v) for v in varies]
     config = build_config("torch", out, **options)
-    prepare_data(config)
-    sys.exit(sweep_module.run_sweep(config, parsed, list(frameworks) or list(FRAMEWORKS), Path(out),
-                                    orchestrate.replay_command()))
+    train_size = len(prepare_data(config).train_y)
+    command = orchestrate.replay_command()
+    with lock.hold(out, command), shutdown.forwarding() as stop:
+        code = sweep_module.run_sweep(config, parsed, list(frameworks) or list(FRAMEWORKS),
+                                      Path(out), command, train_size)
+    sys.exit(stop.exit_code(code))
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-def report(run_dirs: tuple[str, ...]):
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Write the report here. [default: the first SOURCE that is a directory]")
+@click.option("--equivalence-margin", type=click.FloatRange(min=0, min_open=True), default=0.5,
+              show_default=True,
+              help="Accuracy equivalence margin of the TOST, in percentage points (+-).")
+def report(sources: tuple[str, ...], out: str | None, equivalence_margin: float):
     """Rebuild report.md and report.html from saved results alone.
 
-    Each RUN_DIR is a `compare` output directory (or any directory holding result.json
-    files below it); with several, the report of all their runs goes into the first.
+    Each SOURCE is a `compare` output directory (or any directory with result.json files
+    below it), a summary.json shipped from another machine, or a directory holding one.
+    Results of different machines (device + host platform) or precisions are shown side
+    by side, never averaged. One comparison also rewrites summary.json; several write
+    combined.json. Unreadable result files are named on stderr and in the report.
 
     \b
-    Example:
+    Examples:
       cnncompare report runs/demo
+      cnncompare report benchmarks/results/*/summary.json runs/mine
+      cnncompare report runs/h100 runs/cpu --out runs/both
     """
     from compare import report as report_module
-    paths = report_module.rebuild(Path(run_dirs[0]), [Path(d) for d in run_dirs])
-    for p in paths:
+    built = report_module.build([Path(s) for s in sources], Path(out) if out else None,
+                                margin=equivalence_margin / 100)
+    for skipped in built.skipped:
+        click.echo(f"skipped {skipped['path']}: {skipped['reason']}", err=True)
+    for p in built.paths:
         click.echo(f"wrote {p}")
 
 
@@ -259,6 +326,33 @@ def env(as_json: bool):
         environment.print_table(info)
 
 
+@cli.command(context_settings=CONTEXT)
+@click.option("--model", type=click.Choice(list(specs.MODELS)), default=RunConfig.model,
+              show_default=True, help="Network to train a few steps of.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def doctor(model: str, as_json: bool):
+    """Can each framework train here, on which device, and can the two be compared?
+
+    For each framework in its own processes: versions, the GPUs it sees, the CUDA/cuDNN it
+    loaded, and a few real training steps of MODEL on each device kind it can use, in
+    float32 and mixed precision, with their time; then a verdict per framework and for the
+    pair. When a framework sees no GPU on a GPU machine, it says why. Exits 0 only when
+    both frameworks can train on the same device kind.
+
+    \b
+    Examples:
+      cnncompare doctor
+      cnncompare doctor --model resnet9 --json > doctor.json
+    """
+    from compare import doctor as doctor_module
+    found = doctor_module.examine(model)
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+    else:
+        doctor_module.print_report(found)
+    sys.exit(0 if found["ready"] else 1)
+
+
 @cli.group(context_settings=CONTEXT)
 def data_group():
     """Fetch, inspect and cache datasets."""
@@ -269,7 +363,7 @@ cli.add_command(data_group, "data")
 
 
 @data_group.command("info", context_settings=CONTEXT)
-@click.option("--dataset", type=click.Choice(data.SOURCES), default="cifar10", show_default=True,
+@click.option("--dataset", type=click.Choice(datasets.SOURCES), default="cifar10", show_default=True,
               help="Data source to inspect.")
 @click.option("--data-dir", type=click.Path(), default=None, help="Where the data is (see `run --help`).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -281,7 +375,7 @@ def data_info(dataset: str, data_dir: str | None, as_json: bool):
       cnncompare data info --dataset synthetic
       cnncompare data info --dataset cifar10 --data-dir ~/cifar-10-batches-py --json
     """
-    info = data.load(dataset, data_dir).info()
+    info = datasets.load(dataset, data_dir).info()
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -305,8 +399,8 @@ def data_fetch():
     Example:
       CNNCOMPARE_HOME=/data/cnncompare cnncompare data fetch
     """
-    path = data.fetch_cifar10()
-    data.load("cifar10")  # decode once, so runs start from the array cache
+    path = datasets.fetch_cifar10()
+    datasets.load("cifar10")  # decode once, so runs start from the array cache
     click.echo(f"cached {path}")
 
 
@@ -320,23 +414,18 @@ def data_cache(clear: bool):
       cnncompare data cache
     """
     if clear:
-        data.clear_cache()
-    info = data.describe_cache()
+        datasets.clear_cache()
+    info = datasets.describe_cache()
     click.echo(f"{info['root']}: {len(info['files'])} file(s), {info['bytes'] / 1e6:.1f} MB")
     for entry in info["files"]:
         click.echo(f"  {entry['bytes'] / 1e6:9.1f} MB  {entry['path']}")
 
 
 def main() -> None:
+    """The console script: click, plus one line for anything unexpected (compare.errors)."""
     try:
         cli.main(prog_name="cnncompare", standalone_mode=True)
     except SystemExit:
         raise
     except Exception as exc:  # noqa: BLE001 - last resort: one line unless --debug
-        if "--debug" in sys.argv:
-            raise
-        click.echo(f"error: {exc.__class__.__name__}: {exc} (rerun with --debug for the traceback)", err=True)
-        sys.exit(EXIT_FAILED)
-
-
-__all__ = ["cli", "main", "EXIT_USAGE"]
+        sys.exit(errors.report(exc, debug="--debug" in sys.argv, where="cnncompare"))

@@ -80,8 +80,16 @@ class RunConfig:
     crop_padding: int = 4  # pixels of zero padding before the random crop
     precision: str = "mixed"  # fp32 | mixed (float16 on GPU, bfloat16 on CPU)
     tf32: bool = False  # TensorFloat-32 matmuls/convs; off in both for equal numerics
+    # Dynamic loss scaling under float16 (GPU), the same policy in both: start here, double
+    # after this many steps without overflow, halve on overflow (PyTorch GradScaler defaults).
+    loss_scale_initial: float = 65536.0
+    loss_scale_growth_interval: int = 2000  # steps
+    # PyTorch's memory format; None: channels_last on GPU (the AMP guide's advice for tensor
+    # cores), contiguous on CPU. Keras always computes NHWC.
+    channels_last: bool | None = None
     device: str = "auto"  # auto (GPU if present) | cpu | gpu
     devices: int = 1  # replicas: GPUs, or logical CPU devices / gloo processes on CPU
+    allow_mixed_devices: bool = False  # compare/sweep: let the frameworks differ in device kind
     compile: bool = False  # XLA jit_compile (tf) / torch.compile (torch)
     cudnn_benchmark: bool = True  # cuDNN autotuning (torch; TF autotunes always)
     deterministic: bool = False  # framework determinism flags
@@ -90,7 +98,7 @@ class RunConfig:
     timing_window: int = 10  # steps per synchronised timing window
     target_accuracy: float | None = None  # fraction; reports time-to-accuracy when set
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
-    out: str = "runs/latest"
+    out: str = "runs/latest"  # the CLI names it after the command: runs/<command>-...
     quiet: bool = False
     debug: bool = False
 
@@ -119,6 +127,15 @@ class RunConfig:
         return self.batch_size // self.devices
 
 
+@dataclass(frozen=True)
+class ComparisonConfig:
+    """How `compare` runs the two frameworks beside each other."""
+
+    seeds: int = 1  # runs per framework, seeds seed, seed + 1, ...; 2+ give intervals
+    parity_steps: int = 3  # SGD steps of the parity probe after the first-batch gradients
+    ignore_parity: bool = False  # run even when the parity check fails (the report says so)
+
+
 # Per-model recipes: only the fields that differ from RunConfig's defaults. `lenet` is
 # the seed's recipe (the PyTorch CIFAR-10 tutorial: no augmentation) scaled to batch 32;
 # `resnet9` is the DAWNBench-style recipe (crop + flip augmentation).
@@ -129,16 +146,27 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
+def shown_default(field_name: str) -> str:
+    """A RunConfig field's default as --help shows it: one value, or one per model recipe
+    when the recipes differ (e.g. "lenet 32, resnet9 512")."""
+    base = getattr(RunConfig(), field_name)
+    per_model = {model: recipe.get(field_name, base) for model, recipe in RECIPES.items()}
+    if len(set(map(repr, per_model.values()))) == 1:
+        return f"[default: {_shown(base)}]"
+    return "[default: " + ", ".join(f"{m} {_shown(v)}" for m, v in per_model.items()) + "]"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "none" if value is None else str(value)
+
+
 def recipe_config(model: str, **overrides: Any) -> RunConfig:
     """The defaults for `model`, with the given overrides (None values ignored)."""
     fields = dict(RECIPES.get(model, {}))
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return RunConfig(model=model, **fields)
-
-
-def steps_per_epoch(train_size: int, batch_size: int) -> int:
-    """Optimizer steps per epoch: the last partial batch is dropped (equal steps in both)."""
-    return train_size // batch_size
 
 
 def learning_rate(config: RunConfig, step: int, total_steps: int) -> float:

@@ -25,7 +25,10 @@ def nvml_devices() -> dict[str, Any]:
                             "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
                             "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0})
         driver = pynvml.nvmlSystemGetDriverVersion()
-        return {"available": True, "driver": driver.decode() if isinstance(driver, bytes) else driver,
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12040 for CUDA 12.4
+        return {"available": True,
+                "driver": driver.decode() if isinstance(driver, bytes) else driver,
+                "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}",
                 "devices": devices}
     finally:
         pynvml.nvmlShutdown()

@@ -63,6 +63,25 @@ def mfu(achieved_flops_per_s: float | None, device_name: str | None, mode: str |
             "mfu_note": f"analytic training FLOPs x images/s / ({mode} peak of {device_name} x {replicas})"}
 
 
+def nvml_indices(pci_bus_ids: list[str], names: tuple[str, ...]) -> list[int]:
+    """NVML indices of the GPUs with these PCI bus ids. CUDA numbers only the visible GPUs
+    (CUDA_VISIBLE_DEVICES) and may order them differently; NVML numbers every board. Where
+    NVML or a bus id is missing, the CUDA ordinal in the framework's device name is used."""
+    fallback = [int(name.rsplit(":", 1)[-1]) for name in names]
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no library or no driver: the sampler will say why
+        return fallback
+    try:
+        return [pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByPciBusId(bus))
+                if bus else default for bus, default in zip(pci_bus_ids, fallback)]
+    except pynvml.NVMLError:
+        return fallback
+    finally:
+        pynvml.nvmlShutdown()
+
+
 class NvmlSampler:
     """Samples utilisation, memory and power of some GPUs on a background thread, and reads
     the cumulative energy counter at epoch boundaries."""

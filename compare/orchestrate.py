@@ -1,109 +1,199 @@
-"""`cnncompare compare`: parity check, alternating framework runs over seeds, then the report."""
+"""Runs many framework subprocesses in turn: the one runner `compare` and `sweep` share.
+
+A caller builds its queue (in the order that alternates the frameworks), this module runs
+it with one progress bar, keeps going when a run fails, and on Ctrl-C or SIGTERM stops
+after the run in progress has written its partial result; the caller builds its report
+from the outcomes. `compare_frameworks` is the `compare` command.
+"""
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from compare import parity as parity_module
-from compare import report, runner
-from compare.config import RunConfig
-from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from compare import devices, report, results, runner, shutdown
+from compare.config import FRAMEWORKS, ComparisonConfig, RunConfig
+from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError
+
+COMPARISON_FILE = "compare.json"  # what `compare --resume` needs to run the rest
+PARITY_FILE = "parity/parity.json"  # the parity record, kept for a resumed comparison
 
 
-def run_order(seeds: int, first_seed: int) -> list[tuple[str, int]]:
-    """tf, torch, torch, tf, tf, torch, ...: each framework goes first equally often, so
-    slow drift of the machine (clocks, thermals, caches) hits both alike."""
-    order = []
-    for i in range(seeds):
-        pair = ("tf", "torch") if i % 2 == 0 else ("torch", "tf")
-        order.extend((fw, first_seed + i) for fw in pair)
-    return order
+@dataclass(frozen=True)
+class QueuedRun:
+    """One framework subprocess to run, and how it is named to the user."""
+
+    label: str  # e.g. "tf seed 0" or "torch precision=mixed"
+    config: RunConfig  # framework, seed and out already set
+    resume: bool = False  # keep a completed result; continue an unfinished one from its checkpoint
 
 
-def replay_command() -> str:
-    return "cnncompare " + shlex.join(sys.argv[1:])
+@dataclass(frozen=True)
+class QueueResult:
+    """What became of each queued run: its outcome, or None when it never started."""
+
+    outcomes: list[tuple[QueuedRun, runner.Outcome | None]]
+    interrupted: bool
+    interrupt_code: int = EXIT_INTERRUPTED  # 128 + the stop signal
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return self.interrupt_code
+        done = all(o is not None and o.status == "completed" for _, o in self.outcomes)
+        return EXIT_OK if done else EXIT_FAILED
 
 
-def compare_frameworks(config: RunConfig, seeds: int, out: Path, parity_steps: int = 3,
-                       ignore_parity: bool = False, command: str | None = None) -> int:
-    """Run the whole comparison into `out`; returns the exit code.
-
-    One framework failing does not stop the other; Ctrl-C stops the plan after the run in
-    progress has written its partial result, and the report covers what finished.
-    """
-    from rich.console import Console
+def run_queue(queue: list[QueuedRun], title: str, quiet: bool, console) -> QueueResult:
+    """Run every queued config in its own subprocess, in order, with one progress bar."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    console = Console(stderr=True, quiet=False)
-    command = command or replay_command()
-    out.mkdir(parents=True, exist_ok=True)
-    for fw in ("tf", "torch"):
-        runner.check_installed(fw)
-
-    console.print(f"parity check: both builds on the first batch, float32, then {parity_steps} SGD steps")
-    parity = parity_module.run_parity(config.replace(quiet=True), out / "parity", parity_steps)
-    console.print(_parity_line(parity))
-    plan = run_order(seeds, config.seed)
-    if not parity["passed"] and not ignore_parity:
-        not_run = [{"framework": fw, "seed": s, "reason": "parity check failed"} for fw, s in plan]
-        paths = report.write(out, [], parity, command, not_run)
-        console.print(f"error: the parity check failed ({', '.join(parity.get('failed', []))}): the two "
-                      f"builds are not the same experiment; see {paths[1]} (or pass --ignore-parity)")
-        return EXIT_FAILED
-
-    outcomes: list[runner.Outcome] = []
-    not_run: list[dict] = []
-    interrupted = False
+    outcomes: list[tuple[QueuedRun, runner.Outcome | None]] = []
+    interrupted, interrupt_code = False, EXIT_INTERRUPTED
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[last]}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, disable=config.quiet, transient=False) as progress:
-        task = progress.add_task("compare", total=len(plan) * config.epochs, last="")
-        for index, (framework, seed) in enumerate(plan):
+    total_epochs = sum(q.config.epochs for q in queue)
+    with Progress(*columns, console=console, disable=quiet, transient=False) as progress:
+        task = progress.add_task(title, total=total_epochs, last="")
+        for index, queued in enumerate(queue):
+            stop = shutdown.parent_stop()
+            if stop is not None and not interrupted:  # a stop between two runs
+                interrupted, interrupt_code = True, 128 + stop
             if interrupted:
-                not_run.append({"framework": framework, "seed": seed, "reason": "interrupted"})
+                outcomes.append((queued, None))
                 continue
-            run_config = config.replace(framework=framework, seed=seed, quiet=True,
-                                        out=str(out / "runs" / f"{framework}-seed{seed}"))
-            label = f"{framework} seed {seed} ({index + 1}/{len(plan)})"
+            if queued.resume and runner.result_status(Path(queued.config.out)) == "completed":
+                outcomes.append((queued, runner.Outcome(queued.config.framework,
+                                                        Path(queued.config.out), EXIT_OK,
+                                                        "completed", None)))
+                progress.advance(task, queued.config.epochs)
+                continue
+            label = f"{queued.label} ({index + 1}/{len(queue)})"
             progress.update(task, description=label)
             epochs_before = progress.tasks[0].completed
 
             def on_line(line: str, label=label) -> None:
-                if " epoch " in line and "test_acc" in line:
+                if " epoch " in line and "test_acc" in line:  # a trainer's --quiet epoch line
                     progress.advance(task)
                     progress.update(task, last=line.split("  ", 1)[-1][:70])
-                if config.quiet:
+                if quiet:
                     print(f"{label}: {line}", flush=True)
 
-            outcome = runner.run_framework(run_config, on_line=on_line)
-            outcomes.append(outcome)
-            progress.update(task, completed=epochs_before + config.epochs)
-            if outcome.code == EXIT_INTERRUPTED:
-                interrupted = True
+            outcome = runner.run_framework(queued.config.replace(quiet=True), on_line=on_line,
+                                           resume=queued.resume)
+            outcomes.append((queued, outcome))
+            progress.update(task, completed=epochs_before + queued.config.epochs)
+            interrupted, interrupt_code = outcome.interrupted, outcome.code
             if outcome.status != "completed":
                 console.print(f"{label}: {outcome.status}"
                               + (f": {outcome.error}" if outcome.error else ""))
-
-    runs = report.load_runs([o.result_path for o in outcomes if o.result_path.exists()])
-    for o in outcomes:  # a run that never wrote a result still shows in the report
-        if not o.result_path.exists():
-            seed = int(o.out.name.rsplit("seed", 1)[-1])
-            not_run.append({"framework": o.framework, "seed": seed,
-                            "reason": o.error or f"exit code {o.code}, no result written"})
-    paths = report.write(out, runs, parity, command, not_run)
-    for p in paths:
-        console.print(f"wrote {p}")
-    if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_OK if all(o.status == "completed" for o in outcomes) else EXIT_FAILED
+    return QueueResult(outcomes, interrupted, interrupt_code if interrupted else EXIT_INTERRUPTED)
 
 
-def _parity_line(parity: dict) -> str:
-    if parity.get("error"):
-        return f"parity: FAILED ({parity['error']})"
-    verdict = "passed" if parity["passed"] else "FAILED"
-    return (f"parity {verdict}: logits {parity['logits_max_abs_diff']:.2e}, loss {parity['loss_abs_diff']:.2e}, "
-            f"gradients {parity['grad_max_rel_diff']:.2e} (rel), updates after {parity['steps']} steps "
-            f"{parity['params_rel_update_diff_after_steps']:.2e} (rel), weights "
-            f"{parity['params_max_abs_diff_after_steps']:.2e}")
+def replay_command() -> str:
+    """The command line that ran this process, to replay it."""
+    return "cnncompare " + shlex.join(sys.argv[1:])
+
+
+def seed_order(seeds: int, first_seed: int) -> list[tuple[str, int]]:
+    """tf, torch, torch, tf, tf, torch, ...: each framework goes first equally often, so
+    slow drift of the machine (clocks, thermals, caches) hits both alike."""
+    order = []
+    for i in range(seeds):
+        pair = FRAMEWORKS if i % 2 == 0 else FRAMEWORKS[::-1]
+        order.extend((framework, first_seed + i) for framework in pair)
+    return order
+
+
+def compare_frameworks(config: RunConfig, seeds: int, out: Path,
+                       parity_steps: int = ComparisonConfig.parity_steps,
+                       ignore_parity: bool = False, command: str | None = None,
+                       resume: bool = False) -> int:
+    """The whole comparison into `out`: parity check, both frameworks over the seeds, the
+    report; returns the exit code. One framework failing does not stop the other.
+
+    With `resume`, rerun only what did not complete: a passed parity record is kept,
+    completed runs are kept, unfinished ones continue from their checkpoints.
+    """
+    from rich.console import Console
+    console = Console(stderr=True)
+    command = command or replay_command()
+    out.mkdir(parents=True, exist_ok=True)
+    for framework in FRAMEWORKS:
+        runner.check_installed(framework)
+    devices.check_same_device([config.replace(framework=fw) for fw in FRAMEWORKS])
+    if not resume:
+        results.write_json_atomic(out / COMPARISON_FILE, {
+            "config": config.to_dict(), "seeds": seeds, "parity_steps": parity_steps,
+            "ignore_parity": ignore_parity, "command": command})
+
+    parity = _saved_parity(out) if resume else None
+    if parity is not None:
+        console.print(f"parity check: passed before, kept ({out / PARITY_FILE})")
+    else:
+        console.print(f"parity check: both builds on the first batch, float32, then "
+                      f"{parity_steps} SGD steps")
+        parity = parity_module.run_parity(config.replace(quiet=True), out / "parity",
+                                          parity_steps)
+        results.write_json_atomic(out / PARITY_FILE, parity)
+    console.print(parity_module.describe(parity))
+    queue = [QueuedRun(f"{framework} seed {seed}",
+                       config.replace(framework=framework, seed=seed,
+                                      out=str(out / "runs" / f"{framework}-seed{seed}")), resume)
+             for framework, seed in seed_order(seeds, config.seed)]
+    stop = shutdown.parent_stop()
+    if stop is not None:  # stopped during the parity check: report that nothing ran
+        report.write(out, [], parity, command, [_not_run(q, "interrupted") for q in queue])
+        return 128 + stop
+    if not parity["passed"] and not ignore_parity:
+        not_run = [_not_run(q, "parity check failed") for q in queue]
+        paths = report.write(out, [], parity, command, not_run)
+        console.print(f"error: the parity check failed ({', '.join(parity.get('failed', []))}): "
+                      f"the two builds are not the same experiment; see {paths[1]} "
+                      f"(or pass --ignore-parity)")
+        return EXIT_FAILED
+
+    done = run_queue(queue, "compare", config.quiet, console)
+    finished = [o.result_path for _, o in done.outcomes if o is not None and o.result_path.exists()]
+    not_run = [_not_run(q, _why_no_result(o)) for q, o in done.outcomes
+               if o is None or not o.result_path.exists()]
+    for path in report.write(out, report.load_runs(finished), parity, command, not_run):
+        console.print(f"wrote {path}")
+    return done.exit_code
+
+
+def saved_comparison(directory: Path) -> tuple[RunConfig, int, int, bool]:
+    """(config, seeds, parity steps, ignore parity) of the comparison in `directory`, to
+    resume it there (wherever it was started)."""
+    path = Path(directory) / COMPARISON_FILE
+    try:
+        saved = json.loads(path.read_text())
+        config = RunConfig.from_dict(saved["config"]).replace(out=str(directory))
+        return config, saved["seeds"], saved["parity_steps"], saved["ignore_parity"]
+    except FileNotFoundError:
+        raise UserError(f"--resume {directory}: no {COMPARISON_FILE} there, so it is not a "
+                        f"comparison directory") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"--resume {directory}: cannot read {path}: {exc}") from None
+
+
+def _saved_parity(out: Path) -> dict | None:
+    """The parity record of an earlier session, if it passed (a failed one is redone)."""
+    try:
+        parity = json.loads((out / PARITY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return parity if parity.get("passed") else None
+
+
+def _not_run(queued: QueuedRun, reason: str) -> dict:
+    return {"framework": queued.config.framework, "seed": queued.config.seed, "reason": reason}
+
+
+def _why_no_result(outcome: runner.Outcome | None) -> str:
+    if outcome is None:
+        return "interrupted"
+    return outcome.error or f"exit code {outcome.code}, no result written"

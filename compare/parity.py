@@ -13,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from compare import runner, specs
-from compare.config import RunConfig, learning_rate
+from compare import results, runner, specs
+from compare.config import (FRAMEWORKS, ComparisonConfig, PipelineConfig, RunConfig,
+                            learning_rate)
+from compare.interface import ProbeTrainer
 
 
 @dataclass(frozen=True)
@@ -66,17 +68,51 @@ def probe_learning_rate(config: RunConfig, step: int, total_steps: int) -> float
 def probe_config(config: RunConfig) -> RunConfig:
     """The run's config as the probe runs it: float32, TF32 off, one replica, no compiler,
     shared initial weights, the naive pipeline."""
-    from compare.config import PipelineConfig
     return config.replace(precision="fp32", devices=1, tf32=False, compile=False, shared_init=True,
                           pipeline=PipelineConfig.preset("naive"))
 
 
-def write_probe(trainer, config: RunConfig, path: Path, steps: int) -> None:
-    """Drive a framework's trainer (compare.loop.Trainer plus gradients/reset_weights/weights):
-    logits, loss and gradients on the plan's first batch, then the weights after `steps`
-    SGD steps on the plan's first batches; saved as NPZ in the canonical layout."""
-    import numpy as np
-    from compare import results
+def timed_config(config: RunConfig) -> RunConfig:
+    """The run's config as the timed comparison runs it (precision, TF32, compiler), probed
+    in one process on one replica with the shared initial weights and the naive pipeline."""
+    return config.replace(devices=1, shared_init=True, pipeline=PipelineConfig.preset("naive"))
+
+
+def differs_numerically(config: RunConfig) -> bool:
+    """Whether the timed configuration computes differently from the float32 gate's."""
+    return config.precision != "fp32" or config.tf32 or config.compile
+
+
+def compute_epsilon(manifest: dict) -> float | None:
+    """The machine epsilon of the precision a trainer computes in; None for float32."""
+    policy = str(manifest.get("precision_policy", ""))
+    if "bfloat16" in policy:
+        return 2.0 ** -8  # bfloat16 keeps 8 significand bits (7 stored)
+    if "float16" in policy:
+        return 2.0 ** -11  # float16 keeps 11 significand bits (10 stored)
+    return None
+
+
+def one_ulp_up(weights: np.ndarray, epsilon: float | None) -> np.ndarray:
+    """Every weight moved away from zero by one ulp: of float32 (epsilon None), else of the
+    compute precision (relative step `epsilon`)."""
+    if epsilon is None:
+        return np.nextafter(weights, np.copysign(np.inf, weights)).astype(np.float32)
+    return (weights * np.float32(1.0 + epsilon)).astype(np.float32)
+
+
+def write_probe(trainer: ProbeTrainer, config: RunConfig, path: Path, steps: int,
+                perturb: bool = False) -> None:
+    """Drive a framework's trainer: logits, loss and gradients on the plan's first batch,
+    then the weights after `steps` SGD steps on the plan's first batches; saved as NPZ in
+    the canonical layout. `perturb` first moves every initial weight by one ulp of the
+    precision the run computes in (float32, or bfloat16/float16 under mixed precision,
+    where a float32 ulp would vanish in the cast), to measure how far rounding alone
+    carries the same framework."""
+    if perturb:
+        trainer.initial = {name: one_ulp_up(w, compute_epsilon(trainer.manifest()))
+                           for name, w in trainer.initial.items()}
+        trainer.reset_weights()
     batches = iter(trainer.batches(0))
     first = next(batches)
     logits, loss, grads = trainer.gradients(first)
@@ -114,8 +150,13 @@ def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.nd
     # BatchNorm running statistics are reported, not gated: torch keeps the unbiased batch
     # variance, Keras the biased one (a factor n/(n-1) per update, by convention).
     running = [n for n in param_names if not specs.trainable(n)]
-    difference = np.sqrt(sum(np.sum((tf_probe[f"param/{n}"] - torch_probe[f"param/{n}"]) ** 2) for n in trainable))
-    update = np.sqrt(sum(np.sum((torch_probe[f"param/{n}"] - torch_probe[f"init/{n}"]) ** 2) for n in trainable))
+    # Updates, not weights: a probe started from perturbed weights (the noise floor) must
+    # not count its perturbation as a difference. With equal starts the two are the same.
+    difference = np.sqrt(sum(np.sum(((tf_probe[f"param/{n}"] - tf_probe[f"init/{n}"])
+                                     - (torch_probe[f"param/{n}"] - torch_probe[f"init/{n}"]))
+                                    ** 2) for n in trainable))
+    update = np.sqrt(sum(np.sum((torch_probe[f"param/{n}"] - torch_probe[f"init/{n}"]) ** 2)
+                         for n in trainable))
     figures = {
         "logits_max_abs_diff": float(np.abs(tf_probe["logits"] - torch_probe["logits"]).max()),
         "loss_abs_diff": float(abs(float(tf_probe["loss"]) - float(torch_probe["loss"]))),
@@ -136,23 +177,86 @@ def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.nd
                       f"schedule scaled to peak {PROBE_PEAK_LR}"}
 
 
-def run_parity(config: RunConfig, directory: Path, steps: int = 3,
+def describe(record: dict) -> str:
+    """One line for the terminal: the verdict and every gated figure."""
+    if record.get("error"):
+        return f"parity: FAILED ({record['error']})"
+    verdict = "passed" if record["passed"] else "FAILED"
+    return (f"parity {verdict}: logits {record['logits_max_abs_diff']:.2e}, "
+            f"loss {record['loss_abs_diff']:.2e}, gradients {record['grad_max_rel_diff']:.2e} "
+            f"(rel), updates after {record['steps']} steps "
+            f"{record['params_rel_update_diff_after_steps']:.2e} (rel), weights "
+            f"{record['params_max_abs_diff_after_steps']:.2e}")
+
+
+# The timed configuration (mixed precision, TF32, a compiler) rounds differently in the two
+# frameworks' kernels, so its figures are not gated on the float32 tolerances. They are
+# recorded beside the noise floor of that configuration: the same figures for PyTorch
+# against itself with every initial weight moved by one ulp of the compute precision. A
+# TF-vs-PyTorch difference within NOISE_FACTOR times that floor (or within the float32
+# tolerance) is rounding. Measured on CPU, bfloat16, 3 steps (tests/test_parity.py): TF vs
+# PyTorch came to 0.07-0.94x the floor over the four figures for lenet, 0.33-0.67x for
+# resnet9; 2x leaves room for other kernels. The float32 gate catches recipe errors.
+NOISE_FACTOR = 2.0
+
+
+def run_parity(config: RunConfig, directory: Path,
+               steps: int = ComparisonConfig.parity_steps,
                tolerances: Tolerances = Tolerances()) -> dict:
-    """Run both probes in subprocesses and compare them; failures are recorded, not raised."""
+    """The float32 gate (pass/fail) and, when the compared configuration computes
+    differently, its figures against their noise floor (recorded, not gated). Probes run
+    in subprocesses; failures are recorded, not raised."""
     directory.mkdir(parents=True, exist_ok=True)
-    probes, errors = {}, {}
-    for framework in ("tf", "torch"):
-        path = directory / f"{framework}.npz"
-        code, error = runner.run_probe(config.replace(framework=framework, out=str(directory / framework)),
-                                       path, steps)
-        if code != 0 or not path.exists():
-            errors[framework] = error or f"exit code {code}"
-            continue
-        with np.load(path) as z:
-            probes[framework] = {k: z[k] for k in z.files}
+    probes, errors = _probes(probe_config(config), directory, steps)
     if errors:
         return {"passed": False, "steps": steps, "tolerances": asdict(tolerances),
                 "error": "; ".join(f"{fw}: {e}" for fw, e in errors.items()),
                 **{k: None for k in GATED}, "params_max_abs_diff_after_steps": None,
                 "failed": ["probe"]}
-    return compare_probes(probes["tf"], probes["torch"], steps, tolerances)
+    record = compare_probes(probes["tf"], probes["torch"], steps, tolerances)
+    if differs_numerically(config):
+        record["timed_configuration"] = _timed_record(config, directory / "timed", steps,
+                                                      tolerances)
+    return record
+
+
+def _probes(config: RunConfig, directory: Path, steps: int,
+            perturbed: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    """Each framework's probe of `config` (and a 1-ulp-perturbed one for `perturbed`)."""
+    probes, errors = {}, {}
+    jobs = [(fw, False) for fw in FRAMEWORKS] + [(fw, True) for fw in perturbed]
+    for framework, perturb in jobs:
+        name = f"{framework}-perturbed" if perturb else framework
+        path = directory / f"{name}.npz"
+        code, error = runner.run_probe(
+            config.replace(framework=framework, out=str(directory / name)), path, steps, perturb)
+        if code != 0 or not path.exists():
+            errors[name] = error or f"exit code {code}"
+            continue
+        with np.load(path) as z:
+            probes[name] = {k: z[k] for k in z.files}
+    return probes, errors
+
+
+def _timed_record(config: RunConfig, directory: Path, steps: int,
+                  tolerances: Tolerances) -> dict:
+    """The timed configuration's TF-vs-PyTorch figures, its noise floor, and the verdict."""
+    timed = timed_config(config)
+    described = {"precision": timed.precision, "tf32": timed.tf32, "compile": timed.compile,
+                 "replicas_probed": 1}
+    probes, errors = _probes(timed, directory, steps, perturbed=("torch",))
+    if errors:
+        return {"configuration": described,
+                "error": "; ".join(f"{fw}: {e}" for fw, e in errors.items())}
+    versus = compare_probes(probes["tf"], probes["torch"], steps, tolerances)
+    noise = compare_probes(probes["torch-perturbed"], probes["torch"], steps, tolerances)
+    limits = asdict(tolerances)
+    within = {k: versus[k] <= max(NOISE_FACTOR * noise[k], limits[k]) for k in GATED}
+    return {"configuration": described,
+            "figures": {k: versus[k] for k in GATED},
+            "noise_floor": {k: noise[k] for k in GATED},
+            "within_noise": within, "agrees": all(within.values()),
+            "method": f"the compared precision/TF32/compiler on one replica; noise floor: "
+                      f"PyTorch against itself with every initial weight moved by 1 ulp; "
+                      f"agreement: each figure <= max({NOISE_FACTOR:g} x the floor, the "
+                      f"float32 tolerance). Recorded, not gated: the float32 check gates."}

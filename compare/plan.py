@@ -30,17 +30,23 @@ class EpochPlan:
     def steps(self) -> int:
         return self.indices.shape[0]
 
-    def flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(indices, dy, dx, flips) as flat per-sample arrays in step order."""
-        return (self.indices.reshape(-1), self.offsets[..., 0].reshape(-1),
-                self.offsets[..., 1].reshape(-1), self.flips.reshape(-1))
+    def keys(self) -> np.ndarray:
+        """(4, steps * batch) int64 rows of image index, dy, dx and flip bit, in step order:
+        the layout both frameworks' pipelines consume (one array, no per-sample objects)."""
+        return np.stack([self.indices.reshape(-1), self.offsets[..., 0].reshape(-1),
+                         self.offsets[..., 1].reshape(-1), self.flips.reshape(-1)]).astype(np.int64)
+
+
+def steps_per_epoch(train_size: int, batch_size: int) -> int:
+    """Optimizer steps per epoch: the last partial batch is dropped (equal steps in both)."""
+    return train_size // batch_size
 
 
 def epoch_plan(train_size: int, batch_size: int, epoch: int, seed: int,
                augment: bool = True, padding: int = 4) -> EpochPlan:
     """The plan for `epoch` (0-based); the last partial batch is dropped."""
     rng = np.random.default_rng([PLAN_STREAM, seed, epoch])
-    steps = train_size // batch_size
+    steps = steps_per_epoch(train_size, batch_size)
     order = rng.permutation(train_size)[: steps * batch_size].reshape(steps, batch_size)
     if augment and padding > 0:
         offsets = rng.integers(0, 2 * padding + 1, size=(steps, batch_size, 2), dtype=np.int32)
@@ -49,6 +55,15 @@ def epoch_plan(train_size: int, batch_size: int, epoch: int, seed: int,
         offsets = np.full((steps, batch_size, 2), padding, np.int32)  # centre crop = identity
         flips = np.zeros((steps, batch_size), bool)
     return EpochPlan(order.astype(np.int64), offsets, flips)
+
+
+def test_keys(test_size: int, padding: int) -> np.ndarray:
+    """The test set's keys, in order, uncropped and unflipped: (4, N) int64 rows of image
+    index, dy, dx and flip bit, the layout both frameworks' pipelines consume."""
+    keys = np.zeros((4, test_size), np.int64)
+    keys[0] = np.arange(test_size)
+    keys[1:3] = padding  # the centre crop of the padded image is the image itself
+    return keys
 
 
 def augment_batch(images: np.ndarray, indices: np.ndarray, dy: np.ndarray, dx: np.ndarray,

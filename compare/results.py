@@ -28,14 +28,18 @@ MEASUREMENT = {
     "warmup_time_s": "training time of the first epoch (tracing, XLA/torch.compile, cuDNN "
                      "autotuning, allocator growth all land there)",
     "steady_step_time_ms": "median and p90 over synchronised windows of `timing_window` "
-                           "steps (time of the window / steps), epochs after the first; "
-                           "a one-epoch run uses its windows after the first",
+                           "steps (time of the window / steps), epochs after the first "
+                           "(after a resume, also after the first of each session: it "
+                           "warms up again); a one-epoch run uses its windows after the first",
     "images_per_s": "images trained / training time, over all replicas, epochs after the "
-                    "first (the only epoch for a one-epoch run)",
+                    "first of each session (the only epoch for a one-epoch run)",
     "input_wait_fraction": "time the loop blocked fetching the next batch / training time, "
                            "same epochs as images_per_s",
     "peak_device_memory_bytes": "the framework allocator's peak (tf get_memory_info "
-                                "'peak', torch max_memory_allocated); null on CPU",
+                                "'peak', torch max_memory_allocated) during training, reset "
+                                "after each epoch's evaluation, highest over the epochs after "
+                                "the first; the first epoch's (initialisation, cuDNN/XLA "
+                                "autotuning) is warmup_peak_device_memory_bytes; null on CPU",
     "test_accuracy": "fraction of the test set classified correctly (0..1)",
     "test_loss": "mean cross-entropy on the test set, without label smoothing",
     "train_loss": "mean of the epoch's per-step training losses (with label smoothing)",
@@ -44,14 +48,6 @@ MEASUREMENT = {
 
 class SchemaError(ValueError):
     """A result file does not follow the contract."""
-
-
-def empty_summary(replicas: int, train_flops: int, status: str = "running") -> dict[str, Any]:
-    return {"final_test_accuracy": None, "best_test_accuracy": None, "train_time_s": 0.0,
-            "warmup_time_s": None, "steady_step_time_ms": {"median": None, "p90": None},
-            "images_per_s": None, "input_wait_fraction": None,
-            "peak_device_memory_bytes": None, "replicas": replicas,
-            "train_flops_per_image": train_flops, "status": status}
 
 
 def validate_result(result: dict[str, Any]) -> dict[str, Any]:

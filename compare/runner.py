@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from compare import results
+from compare import results, shutdown
 from compare.config import FRAMEWORK_NAMES, RunConfig
 from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
 
@@ -31,10 +31,38 @@ class Outcome:
     def result_path(self) -> Path:
         return self.out / "result.json"
 
+    @property
+    def interrupted(self) -> bool:
+        """It stopped on a stop signal (compare.shutdown), so what was queued after it waits."""
+        return shutdown.is_interrupt(self.code)
+
+
+def python_for(framework: str) -> str:
+    """The interpreter a framework runs in: $CNNCOMPARE_TF_PYTHON / $CNNCOMPARE_TORCH_PYTHON
+    when set (one virtual environment per framework, e.g. TensorFlow's CUDA 12 wheels apart
+    from PyTorch's CUDA 13 ones), else this process's."""
+    return os.environ.get(f"CNNCOMPARE_{framework.upper()}_PYTHON") or sys.executable
+
 
 def check_installed(framework: str) -> None:
     """FrameworkMissing naming the pip command, if the framework cannot be imported."""
-    missing = [m for m in REQUIRES[framework] if importlib.util.find_spec(m) is None]
+    python = python_for(framework)
+    if python != sys.executable:  # another environment: ask its interpreter
+        probe = ("import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] "
+                 "if importlib.util.find_spec(m) is None))")
+        try:
+            done = subprocess.run([python, "-c", probe, *REQUIRES[framework]],
+                                  capture_output=True, text=True, timeout=120)
+        except OSError as exc:
+            raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]}: cannot start {python} "
+                                   f"(CNNCOMPARE_{framework.upper()}_PYTHON): {exc}") from None
+        if done.returncode != 0:
+            raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]}: the interpreter "
+                                   f"{python} (CNNCOMPARE_{framework.upper()}_PYTHON) does "
+                                   f"not run: {done.stderr.strip().splitlines()[-1:]}")
+        missing = done.stdout.split()
+    else:
+        missing = [m for m in REQUIRES[framework] if importlib.util.find_spec(m) is None]
     if missing:
         raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]} is not installed (missing "
                                f"{', '.join(missing)}): pip install {' '.join(missing)}")
@@ -46,11 +74,12 @@ def child_environment() -> dict[str, str]:
     env.setdefault("PYTHONUNBUFFERED", "1")  # epoch lines reach the parent as they happen
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[shutdown.PARENT_PID_ENV] = str(os.getpid())  # to tell when this process has died
     return env
 
 
 def command(config_path: Path, framework: str, extra: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "-m", MODULES[framework], str(config_path), *extra]
+    return [python_for(framework), "-m", MODULES[framework], str(config_path), *extra]
 
 
 def _noise(line: str) -> bool:
@@ -60,17 +89,22 @@ def _noise(line: str) -> bool:
 
 
 def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = None,
-                  extra: tuple[str, ...] = ()) -> Outcome:
-    """Run `config.framework` in a subprocess, writing into config.out.
+                  extra: tuple[str, ...] = (), resume: bool = False) -> Outcome:
+    """Run `config.framework` in a subprocess, writing into config.out; with `resume`,
+    continuing from the checkpoint there (compare.checkpoint).
 
     With `on_line` None the child shares the terminal (live progress bar); otherwise its
     output goes line by line to `on_line` and to out/log.txt. Ctrl-C reaches the child
-    too (same process group); we wait for it to finish writing before returning.
+    too (same process group); other stop signals are passed on to it under
+    compare.shutdown.forwarding(). Either way we wait for it to finish writing.
     """
     out = Path(config.out)
+    stop = shutdown.parent_stop()
+    if stop is not None:  # stopping: start nothing new
+        return Outcome(config.framework, out, 128 + stop, "interrupted", "interrupted")
     out.mkdir(parents=True, exist_ok=True)
     config_path = results.write_atomic(out / "config.json", lambda f: f.write(config.to_json()))
-    argv = command(config_path, config.framework, extra)
+    argv = command(config_path, config.framework, (*extra, *(("--resume",) if resume else ())))
     last_error = None
     if on_line is None:
         process = subprocess.Popen(argv, env=child_environment(), stderr=subprocess.PIPE, text=True)
@@ -80,7 +114,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
                                    stderr=subprocess.STDOUT, text=True)
         stream = process.stdout
     interrupted = False
-    with open(out / "log.txt", "a") as log:
+    with shutdown.watching(process), open(out / "log.txt", "a") as log:
         while True:
             try:
                 line = stream.readline()
@@ -99,7 +133,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
                 sys.stderr.write(line)
             else:
                 on_line(line.rstrip("\n"))
-    code = _wait(process)
+        code = _wait(process)
     if interrupted and code == 0:
         code = EXIT_INTERRUPTED
     status = result_status(out)
@@ -109,6 +143,8 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
         status = "failed"
     if code != 0 and status == "completed":
         status = "failed"
+    if shutdown.is_interrupt(code) and not (out / "result.json").exists():
+        status = "interrupted"  # stopped while starting up, before its first result
     return Outcome(config.framework, out, code, status, last_error)
 
 
@@ -127,10 +163,12 @@ def result_status(out: Path) -> str:
         return "failed"
 
 
-def run_probe(config: RunConfig, path: Path, steps: int) -> tuple[int, str | None]:
-    """The parity probe of `config.framework`, written to `path`; (exit code, last error)."""
-    outcome = run_framework(config, on_line=lambda line: None,
-                            extra=("--parity", str(path), "--parity-steps", str(steps)))
+def run_probe(config: RunConfig, path: Path, steps: int,
+              perturb: bool = False) -> tuple[int, str | None]:
+    """The parity probe of `config.framework`, as configured, written to `path` (initial
+    weights moved by 1 ulp with `perturb`); (exit code, last error)."""
+    extra = ("--parity", str(path), "--parity-steps", str(steps)) + (("--perturb",) * perturb)
+    outcome = run_framework(config, on_line=lambda line: None, extra=extra)
     return outcome.code, outcome.error
 
 
@@ -141,8 +179,8 @@ def framework_environment(framework: str) -> dict:
         check_installed(framework)
     except FrameworkMissing as exc:
         return {"framework": framework, "error": str(exc)}
-    proc = subprocess.run([sys.executable, "-m", MODULES[framework], "--env"], env=child_environment(),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([python_for(framework), "-m", MODULES[framework], "--env"],
+                          env=child_environment(), capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not _noise(ln)]
         return {"framework": framework, "error": lines[-1] if lines else f"exit {proc.returncode}"}

@@ -8,15 +8,18 @@ row's speed-up is its throughput over the baseline's, within the same framework.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from compare import report, results, runner, specs
+from compare import devices, report, results, runner, specs
 from compare.config import DEVICE_CHOICES, FRAMEWORK_NAMES, PIPELINES, PRECISIONS, PipelineConfig, RunConfig
-from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError
+from compare.errors import UserError
+from compare.orchestrate import QueuedRun, run_queue
+from compare.validate import check_against_data, check_config
 
 
 def _bool(text: str) -> bool:
@@ -59,7 +62,8 @@ VARIABLES: dict[str, Variable] = {
     "model": Variable(_choice(tuple(specs.MODELS)), lambda c, v: c.replace(model=v)),
     "lr": Variable(float, lambda c, v: c.replace(lr=v)),
     "epochs": Variable(_positive_int, lambda c, v: c.replace(epochs=v)),
-    "workers": Variable(int, lambda c, v: c.replace(pipeline=PipelineConfig(**{**c.pipeline.__dict__, "workers": v}))),
+    "workers": Variable(int, lambda c, v: c.replace(
+        pipeline=dataclasses.replace(c.pipeline, workers=v))),
     "tf32": Variable(_bool, lambda c, v: c.replace(tf32=v)),
 }
 
@@ -83,8 +87,12 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
     return name, parsed
 
 
-def plan(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks: list[str]) -> list[tuple[str, dict, RunConfig]]:
-    """(framework, settings, config) for every combination; framework order alternates."""
+def combinations(config: RunConfig, varies: list[tuple[str, list[Any]]],
+                 frameworks: list[str],
+                 train_size: int | None = None) -> list[tuple[str, dict, RunConfig]]:
+    """(framework, settings, config) for every combination, each config validated (against
+    a training set of `train_size` images, when given); which framework goes first
+    alternates from one combination to the next."""
     names = [n for n, _ in varies]
     rows = []
     for i, values in enumerate(itertools.product(*(v for _, v in varies))):
@@ -93,7 +101,16 @@ def plan(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks: lis
         for name, value in settings.items():
             changed = VARIABLES[name].apply(changed, value)
         order = frameworks if i % 2 == 0 else frameworks[::-1]
-        rows.extend((fw, settings, changed.replace(framework=fw)) for fw in order)
+        for framework in order:
+            changed = changed.replace(framework=framework)
+            try:
+                check_config(changed)
+                if train_size is not None:
+                    check_against_data(changed, train_size)
+            except UserError as exc:
+                described = ", ".join(f"{k}={v}" for k, v in settings.items())
+                raise UserError(f"--vary {described}: {exc}") from None
+            rows.append((framework, settings, changed))
     return rows
 
 
@@ -102,47 +119,40 @@ def _slug(framework: str, settings: dict) -> str:
     return f"{framework}-" + re.sub(r"[^A-Za-z0-9_.-]", "_", text)
 
 
-def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks: list[str], out: Path,
-              command: str) -> int:
+def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks: list[str],
+              out: Path, command: str, train_size: int | None = None) -> int:
+    """Every combination for every framework, then sweep.json/md/html; an exit code."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     console = Console(stderr=True)
-    for fw in frameworks:
-        runner.check_installed(fw)
+    for framework in frameworks:
+        runner.check_installed(framework)
+    todo = combinations(config, varies, frameworks, train_size)  # all valid before any runs
     out.mkdir(parents=True, exist_ok=True)
-    todo = plan(config, varies, frameworks)
-    rows: list[dict] = []
-    interrupted = False
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, disable=config.quiet) as progress:
-        task = progress.add_task("sweep", total=len(todo))
-        for framework, settings, run_config in todo:
-            label = f"{framework} " + " ".join(f"{k}={v}" for k, v in settings.items())
-            if interrupted:
-                rows.append({"framework": framework, "settings": settings, "status": "not run",
-                             "summary": None, "path": None, "error": "interrupted"})
-                continue
-            progress.update(task, description=label)
-            run_config = run_config.replace(quiet=True, out=str(out / "runs" / _slug(framework, settings)))
-            outcome = runner.run_framework(run_config, on_line=(lambda line, label=label: print(
-                f"{label}: {line}", flush=True)) if config.quiet else (lambda line: None))
-            interrupted = outcome.code == EXIT_INTERRUPTED
+    devices.check_same_device([run_config for _, _, run_config in todo])
+    queue = [QueuedRun(f"{framework} " + " ".join(f"{k}={v}" for k, v in settings.items()),
+                       run_config.replace(out=str(out / "runs" / _slug(framework, settings))))
+             for framework, settings, run_config in todo]
+    done = run_queue(queue, "sweep", config.quiet, console)
+    rows = [_row(framework, settings, outcome)
+            for (framework, settings, _), (_, outcome) in zip(todo, done.outcomes)]
+    for path in write(out, rows, varies, command):
+        console.print(f"wrote {path}")
+    return done.exit_code
+
+
+def _row(framework: str, settings: dict, outcome: runner.Outcome | None) -> dict:
+    """One row of sweep.json: the run's status and summary, or why it did not run."""
+    if outcome is None:
+        return {"framework": framework, "settings": settings, "status": "not run",
+                "summary": None, "path": None, "error": "interrupted"}
+    summary = None
+    if outcome.result_path.exists():
+        try:
+            summary = results.read_result(outcome.result_path)["summary"]
+        except results.SchemaError:
             summary = None
-            if outcome.result_path.exists():
-                try:
-                    summary = results.read_result(outcome.result_path)["summary"]
-                except results.SchemaError:
-                    summary = None
-            rows.append({"framework": framework, "settings": settings, "status": outcome.status,
-                         "summary": summary, "path": str(outcome.result_path), "error": outcome.error})
-            if outcome.status != "completed":
-                console.print(f"{label}: {outcome.status}" + (f": {outcome.error}" if outcome.error else ""))
-            progress.advance(task)
-    for p in write(out, rows, varies, command):
-        console.print(f"wrote {p}")
-    if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_OK if all(r["status"] == "completed" for r in rows) else EXIT_FAILED
+    return {"framework": framework, "settings": settings, "status": outcome.status,
+            "summary": summary, "path": str(outcome.result_path), "error": outcome.error}
 
 
 def with_speedups(rows: list[dict], varies: list[tuple[str, list[Any]]]) -> list[dict]:

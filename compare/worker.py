@@ -3,6 +3,7 @@
 The parent (`cnncompare run/compare/sweep`) writes the RunConfig as JSON and starts the
 framework's train module, which calls `main` here with its own implementation module.
 Errors the user can act on print one line and exit non-zero; --debug shows tracebacks.
+Stop signals and the parent's death are handled as compare.shutdown describes.
 """
 
 from __future__ import annotations
@@ -10,14 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-import traceback
 from pathlib import Path
 from types import ModuleType
 
-from compare import data
-from compare.config import RunConfig
-from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, UserError
+from compare import datasets, errors, shutdown
+from compare.config import ComparisonConfig, RunConfig
 
 
 def quiet_framework_logs() -> None:
@@ -27,14 +25,23 @@ def quiet_framework_logs() -> None:
 
 
 def main(impl: ModuleType, argv: list[str] | None = None) -> int:
-    """Run what the arguments ask of `impl` (tf_impl.train or torch_impl.train)."""
+    """Run what the arguments ask of `impl` (a compare.interface.FrameworkModule)."""
     parser = argparse.ArgumentParser(prog=f"python -m {impl.__name__}",
-                                     description="One framework's side of cnncompare (started by the CLI).")
+                                     description="One framework's side of cnncompare "
+                                                 "(started by the CLI).")
     parser.add_argument("config", nargs="?", help="RunConfig JSON file")
-    parser.add_argument("--parity", metavar="NPZ", help="write the parity probe to NPZ instead of training")
-    parser.add_argument("--parity-steps", type=int, default=3)
+    parser.add_argument("--parity", metavar="NPZ",
+                        help="write the parity probe to NPZ instead of training")
+    parser.add_argument("--parity-steps", type=int, default=ComparisonConfig.parity_steps)
+    parser.add_argument("--perturb", action="store_true",
+                        help="parity probe: move every initial weight by 1 ulp (the noise floor)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the checkpoint in the config's out directory")
     parser.add_argument("--env", action="store_true", help="print what this framework sees, as JSON")
+    parser.add_argument("--doctor", metavar="JSON",
+                        help="train a few steps per precision and write what happened to JSON")
     args = parser.parse_args(argv)
+    shutdown.install_trainer()  # stops are remembered from here on, and act where it is safe
     debug = False
     try:
         if args.env:
@@ -44,23 +51,18 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
             parser.error("a config file is needed")
         config = RunConfig.from_json(Path(args.config).read_text())
         debug = config.debug
-        dataset = data.config_dataset(config)
-        if args.parity:
-            impl.parity_probe(config, dataset, Path(args.parity), args.parity_steps)
+        if args.doctor:  # its own small synthetic data: no dataset to load
+            from compare import doctor, results
+            with shutdown.interruptible():  # nothing to keep: stop at once
+                found = doctor.train_steps(impl, config)
+            results.write_json_atomic(Path(args.doctor), found)
             return 0
-        return impl.train(config, dataset)
-    except UserError as exc:
-        if debug:
-            traceback.print_exc()
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - one line unless --debug
-        if debug:
-            traceback.print_exc()
-        else:
-            print(f"error: {impl.__name__} failed: {exc.__class__.__name__}: {exc} "
-                  f"(rerun with --debug for the traceback)", file=sys.stderr, flush=True)
-        return EXIT_FAILED
+        dataset = datasets.config_dataset(config)
+        if args.parity:
+            with shutdown.interruptible():  # nothing to keep: stop at once
+                impl.parity_probe(config, dataset, Path(args.parity), args.parity_steps,
+                                  args.perturb)
+            return 0
+        return impl.train(config, dataset, resume=args.resume)
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line unless --debug
+        return errors.report(exc, debug, where=impl.__name__)

@@ -17,16 +17,26 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The product never holds both frameworks in one process (each runs in its own), but the
 # tests do. TensorFlow (XLA) and torch's compiler stack each bring LLVM; loaded in the order
 # TF then torch._dynamo, LLVM aborts ("Option registered more than once"). torch first works.
-import torch  # noqa: E402,F401
-import torch._dynamo  # noqa: E402,F401
-import tensorflow as tf  # noqa: E402
+# Either may be missing (a GPU machine may have only PyTorch): tests that need the missing
+# one skip with the reason.
+try:
+    import torch  # noqa: E402,F401
+    import torch._dynamo  # noqa: E402,F401
+except ImportError:
+    torch = None
+try:
+    import tensorflow as tf  # noqa: E402
+except ImportError:
+    tf = None
 
-# Two logical CPU devices for MirroredStrategy tests; must precede TensorFlow's start-up,
-# which any test (tfds, a Keras build) may trigger first.
-tf.config.set_visible_devices([], "GPU")
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0],
-    [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+if tf is not None:
+    # Two logical CPU devices for MirroredStrategy tests, and no GPU in this process (the
+    # gpu tests run TensorFlow in subprocesses); must precede TensorFlow's start-up, which
+    # any test (tfds, a Keras build) may trigger first.
+    tf.config.set_visible_devices([], "GPU")
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0],
+        [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 
 from compare.config import PipelineConfig, RunConfig  # noqa: E402
 
@@ -137,9 +147,10 @@ def image_folder(tmp_path) -> Path:
 
 
 def tiny_config(tmp_path: Path, **changes) -> RunConfig:
-    """A fast run: tiny synthetic data, float32, no worker processes."""
+    """A fast run on the CPU (also on a GPU host): tiny synthetic data, float32, no workers."""
     fields = dict(dataset="synthetic", synthetic_train_size=256, synthetic_test_size=64, epochs=1,
                   batch_size=32, precision="fp32", quiet=True, out=str(tmp_path / "run"),
+                  device="cpu",
                   pipeline=PipelineConfig(workers=0, persistent_workers=False))
     fields.update(changes)
     return RunConfig(**fields)
@@ -148,6 +159,33 @@ def tiny_config(tmp_path: Path, **changes) -> RunConfig:
 @pytest.fixture(scope="session")
 def tf_two_cpus():
     """tf_impl.train, with TensorFlow split into 2 logical CPU devices (done above)."""
+    if tf is None:
+        pytest.skip("TensorFlow is not installed here")
     from tf_impl import train as tf_train
     assert len(tf.config.list_logical_devices("CPU")) == 2
     return tf_train
+
+
+def _machine_has_gpu() -> bool:
+    """A CUDA GPU that PyTorch or the NVIDIA driver (NVML) can see."""
+    if torch is not None and torch.cuda.is_available():
+        return True
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount() > 0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no library, no driver: no GPU
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests skip, with the reason, on a machine without a GPU."""
+    if _machine_has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: neither PyTorch nor NVML sees one here")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

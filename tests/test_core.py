@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from compare import init, plan, results, specs
+from compare import init, plan, results, run_summary, specs
 from compare.config import RunConfig, learning_rate, recipe_config
 
 
@@ -108,7 +108,9 @@ def test_onecycle_rises_then_falls_to_zero():
 
 
 def _result(**summary) -> dict:
-    base = results.empty_summary(1, 100, "completed")
+    base = run_summary.summarise_run(RunConfig(), [], [], status="completed", replicas=1,
+                                     train_flops_per_image=100, device_name=None, on_gpu=False,
+                                     peak_memory_note=None, host_peak_rss_bytes=None)
     base.update({"final_test_accuracy": 0.5, "best_test_accuracy": 0.6, **summary})
     epoch = {"epoch": 1, "train_loss": 1.0, "test_loss": 1.1, "test_accuracy": 0.5,
              "train_time_s": 2.0, "eval_time_s": 0.1, "images_per_s": 100.0}

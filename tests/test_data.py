@@ -4,17 +4,41 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import os
 import pickle
+import subprocess
+import sys
 import tarfile
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from compare import data
+from compare import datasets
+from compare.datasets import decode, frameworks
 from compare.errors import DataError
 from conftest import CLASSES, write_cifar_archive, write_cifar_dir, write_image
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _decode_here(monkeypatch) -> None:
+    """Run the tfds/torchvision decoder in this process, so that patches of the network,
+    torchvision or tfds reach it; the helper process itself is tested apart below."""
+    monkeypatch.setattr(frameworks, "run_decoder", lambda source, root, out, download, progress:
+                        decode.write_decoded(source, root, out, download))
+
+
+def _refuse_subprocesses(monkeypatch) -> None:
+    """Fail any attempt to start a process (the decoder included)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"started a process: {args[0] if args else kwargs}")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
 
 
 def _expected(batches):
@@ -24,7 +48,7 @@ def _expected(batches):
 
 
 def test_cifar10_archive_decodes_to_the_original_pixels(cifar_archive, cifar_batches):
-    ds = data.load("cifar10", str(cifar_archive))
+    ds = datasets.load("cifar10", str(cifar_archive))
     train_x, train_y, test_x, test_y = _expected(cifar_batches)
     assert ds.classes == CLASSES
     assert ds.train_x.dtype == np.uint8 and ds.train_x.shape == (100, 32, 32, 3)
@@ -38,25 +62,25 @@ def test_cifar10_archive_decodes_to_the_original_pixels(cifar_archive, cifar_bat
 def test_cifar10_extracted_folder_and_its_parent(tmp_path, cifar_batches):
     folder = write_cifar_dir(tmp_path / "x", cifar_batches)
     for path in (folder, folder.parent):
-        ds = data.load("cifar10", str(path))
+        ds = datasets.load("cifar10", str(path))
         np.testing.assert_array_equal(ds.train_y, _expected(cifar_batches)[1])
 
 
 def test_decoded_arrays_are_cached_and_refreshed_when_the_input_changes(tmp_path, cifar_batches, isolated_home):
     archive = write_cifar_archive(tmp_path, cifar_batches)
-    first = data.load("cifar10", str(archive))
+    first = datasets.load("cifar10", str(archive))
     assert first.cache_path and first.cache_path.startswith(str(isolated_home))
-    again = data.load("cifar10", str(archive))
+    again = datasets.load("cifar10", str(archive))
     assert again.cache_path == first.cache_path
     np.testing.assert_array_equal(again.train_x, first.train_x)
     changed = [(b[0] // 2, b[1]) for b in cifar_batches]
     write_cifar_archive(tmp_path, changed)  # same path, new content
-    refreshed = data.load("cifar10", str(archive))
+    refreshed = datasets.load("cifar10", str(archive))
     np.testing.assert_array_equal(refreshed.train_x, _expected(changed)[0])
 
 
 def test_normalisation_statistics_come_from_the_training_split(cifar_archive):
-    ds = data.load("cifar10", str(cifar_archive))
+    ds = datasets.load("cifar10", str(cifar_archive))
     pixels = ds.train_x.reshape(-1, 3) / 255.0
     np.testing.assert_allclose(ds.mean, pixels.mean(axis=0), rtol=1e-5)
     np.testing.assert_allclose(ds.std, pixels.std(axis=0), rtol=1e-4)
@@ -66,7 +90,7 @@ def test_truncated_archive_is_a_clear_error(tmp_path, cifar_archive):
     broken = tmp_path / "broken.tar.gz"
     broken.write_bytes(cifar_archive.read_bytes()[: cifar_archive.stat().st_size // 2])
     with pytest.raises(DataError, match="corrupt or truncated"):
-        data.load("cifar10", str(broken))
+        datasets.load("cifar10", str(broken))
 
 
 def test_wrong_format_archive_is_a_clear_error(tmp_path):
@@ -76,7 +100,7 @@ def test_wrong_format_archive_is_a_clear_error(tmp_path):
         info.size = 5
         tar.addfile(info, io.BytesIO(b"hello"))
     with pytest.raises(DataError, match="lacks cifar-10-batches-py/batches.meta"):
-        data.load("cifar10", str(wrong))
+        datasets.load("cifar10", str(wrong))
 
 
 def test_pickle_that_runs_code_is_refused(tmp_path, cifar_batches):
@@ -88,18 +112,18 @@ def test_pickle_that_runs_code_is_refused(tmp_path, cifar_batches):
 
     (folder / "data_batch_1").write_bytes(pickle.dumps({b"data": Evil(), b"labels": []}))
     with pytest.raises(DataError, match="refusing to load builtins.print"):
-        data.load("cifar10", str(folder))
+        datasets.load("cifar10", str(folder))
 
 
 def test_labels_out_of_range_are_rejected(tmp_path, cifar_batches):
     folder = write_cifar_dir(tmp_path, cifar_batches, {"test_batch": [11] * 20})
     with pytest.raises(DataError, match="labels must lie in 0..9"):
-        data.load("cifar10", str(folder))
+        datasets.load("cifar10", str(folder))
 
 
 def test_missing_data_dir_is_a_clear_error(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
-        data.load("cifar10", str(tmp_path / "nowhere"))
+        datasets.load("cifar10", str(tmp_path / "nowhere"))
 
 
 def test_offline_without_cache_names_every_way_out(monkeypatch):
@@ -108,7 +132,7 @@ def test_offline_without_cache_names_every_way_out(monkeypatch):
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     with pytest.raises(DataError) as info:
-        data.load("cifar10")
+        datasets.load("cifar10")
     message = str(info.value)
     for way in ("--data-dir", "--dataset folder", "--dataset tfds", "--dataset synthetic", "data fetch"):
         assert way in message
@@ -135,23 +159,23 @@ class _Response(io.BytesIO):
 def test_download_checks_md5_and_lands_in_the_cache(monkeypatch, cifar_archive, cifar_batches, isolated_home):
     payload = cifar_archive.read_bytes()
     monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: _Response(payload))
-    monkeypatch.setattr(data, "CIFAR10_MD5", hashlib.md5(payload).hexdigest())
-    path = data.fetch_cifar10(progress=False, md5=data.CIFAR10_MD5)
+    monkeypatch.setattr(datasets, "CIFAR10_MD5", hashlib.md5(payload).hexdigest())
+    path = datasets.fetch_cifar10(progress=False, md5=datasets.CIFAR10_MD5)
     assert path == isolated_home / "cifar10" / "cifar-10-python.tar.gz"
-    ds = data.load("cifar10")
+    ds = datasets.load("cifar10")
     np.testing.assert_array_equal(ds.train_y, _expected(cifar_batches)[1])
 
 
 def test_download_with_wrong_md5_keeps_nothing(monkeypatch, cifar_archive, isolated_home):
     monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: _Response(b"not the archive"))
     with pytest.raises(DataError, match="md5"):
-        data.fetch_cifar10(progress=False)
+        datasets.fetch_cifar10(progress=False)
     assert not (isolated_home / "cifar10" / "cifar-10-python.tar.gz").exists()
     assert not list((isolated_home / "cifar10").glob("*.part"))
 
 
 def test_folder_dataset_reads_png_and_jpeg(image_folder):
-    ds = data.load("folder", str(image_folder))
+    ds = datasets.load("folder", str(image_folder))
     assert ds.classes == ("cat", "dog", "ship")
     assert len(ds.train_y) == 18 and len(ds.test_y) == 6
     assert np.bincount(ds.train_y).tolist() == [6, 6, 6]
@@ -162,7 +186,7 @@ def test_folder_png_pixels_are_exact(tmp_path):
     image = np.arange(32 * 32 * 3, dtype=np.uint32).reshape(32, 32, 3).astype(np.uint8)
     write_image(tmp_path / "train" / "a" / "0.png", image)
     write_image(tmp_path / "test" / "a" / "0.png", image)
-    ds = data.load("folder", str(tmp_path))
+    ds = datasets.load("folder", str(tmp_path))
     np.testing.assert_array_equal(ds.train_x[0], image)
 
 
@@ -171,7 +195,7 @@ def test_folder_skips_broken_files_resizes_and_expands_grayscale(image_folder):
     (image_folder / "train" / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
     write_image(image_folder / "train" / "ship" / "big.png", np.zeros((64, 48, 3), np.uint8))
     write_image(image_folder / "train" / "ship" / "gray.png", np.full((32, 32), 200, np.uint8))
-    ds = data.load("folder", str(image_folder))
+    ds = datasets.load("folder", str(image_folder))
     assert len(ds.train_y) == 20
     assert any("skipped 2 file(s)" in n for n in ds.notes)
     assert any("resized 1 image(s)" in n for n in ds.notes)
@@ -182,15 +206,15 @@ def test_folder_skips_broken_files_resizes_and_expands_grayscale(image_folder):
 def test_folder_with_an_empty_class_is_refused(image_folder):
     (image_folder / "train" / "zebra").mkdir()
     with pytest.raises(DataError, match="zebra is empty"):
-        data.load("folder", str(image_folder))
+        datasets.load("folder", str(image_folder))
 
 
 def test_folder_without_test_split_holds_out_a_seeded_share(image_folder):
     import shutil
     shutil.rmtree(image_folder / "test")
-    a = data.load_folder(str(image_folder), seed=0, validation_fraction=0.25)
-    data.clear_cache()
-    b = data.load_folder(str(image_folder), seed=0, validation_fraction=0.25)
+    a = datasets.load_folder(str(image_folder), seed=0, validation_fraction=0.25)
+    datasets.clear_cache()
+    b = datasets.load_folder(str(image_folder), seed=0, validation_fraction=0.25)
     assert len(a.test_y) == 4 and len(a.train_y) == 14
     np.testing.assert_array_equal(a.test_x, b.test_x)
     assert any("held out 4" in n for n in a.notes)
@@ -198,23 +222,23 @@ def test_folder_without_test_split_holds_out_a_seeded_share(image_folder):
 
 def test_folder_without_train_is_a_clear_error(tmp_path):
     with pytest.raises(DataError, match="no train/ folder"):
-        data.load("folder", str(tmp_path))
+        datasets.load("folder", str(tmp_path))
 
 
 def test_synthetic_is_deterministic_and_balanced():
-    a = data.synthetic(500, 100, seed=0)
-    data.clear_cache()
-    b = data.synthetic(500, 100, seed=0)
+    a = datasets.synthetic(500, 100, seed=0)
+    datasets.clear_cache()
+    b = datasets.synthetic(500, 100, seed=0)
     np.testing.assert_array_equal(a.train_x, b.train_x)
     assert a.train_x.dtype == np.uint8 and a.train_x.shape == (500, 32, 32, 3)
     counts = np.bincount(a.train_y, minlength=10)
     assert counts.min() > 25  # every class present in a fair share
-    assert not np.array_equal(a.train_x, data.synthetic(500, 100, seed=1).train_x)
+    assert not np.array_equal(a.train_x, datasets.synthetic(500, 100, seed=1).train_x)
 
 
 def test_synthetic_is_learnable_by_a_tiny_numpy_model():
     """Softmax regression on 8x8 downsampled pixels, plain gradient descent: far above chance."""
-    ds = data.synthetic(3000, 1000, seed=0)
+    ds = datasets.synthetic(3000, 1000, seed=0)
 
     def features(x):
         small = x.reshape(len(x), 8, 4, 8, 4, 3).mean(axis=(2, 4)).reshape(len(x), -1) / 255.0
@@ -234,12 +258,13 @@ def test_synthetic_is_learnable_by_a_tiny_numpy_model():
 
 def test_unknown_source_is_a_clear_error():
     with pytest.raises(DataError, match="unknown dataset 'mnist'"):
-        data.load("mnist")
+        datasets.load("mnist")
 
 
 def test_torchvision_source_downloads_through_torchvision(monkeypatch, tmp_path, cifar_archive, cifar_batches):
     """torchvision's own CIFAR10 loader, with only the network (urlopen) replaced."""
     from torchvision.datasets import CIFAR10
+    _decode_here(monkeypatch)
     payload = cifar_archive.read_bytes()
     monkeypatch.setattr(urllib.request, "urlopen", lambda request, *a, **k: _Response(
         payload, getattr(request, "full_url", request)))
@@ -251,7 +276,7 @@ def test_torchvision_source_downloads_through_torchvision(monkeypatch, tmp_path,
     monkeypatch.setattr(CIFAR10, "test_list", [["test_batch", md5(src / "test_batch")]])
     monkeypatch.setattr(CIFAR10, "meta", {"filename": "batches.meta", "key": "label_names",
                                           "md5": md5(src / "batches.meta")})
-    ds = data.load("torchvision", str(tmp_path / "tv"))
+    ds = datasets.load("torchvision", str(tmp_path / "tv"))
     train_x, train_y, test_x, _ = _expected(cifar_batches)
     np.testing.assert_array_equal(ds.train_x, train_x)
     np.testing.assert_array_equal(ds.train_y, train_y)
@@ -264,15 +289,17 @@ def test_torchvision_offline_is_a_clear_error(monkeypatch, tmp_path):
         raise urllib.error.URLError("no network")
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
+    _decode_here(monkeypatch)
     with pytest.raises(DataError, match="torchvision could not load CIFAR-10"):
-        data.load("torchvision", str(tmp_path))
+        datasets.load("torchvision", str(tmp_path))
 
 
-def test_tfds_source_through_tensorflow_datasets(tmp_path):
+def test_tfds_source_through_tensorflow_datasets(monkeypatch, tmp_path):
     """tensorflow-datasets' own loader; its mock_data replaces the download and preparation."""
     import tensorflow_datasets as tfds
+    _decode_here(monkeypatch)
     with tfds.testing.mock_data(num_examples=12):
-        ds = data.load("tfds", str(tmp_path))
+        ds = datasets.load("tfds", str(tmp_path))
     assert ds.train_x.shape == (12, 32, 32, 3) and ds.train_x.dtype == np.uint8
     assert ds.test_x.shape == (12, 32, 32, 3)
     assert ds.classes == CLASSES and ds.train_y.max() < 10
@@ -280,4 +307,103 @@ def test_tfds_source_through_tensorflow_datasets(tmp_path):
 
 def test_check_arrays_rejects_the_wrong_image_size():
     with pytest.raises(DataError, match=r"\(N, 32, 32, 3\)"):
-        data.check_arrays(np.zeros((2, 28, 28, 3), np.uint8), np.zeros(2, np.int64), 10, "x")
+        datasets.check_arrays(np.zeros((2, 28, 28, 3), np.uint8), np.zeros(2, np.int64), 10, "x")
+
+
+# --------------------------------------------------------------------------- decoder process
+
+# A sitecustomize for the helper process only: the caller sets the variable after it has
+# started, so only processes it starts see it. torchvision md5-checks its files against the
+# official archive's; this gives it the fixture's checksums instead, and changes nothing else.
+_FIXTURE_CHECKSUMS = '''
+import json
+import os
+
+if os.environ.get("CNNCOMPARE_TEST_MD5S"):
+    from torchvision.datasets import CIFAR10
+    _md5s = json.loads(os.environ["CNNCOMPARE_TEST_MD5S"])
+    CIFAR10.train_list = [[name, _md5s[name]] for name, _ in CIFAR10.train_list]
+    CIFAR10.test_list = [[name, _md5s[name]] for name, _ in CIFAR10.test_list]
+    CIFAR10.meta = {**CIFAR10.meta, "md5": _md5s[CIFAR10.meta["filename"]]}
+'''
+
+# Runs in a fresh interpreter: load through the decoder, then say which frameworks got imported.
+_LOAD_AND_REPORT = '''
+import json, os, sys
+from compare import datasets
+os.environ["CNNCOMPARE_TEST_MD5S"] = sys.argv[2]
+ds = datasets.load("torchvision", sys.argv[1], download=False, progress=False)
+frameworks = ("torch", "torchvision", "tensorflow", "tensorflow_datasets", "keras")
+print(json.dumps({"imported": [m for m in frameworks if m in sys.modules],
+                  "cache_path": ds.cache_path, "classes": list(ds.classes)}))
+'''
+
+
+def test_torchvision_decodes_in_a_helper_process_the_caller_never_imports(
+        monkeypatch, tmp_path, cifar_batches, isolated_home):
+    """The real decoder process reads torchvision's own layout into the npz cache; the process
+    that asked imports neither framework, and a later load (here) is a cache hit."""
+    root = tmp_path / "tv"
+    folder = write_cifar_dir(root, cifar_batches)  # root/cifar-10-batches-py/, as torchvision
+    md5s = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(_FIXTURE_CHECKSUMS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hooks), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-c", _LOAD_AND_REPORT, str(root), json.dumps(md5s)],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout.splitlines()[-1])
+    assert answer["imported"] == []
+    assert answer["classes"] == list(CLASSES)
+    assert answer["cache_path"].startswith(str(isolated_home / "arrays" / "torchvision-"))
+
+    _refuse_subprocesses(monkeypatch)
+    ds = datasets.load("torchvision", str(root))
+    assert ds.cache_path == answer["cache_path"]
+    train_x, train_y, test_x, test_y = _expected(cifar_batches)
+    np.testing.assert_array_equal(ds.train_x, train_x)
+    np.testing.assert_array_equal(ds.train_y, train_y)
+    np.testing.assert_array_equal(ds.test_x, test_x)
+    np.testing.assert_array_equal(ds.test_y, test_y)
+    assert ds.classes == CLASSES and ds.source == "torchvision"
+
+
+@pytest.mark.parametrize("source, opening", [
+    ("torchvision", "torchvision could not load CIFAR-10 from "),
+    ("tfds", "tensorflow-datasets could not load cifar10 from "),
+])
+def test_failed_decode_is_one_data_error_line_naming_the_ways_out(
+        tmp_path, isolated_home, source, opening):
+    """The real decoder process, with no data and downloading off: one line, no traceback."""
+    missing = tmp_path / "nowhere"
+    with pytest.raises(DataError) as info:
+        datasets.load(source, str(missing), download=False, progress=False)
+    message = str(info.value)
+    assert message.startswith(opening + str(missing)), message
+    assert "\n" not in message and "Traceback" not in message
+    for way in ("--data-dir", "--dataset folder", "--dataset synthetic", "data fetch"):
+        assert way in message
+    assert not list(isolated_home.rglob("*.npz"))  # nothing cached from a failure
+
+
+def test_second_load_is_a_cache_hit_that_starts_no_process(monkeypatch, tmp_path):
+    import tensorflow_datasets as tfds
+    with monkeypatch.context() as here:  # the first load decodes in this process, on mock data
+        _decode_here(here)
+        with tfds.testing.mock_data(num_examples=12):
+            first = datasets.load("tfds", str(tmp_path))
+    _refuse_subprocesses(monkeypatch)
+    again = datasets.load("tfds", str(tmp_path))
+    assert again.cache_path == first.cache_path
+    np.testing.assert_array_equal(again.train_x, first.train_x)
+    np.testing.assert_array_equal(again.test_y, first.test_y)
+    with pytest.raises(AssertionError, match="started a process"):
+        datasets.load("tfds", str(tmp_path / "elsewhere"))  # another root is another key
+
+
+def test_a_decoder_that_dies_without_a_word_is_still_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a[0], -9, stdout="", stderr="last words\n"))
+    with pytest.raises(DataError, match=r"failed \(killed by SIGKILL\): last words$"):
+        datasets.load("torchvision", str(tmp_path), progress=False)

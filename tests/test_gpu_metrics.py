@@ -9,6 +9,8 @@ import types
 import pytest
 
 from compare import gpu_metrics, loop, results, specs
+from compare import recorder as recorder_module
+from compare.interface import DeviceChoice
 from conftest import tiny_config
 
 
@@ -77,7 +79,7 @@ def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
 
     class SlowGpuTrainer(FakeTrainer):
         gpu_indices = [0]
-        device_name = "NVIDIA H100 80GB HBM3"
+        choice = DeviceChoice("gpu", ("cuda:0",), "NVIDIA H100 80GB HBM3", "GPU (test)")
 
         def train_step(self, batch, lr):
             time.sleep(0.05)
@@ -85,8 +87,8 @@ def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
 
     config = tiny_config(tmp_path, epochs=2, precision="mixed", timing_window=2)
     trainer = SlowGpuTrainer(99, None)
-    recorder = loop.Recorder(config, trainer, specs.lenet(), {}, {}, {})
-    assert loop.run(trainer, config, recorder) == 0
+    recorder = recorder_module.Recorder(config, trainer, specs.lenet(), {}, {}, {})
+    assert loop.train_epochs(trainer, config, recorder) == 0
     result = results.read_result(tmp_path / "run" / "result.json")
     energies = [e["gpu"]["energy_j"] for e in result["epochs"]]
     assert all(e == pytest.approx(300 * 4 * 0.05, rel=0.5) for e in energies)  # 300 W x 4 steps x 50 ms
@@ -101,8 +103,8 @@ def test_cpu_runs_say_why_there_is_no_mfu_or_energy(tmp_path):
     from test_reliability import FakeTrainer
     config = tiny_config(tmp_path, epochs=1)
     trainer = FakeTrainer(99, None)
-    recorder = loop.Recorder(config, trainer, specs.lenet(), {}, {}, {})
-    loop.run(trainer, config, recorder)
+    recorder = recorder_module.Recorder(config, trainer, specs.lenet(), {}, {}, {})
+    loop.train_epochs(trainer, config, recorder)
     summary = results.read_result(tmp_path / "run" / "result.json")["summary"]
     assert summary["mfu"] is None and summary["mfu_note"].startswith("CPU run")
     assert summary["energy_j"] is None and summary["energy_note"] == "CPU run: no GPU to sample"

@@ -7,7 +7,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from compare import data, loop, parity
+from compare import datasets, fairness, loop, parity
+from compare import recorder as recorder_module
 from compare.config import PipelineConfig
 from conftest import tiny_config
 
@@ -20,9 +21,9 @@ def _hash(images: np.ndarray, labels: np.ndarray) -> str:
 def test_first_batches_hash_equal_in_both_pipelines(tmp_path, tf_two_cpus, augment):
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, device="cpu", pipeline=PipelineConfig(workers=2), augment=augment)
-    dataset = data.config_dataset(config)
-    tf_trainer = tf_two_cpus.KerasTrainer(config, dataset, tf_two_cpus.select_device(config))
-    torch_trainer = torch_train.TorchTrainer(config, dataset, torch_train.select_device(config))
+    dataset = datasets.config_dataset(config)
+    tf_trainer = tf_two_cpus.Trainer(config, dataset, tf_two_cpus.select_device(config))
+    torch_trainer = torch_train.Trainer(config, dataset, torch_train.select_device(config))
     for epoch in (0, 1):
         tf_batches, torch_batches = iter(tf_trainer.batches(epoch)), torch_trainer.batches(epoch)
         for _ in range(3):
@@ -33,16 +34,26 @@ def test_first_batches_hash_equal_in_both_pipelines(tmp_path, tf_two_cpus, augme
             assert tf_hash == torch_hash
 
 
-def _probes(tmp_path, tf_train, model: str, batch_size: int, **changes):
+def _probes(tmp_path, tf_train, model: str, batch_size: int, timed: bool = False,
+            **changes):
+    """Both frameworks' probes in this process: the float32 gate's config, or with `timed`
+    the run's own (mixed precision here), plus PyTorch with weights moved by 1 ulp."""
+    import keras
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, model=model, batch_size=batch_size, device="cpu", **changes)
-    dataset = data.config_dataset(config)
+    config = parity.timed_config(config) if timed else parity.probe_config(config)
+    dataset = datasets.config_dataset(config)
     probes = {}
-    for name, module in (("tf", tf_train), ("torch", torch_train)):
-        path = tmp_path / f"{name}.npz"
-        module.parity_probe(config, dataset, path, steps=3)
-        with np.load(path) as z:
-            probes[name] = {k: z[k] for k in z.files}
+    jobs = [("tf", tf_train, False), ("torch", torch_train, False)]
+    jobs += [("torch-perturbed", torch_train, True)] if timed else []
+    try:
+        for name, module, perturb in jobs:
+            path = tmp_path / f"{name}.npz"
+            module.parity_probe(config, dataset, path, 3, perturb)
+            with np.load(path) as z:
+                probes[name] = {k: z[k] for k in z.files}
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
     return probes
 
 
@@ -60,6 +71,23 @@ def test_parity_passes_on_cpu(tmp_path, tf_two_cpus, model, batch_size, changes)
     if model == "lenet":  # no BatchNorm/ReLU-mask noise: agreement to float32 rounding
         assert record["grad_max_rel_diff"] < 1e-5 and record["params_rel_update_diff_after_steps"] < 1e-4
         assert record["params_max_abs_diff_after_steps"] < 1e-6
+
+
+@pytest.mark.parametrize("model", ["lenet", "resnet9"])
+def test_the_timed_mixed_configuration_stays_within_its_noise_floor(tmp_path, tf_two_cpus, model):
+    """bfloat16 on CPU: TF vs PyTorch against PyTorch vs itself moved by 1 ulp (the floor
+    parity.NOISE_FACTOR is justified by; the figures are printed for the README)."""
+    probes = _probes(tmp_path, tf_two_cpus, model, 32, timed=True, precision="mixed",
+                     weight_decay=5e-4)
+    versus = parity.compare_probes(probes["tf"], probes["torch"], steps=3)
+    floor = parity.compare_probes(probes["torch-perturbed"], probes["torch"], steps=3)
+    limits = parity.Tolerances()
+    for key in parity.GATED:
+        ratio = versus[key] / max(floor[key], 1e-30)
+        print(f"{model} {key}: tf-vs-torch {versus[key]:.3g}, floor {floor[key]:.3g}, "
+              f"ratio {ratio:.3g}")
+        assert versus[key] <= max(parity.NOISE_FACTOR * floor[key], getattr(limits, key)), key
+    assert floor["params_rel_update_diff_after_steps"] > 0  # 1 ulp does move the result
 
 
 def test_parity_catches_a_real_difference(tmp_path, tf_two_cpus):
@@ -82,8 +110,8 @@ def _loss_curve(trainer, config, out, perturb: float = 0.0):
             for p in trainer.model.parameters():
                 p.mul_(1 + perturb * torch.randn(p.shape, generator=generator))
     config = config.replace(out=str(out))
-    recorder = loop.Recorder(config, trainer, trainer.spec, {}, {}, {})
-    assert loop.run(trainer, config, recorder) == 0
+    recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
+    assert loop.train_epochs(trainer, config, recorder) == 0
     return np.array([s[3] for s in recorder.steps]), recorder.result
 
 
@@ -102,13 +130,13 @@ def test_loss_curves_agree_after_hundreds_of_steps(tmp_path, tf_two_cpus):
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, synthetic_train_size=3200, synthetic_test_size=320, epochs=3,
                          device="cpu", lr=0.01)
-    dataset = data.config_dataset(config)
+    dataset = datasets.config_dataset(config)
 
     def torch_trainer():
-        return torch_train.TorchTrainer(config, dataset, torch_train.select_device(config))
+        return torch_train.Trainer(config, dataset, torch_train.select_device(config))
 
     tf_losses, tf_result = _loss_curve(
-        tf_two_cpus.KerasTrainer(config, dataset, tf_two_cpus.select_device(config)), config, tmp_path / "tf")
+        tf_two_cpus.Trainer(config, dataset, tf_two_cpus.select_device(config)), config, tmp_path / "tf")
     torch_losses, torch_result = _loss_curve(torch_trainer(), config, tmp_path / "torch")
     noisy_losses, _ = _loss_curve(torch_trainer(), config, tmp_path / "noisy", perturb=1e-7)
     assert len(tf_losses) == len(torch_losses) == 300
@@ -147,11 +175,14 @@ def test_fairness_manifests_list_the_same_settings_and_agree(tmp_path, tf_two_cp
     from compare import report
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, device="cpu", weight_decay=5e-4, nesterov=True)
-    dataset = data.config_dataset(config)
-    tf_manifest = tf_two_cpus.fairness_manifest(
-        config, tf_two_cpus.KerasTrainer(config, dataset, tf_two_cpus.select_device(config)))
-    torch_manifest = torch_train.fairness_manifest(
-        config, torch_train.TorchTrainer(config, dataset, torch_train.select_device(config)))
+    dataset = datasets.config_dataset(config)
+    manifests = {}
+    for framework, module in (("tf", tf_two_cpus), ("torch", torch_train)):
+        trainer = module.Trainer(config, dataset, module.select_device(config))
+        own = trainer.manifest()
+        assert set(own) == set(fairness.FRAMEWORK_KEYS), framework  # only its own half
+        manifests[framework] = fairness.manifest(config, trainer.choice, trainer.replicas, own)
+    tf_manifest, torch_manifest = manifests["tf"], manifests["torch"]
     assert set(tf_manifest) == set(torch_manifest)
     for key in ("precision_policy", "tf32", "deterministic", "loss_scaling", "bn_epsilon", "update_rule",
                 "weight_decay_form", "loss", "lr_schedule", "global_batch", "per_replica_batch", "replicas",

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from compare import loop, orchestrate, results, runner, specs
+from compare import recorder as recorder_module
+from compare.interface import DeviceChoice
 from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM
 from conftest import tiny_config
 
@@ -24,11 +26,11 @@ class FakeTrainer:
     """A trainer that misbehaves on cue; the loop and recorder are the real ones."""
 
     framework = "torch"
+    choice = DeviceChoice("cpu", ("cpu",), None, "CPU (test)")
+    spec = specs.lenet()
     replicas = 1
-    is_chief = True
     steps_per_epoch = 4
     gpu_indices = None
-    device_name = None
 
     def __init__(self, fail_at_epoch: int, failure):
         self.fail_at_epoch, self.failure = fail_at_epoch, failure
@@ -60,8 +62,20 @@ class FakeTrainer:
     def peak_memory(self):
         return None, "fake"
 
+    def reset_peak_memory(self):
+        pass
+
+    def manifest(self):
+        return {}
+
     def save_model(self, directory):
         return "model.fake"
+
+    def save_checkpoint(self, directory):
+        return "state.fake"
+
+    def load_checkpoint(self, directory):
+        pass
 
     def is_out_of_memory(self, exc):
         return isinstance(exc, MemoryError)
@@ -73,8 +87,8 @@ class FakeTrainer:
 def _run_fake(tmp_path, failure, capsys=None):
     config = tiny_config(tmp_path, epochs=3, timing_window=2)
     trainer = FakeTrainer(2, failure)
-    recorder = loop.Recorder(config, trainer, specs.lenet(), {}, {}, {})
-    code = loop.run(trainer, config, recorder)
+    recorder = recorder_module.Recorder(config, trainer, specs.lenet(), {}, {}, {})
+    code = loop.train_epochs(trainer, config, recorder)
     return code, results.read_result(tmp_path / "run" / "result.json")
 
 
@@ -106,10 +120,10 @@ def test_keyboard_interrupt_keeps_finished_epochs(tmp_path):
 
 
 def test_real_divergence_exits_3_with_a_valid_result(tmp_path):
-    from compare import data
+    from compare import datasets
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, lr=1e6, epochs=2)
-    assert torch_train.train(config, data.config_dataset(config)) == EXIT_DIVERGED
+    assert torch_train.train(config, datasets.config_dataset(config)) == EXIT_DIVERGED
     result = results.read_result(tmp_path / "run" / "result.json")
     assert result["summary"]["status"] == "diverged" and "lower --lr" in result["error"]
 

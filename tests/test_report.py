@@ -1,67 +1,81 @@
-"""Aggregation on known numbers; reports rendered from fixture results, failures included."""
+"""Reports rendered from fixture results: figures, verdict, unreadable files, several machines,
+and the HTML page in a real headless browser where one is installed."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
-import math
 import re
+import shutil
+import subprocess
+import threading
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from compare import report, results, stats
+from compare import report, results
 
-
-def test_aggregate_mean_std_and_t_interval_on_known_numbers():
-    agg = stats.aggregate([1.0, 2.0, 3.0, None])
-    half = 4.302652729911275 / math.sqrt(3)  # t(0.975, 2) * sd / sqrt(n), sd = 1
-    assert agg == pytest.approx({"mean": 2.0, "std": 1.0, "ci95_low": 2 - half, "ci95_high": 2 + half, "n": 3})
-    single = stats.aggregate([5.0])
-    assert single["mean"] == 5.0 and single["ci95_low"] is None and single["n"] == 1
-    assert stats.aggregate([])["mean"] is None
-
-
-def test_paired_ratio_is_a_geometric_mean_with_a_log_scale_interval():
-    r = stats.paired_ratio({0: 2.0, 1: 8.0, 2: None}, {0: 1.0, 1: 2.0, 2: 1.0})
-    assert r["ratio"] == pytest.approx(math.sqrt(2 * 4)) and r["n"] == 2 and r["seeds"] == [0, 1]
-    logs = [math.log(2), math.log(4)]
-    half = 12.706204736174698 * (abs(logs[1] - logs[0]) / math.sqrt(2)) / math.sqrt(2)
-    assert r["ci95_low"] == pytest.approx(math.exp(sum(logs) / 2 - half))
-    inverse = stats.paired_ratio({0: 1.0, 1: 2.0}, {0: 2.0, 1: 8.0})
-    assert inverse["ratio"] == pytest.approx(1 / r["ratio"])
-    assert inverse["ci95_high"] == pytest.approx(1 / r["ci95_low"])
-
-
-def test_paired_difference():
-    d = stats.paired_difference({0: 0.60, 1: 0.62}, {0: 0.58, 1: 0.58})
-    assert d["mean"] == pytest.approx(0.03) and d["n"] == 2
+H100 = {"device_used": "GPU: NVIDIA H100 80GB HBM3", "platform": "Linux-6.8-x86_64-with-glibc2.39"}
+LAPTOP_CPU = {"device_used": "CPU (no GPU found), 1 logical device(s)",
+              "platform": "Linux-6.1-x86_64-with-glibc2.36"}
 
 
 def fake_result(framework: str, seed: int, train_time: float, accuracy: float,
-                status: str = "completed", epochs: int = 2, error: str | None = None) -> dict:
+                status: str = "completed", epochs: int = 2, error: str | None = None,
+                environment: dict | None = None, precision: str = "fp32") -> dict:
     """A result.json as a trainer writes it, with chosen figures."""
-    records = [{"epoch": e, "train_loss": 1.0 / e, "test_loss": 1.2 / e, "test_accuracy": accuracy * e / epochs,
-                "train_time_s": train_time / epochs, "eval_time_s": 0.5, "images_per_s": 1000.0 * epochs / train_time,
-                "images": 500, "input_wait_s": 0.1, "steps": 10} for e in range(1, epochs + 1)]
-    summary = results.empty_summary(1, 3_910_320, status)
+    records = [{"epoch": e, "train_loss": 1.0 / e, "test_loss": 1.2 / e,
+                "test_accuracy": accuracy * e / epochs, "train_time_s": train_time / epochs,
+                "eval_time_s": 0.5, "images_per_s": 1000.0 * epochs / train_time, "images": 500,
+                "input_wait_s": 0.1, "steps": 10} for e in range(1, epochs + 1)]
+    summary = {"final_test_accuracy": None, "best_test_accuracy": None, "train_time_s": 0.0,
+               "warmup_time_s": None, "steady_step_time_ms": {"median": None, "p90": None},
+               "images_per_s": None, "input_wait_fraction": None,
+               "peak_device_memory_bytes": None, "replicas": 1,
+               "train_flops_per_image": 3_910_320, "status": status}
     if records:
-        summary.update(final_test_accuracy=accuracy, best_test_accuracy=accuracy, train_time_s=train_time,
-                       warmup_time_s=train_time / epochs, images_per_s=1000.0 * epochs / train_time,
-                       input_wait_fraction=0.05, eval_time_s=1.0, epochs_completed=epochs,
+        summary.update(final_test_accuracy=accuracy, best_test_accuracy=accuracy,
+                       train_time_s=train_time, warmup_time_s=train_time / epochs,
+                       images_per_s=1000.0 * epochs / train_time, input_wait_fraction=0.05,
+                       eval_time_s=1.0, epochs_completed=epochs,
                        steady_step_time_ms={"median": train_time, "p90": train_time * 1.1})
+    environment = environment or LAPTOP_CPU
+    kind = "gpu" if environment["device_used"].startswith("GPU") else "cpu"
     return {"schema_version": 1, "framework": framework,
             "model": {"name": "lenet", "parameters": 62006},
-            "config": {"framework": framework, "seed": seed, "model": "lenet", "dataset": "synthetic"},
-            "data": {"source": "synthetic", "origin": "generated", "train_size": 5000, "test_size": 1000},
-            "environment": {"device_used": "CPU", framework if framework == "torch" else "tensorflow": "x.y"},
-            "fairness": {"precision_policy": "float32", "global_batch": 32}, "measurement": results.MEASUREMENT,
-            "epochs": records, "summary": summary, "error": error}
+            "config": {"framework": framework, "seed": seed, "model": "lenet",
+                       "dataset": "synthetic", "precision": precision,
+                       "pipeline": {"kind": "tuned"}},
+            "data": {"source": "synthetic", "origin": "generated", "train_size": 5000,
+                     "test_size": 1000},
+            "environment": {**environment,
+                            ("torch" if framework == "torch" else "tensorflow"): "x.y"},
+            "fairness": {"precision_policy": "float32", "global_batch": 32, "device_kind": kind},
+            "measurement": results.MEASUREMENT, "epochs": records, "summary": summary,
+            "error": error}
 
 
-def write_runs(root: Path, runs: list[dict]) -> None:
+def write_runs(root: Path, runs: list[dict], parity: dict | None = None) -> None:
+    """Result files as `compare` leaves them, with per-step and per-window CSVs, and the
+    parity record in summary.json."""
     for r in runs:
-        results.write_json_atomic(root / "runs" / f"{r['framework']}-seed{r['config']['seed']}" / "result.json", r)
+        run_dir = root / "runs" / f"{r['framework']}-seed{r['config']['seed']}"
+        results.write_json_atomic(run_dir / "result.json", r)
+        step_ms = r["summary"]["train_time_s"]  # the fixture's step time, ms
+        (run_dir / "steps.csv").write_text("global_step,epoch,lr,loss\n" + "".join(
+            f"{s},{1 + s // 10},0.01,{2.3 / (1 + 0.1 * s):.4f}\n" for s in range(20)))
+        windows = [f"{e},{10 * (e - 1) + 5 * w},5,{5 * step_ms / 1000 * (1 + 0.1 * w):.5f},0.001\n"
+                   for e in (1, 2) for w in (0, 1)]  # two 5-step windows per epoch
+        (run_dir / "windows.csv").write_text("epoch,first_step,steps,seconds,input_wait_s\n"
+                                             + "".join(windows))
+    if parity is not None:
+        results.write_json_atomic(root / "summary.json", {"parity": parity, "command": "x"})
+
+
+PASSED = {"passed": True, "steps": 3, "tolerances": {}}
 
 
 class _Collector(HTMLParser):
@@ -72,73 +86,284 @@ class _Collector(HTMLParser):
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
         for name, value in attrs:
-            if name in ("src", "href", "xlink:href", "action", "poster") and value and not value.startswith("#"):
+            if name in ("src", "href", "xlink:href", "action", "poster") and value \
+                    and not value.startswith("#"):
                 self.external.append((tag, name, value))
         if tag in ("link", "script", "iframe", "img"):
             self.external.append((tag, "", ""))
 
 
+def three_seeds(root: Path, tf_times=(10.0, 12.0, 11.0), torch_times=(8.0, 8.0, 8.0),
+                tf_accuracy=(0.60, 0.62, 0.61), torch_accuracy=(0.58, 0.58, 0.58),
+                environment: dict | None = None, parity: dict | None = PASSED) -> None:
+    write_runs(root, [fake_result(fw, seed, t, a, environment=environment)
+                      for fw, times, accuracies in (("tf", tf_times, tf_accuracy),
+                                                    ("torch", torch_times, torch_accuracy))
+                      for seed, (t, a) in enumerate(zip(times, accuracies))], parity)
+
+
 def test_report_figures_match_summary_json(tmp_path):
-    write_runs(tmp_path, [fake_result("tf", 0, 10.0, 0.60), fake_result("tf", 1, 12.0, 0.62),
-                          fake_result("torch", 0, 8.0, 0.58), fake_result("torch", 1, 8.0, 0.58)])
+    three_seeds(tmp_path)
     paths = report.rebuild(tmp_path, [tmp_path])
     summary = json.loads((tmp_path / "summary.json").read_text())
     tf = summary["frameworks"]["tf"]
-    assert tf["train_time_s"]["mean"] == pytest.approx(11.0) and tf["train_time_s"]["n"] == 2
-    assert summary["ratios"]["train_time_s"]["ratio"] == pytest.approx(math.sqrt(10 / 8 * 12 / 8))
+    assert tf["train_time_s"]["centre"] == pytest.approx((10 * 12 * 11) ** (1 / 3))
+    assert tf["train_time_s"]["n"] == 3 and tf["train_time_s"]["interval"] == "ci95"
+    assert 0 < tf["train_time_s"]["low"] < 10 and 12 < tf["train_time_s"]["high"]
+    assert "log" in tf["train_time_s"]["method"]
+    assert "binomial" in tf["final_test_accuracy"]["method"]
+    assert 0 < tf["final_test_accuracy"]["low"] < 0.61 < tf["final_test_accuracy"]["high"] < 1
+    time_ratio = summary["ratios"]["train_time_s"]["ratio"]
+    assert time_ratio == pytest.approx((10 * 12 * 11 / 8 ** 3) ** (1 / 3))
     assert summary["accuracy_difference"]["mean"] == pytest.approx(0.03)
-    assert len(summary["runs"]) == 4
+    assert summary["accuracy_equivalence"]["equivalent"] is False
+    assert len(summary["runs"]) == 4 + 2 and summary["skipped"] == []
+    assert summary["machine"]["device"] == "CPU" and "glibc2.36" in summary["machine"]["host"]
     markdown = (tmp_path / "report.md").read_text()
     html = (tmp_path / "report.html").read_text()
     for row in report.verdict_rows(summary):  # every figure in the page is the summary's
         for page in (markdown, html):
             assert row["tf"] in page and row["torch"] in page
-    assert "11.00 s [" in markdown and "+3.00 pts" in markdown and "1.369x" in markdown
+    assert "10.97 s [" in markdown and "(n=3)" in markdown and "+3.00 pts" in markdown
+    assert "1.371x" in markdown and "log" in markdown
     assert "synthetic" in markdown and "not CIFAR-10" in markdown
     assert [p.name for p in paths] == ["summary.json", "report.md", "report.html"]
 
 
+def test_the_verdict_names_the_faster_framework_and_the_accuracy_outcome(tmp_path):
+    three_seeds(tmp_path)
+    report.rebuild(tmp_path, [tmp_path])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    sentences = summary["verdict"]
+    assert sentences == report.verdict_sentences(summary)
+    assert sentences[0].startswith("PyTorch trained 1.37x faster than TensorFlow/Keras")
+    assert "95% CI" in sentences[0]
+    assert "not shown equivalent within +-0.5 points" in sentences[1]
+    assert "TensorFlow/Keras scored 3.00 points higher" in sentences[1]
+    assert "Measured on CPU" in sentences[2] and "precision fp32" in sentences[2]
+    assert sentences[3].startswith("No fairness caveat")
+    markdown = (tmp_path / "report.md").read_text()
+    html = (tmp_path / "report.html").read_text()
+    assert markdown.index(sentences[0]) < markdown.index("Side by side")  # the page opens with it
+    assert html.index("PyTorch trained 1.37x faster") < html.index("Side by side")
+
+
+def test_the_verdict_declares_equal_accuracy_equivalent_and_tf_faster(tmp_path):
+    three_seeds(tmp_path, tf_times=(5.0, 5.5, 5.2), tf_accuracy=(0.58, 0.58, 0.58))
+    summary = report.summarise(report.load_runs([tmp_path]), PASSED, None)
+    speed, accuracy = report.verdict_sentences(summary)[:2]
+    assert speed.startswith("TensorFlow/Keras trained 1.53x faster than PyTorch")
+    assert accuracy.startswith("Final test accuracy is equivalent within +-0.5 points")
+
+
+def test_the_verdict_states_caveats_and_too_few_seeds(tmp_path):
+    write_runs(tmp_path, [fake_result("tf", 0, 10.0, 0.6), fake_result("torch", 0, 8.0, 0.58),
+                          fake_result("torch", 1, 8.0, 0.58, status="failed", epochs=0,
+                                      error="boom")])
+    runs = report.load_runs([tmp_path])
+    runs[0]["fairness"]["device_kind"] = "gpu"  # tf on a GPU, PyTorch on the CPU
+    summary = report.summarise(runs, {"passed": False, "steps": 3}, None)
+    sentences = report.verdict_sentences(summary)
+    assert "n=1: a single seed, no interval" in sentences[0]
+    assert sentences[1].startswith("Not enough seeds to test equivalence")
+    caveat = sentences[-1]
+    assert "parity check FAILED and was ignored" in caveat
+    assert "different device kinds" in caveat and "PyTorch seed 1 failed" in caveat
+
+
+def test_two_seeds_show_a_range_not_a_t_interval(tmp_path):
+    write_runs(tmp_path, [fake_result("tf", 0, 1.0, 0.97), fake_result("tf", 1, 3.0, 0.99),
+                          fake_result("torch", 0, 2.0, 0.96), fake_result("torch", 1, 2.0, 0.98)])
+    report.rebuild(tmp_path, [tmp_path])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    tf_time = summary["frameworks"]["tf"]["train_time_s"]
+    assert (tf_time["low"], tf_time["high"], tf_time["interval"]) == (1.0, 3.0, "range")
+    markdown = (tmp_path / "report.md").read_text()
+    assert "1.73 s [1.00 s, 3.00 s] (n=2: range)" in markdown
+    assert "0.9800 [0.9700, 0.9900] (n=2: range)" in markdown
+    assert "n=2: range (min-max over the seeds" in markdown  # named under how measured
+    assert summary["accuracy_equivalence"]["equivalent"] is not None  # TOST runs from n=2
+
+
 def test_a_failed_framework_renders_and_the_other_is_still_reported(tmp_path):
     write_runs(tmp_path, [fake_result("tf", 0, 10.0, 0.6, status="failed", epochs=0,
-                                      error="out of device memory at --batch-size 512; try --batch-size 256"),
+                                      error="out of device memory at --batch-size 512; "
+                                            "try --batch-size 256"),
                           fake_result("torch", 0, 8.0, 0.58)])
     report.rebuild(tmp_path, [tmp_path])
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["frameworks"]["tf"]["completed"] == 0 and summary["frameworks"]["torch"]["completed"] == 1
-    assert summary["frameworks"]["tf"]["train_time_s"]["mean"] is None
+    assert summary["frameworks"]["tf"]["completed"] == 0
+    assert summary["frameworks"]["torch"]["completed"] == 1
+    assert summary["frameworks"]["tf"]["train_time_s"]["centre"] is None
     assert summary["ratios"]["train_time_s"]["ratio"] is None
     html = (tmp_path / "report.html").read_text()
     assert "failed" in html and "try --batch-size 256" in html
     assert "8.00 s" in html  # PyTorch's figures are still there
+    assert summary["verdict"][0] == "Nothing to compare: no seed completed in both frameworks."
+    assert "TensorFlow/Keras seed 0 failed" in summary["verdict"][-1]
 
 
 def test_html_parses_and_references_nothing_external(tmp_path):
-    write_runs(tmp_path, [fake_result("tf", 0, 10.0, 0.6), fake_result("torch", 0, 8.0, 0.58)])
+    three_seeds(tmp_path)
     report.rebuild(tmp_path, [tmp_path])
     html = (tmp_path / "report.html").read_text()
     collector = _Collector()
     collector.feed(html)
     collector.close()
     assert collector.external == []
-    assert collector.tags.count("svg") == 2  # learning curves and time breakdown, inline
-    assert not re.search(r"url\((?!#)", html)  # only in-page references such as clip-path="url(#id)"
+    assert collector.tags.count("svg") == 3  # curves, step times, time breakdown: inline
+    assert "training loss per step" in html and "6 windows" in html
+    assert not re.search(r"url\((?!#)", html)  # only in-page references: clip-path="url(#id)"
     assert "@import" not in html and "<!DOCTYPE svg" not in html
     for start, end in (("<html", "</html>"), ("<body", "</body>"), ("<table", "</table>")):
         assert html.count(start) == html.count(end)
 
 
+def test_window_step_times_are_per_step_ms_of_the_later_epochs(tmp_path):
+    write_runs(tmp_path, [fake_result("torch", 0, 8.0, 0.58)])
+    run = report.load_runs([tmp_path])[0]
+    assert report.window_step_ms(run) == pytest.approx([8.0, 8.8])  # epoch 2 only
+    smoothed = report.smooth(report.read_csv(Path(run["path"]).parent / "steps.csv")["loss"], 10)
+    assert smoothed[0] == pytest.approx(2.3) and smoothed[-1] > 2.3 / (1 + 0.1 * 19)
+
+
 def test_report_without_results_is_a_clear_error(tmp_path):
     from compare.errors import UserError
-    with pytest.raises(UserError, match="no result.json"):
+    with pytest.raises(UserError, match="no readable result"):
         report.rebuild(tmp_path, [tmp_path])
 
 
-def test_unreadable_result_shows_as_a_failed_run(tmp_path):
-    write_runs(tmp_path, [fake_result("torch", 0, 8.0, 0.58)])
-    broken = tmp_path / "runs" / "tf-seed0" / "result.json"
-    broken.parent.mkdir(parents=True)
-    broken.write_text('{"framework": "tf", "summ')
-    report.rebuild(tmp_path, [tmp_path])
+def _cli_report(*args: str):
+    from compare.cli import cli
+    return CliRunner().invoke(cli, ["report", *args])
+
+
+def test_a_torn_result_alone_is_named_and_exits_non_zero(tmp_path):
+    torn = tmp_path / "runs" / "tf-seed0" / "result.json"
+    torn.parent.mkdir(parents=True)
+    torn.write_text('{"framework": "tf", "summ')
+    outcome = _cli_report(str(tmp_path))
+    assert outcome.exit_code != 0
+    lines = outcome.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no readable result")
+    assert str(torn) in lines[0] and "not valid JSON (torn?)" in lines[0]
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_unreadable_results_are_listed_apart_in_the_report_and_on_stderr(tmp_path):
+    three_seeds(tmp_path)
+    torn = tmp_path / "runs" / "tf-seed7" / "result.json"
+    torn.parent.mkdir(parents=True)
+    torn.write_text('{"framework": "tf", "summ')
+    future = fake_result("torch", 8, 8.0, 0.58)
+    future["schema_version"] = 99
+    results.write_json_atomic(tmp_path / "runs" / "torch-seed8" / "result.json", future)
+    lacking = fake_result("torch", 9, 8.0, 0.58)
+    del lacking["summary"]["status"]
+    results.write_json_atomic(tmp_path / "runs" / "torch-seed9" / "result.json", lacking)
+    outcome = _cli_report(str(tmp_path))
+    assert outcome.exit_code == 0, outcome.output
+    assert "skipped" in outcome.stderr and str(torn) in outcome.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
-    statuses = {r["framework"]: r["status"] for r in summary["runs"]}
-    assert statuses == {"tf": "failed", "torch": "completed"}
+    reasons = {Path(s["path"]).parent.name: s["reason"] for s in summary["skipped"]}
+    assert set(reasons) == {"tf-seed7", "torch-seed8", "torch-seed9"}
+    assert "not valid JSON" in reasons["tf-seed7"] and "schema version 99" in reasons["torch-seed8"]
+    assert "summary lacks status" in reasons["torch-seed9"]
+    assert {r["seed"] for r in summary["runs"]} == {0, 1, 2}  # not counted as runs
+    assert "3 result file(s) could not be read" in summary["verdict"][-1]
+    html = (tmp_path / "report.html").read_text()
+    assert "Result files that could not be read" in html and "schema version 99" in html
+
+
+def test_two_machines_stay_apart_and_a_shipped_summary_reads_beside_runs(tmp_path):
+    h100, laptop = tmp_path / "h100", tmp_path / "laptop"
+    three_seeds(h100, tf_times=(1.0, 1.1, 1.05), torch_times=(0.5, 0.5, 0.55), environment=H100)
+    three_seeds(laptop, environment=LAPTOP_CPU)
+    report.rebuild(h100, [h100])  # the H100's own summary.json, as it would be shipped
+    shipped = tmp_path / "benchmarks" / "h100" / "summary.json"
+    shipped.parent.mkdir(parents=True)
+    shutil.copy(h100 / "summary.json", shipped)
+    shutil.rmtree(h100)
+
+    outcome = _cli_report(str(shipped), str(laptop))
+    assert outcome.exit_code == 0, outcome.output
+    combined = json.loads((laptop / report.COMBINED_NAME).read_text())  # first directory given
+    assert "groups" not in json.loads((laptop / "summary.json").read_text())  # one comparison
+    devices = [g["machine"]["device"] for g in combined["groups"]]
+    assert sorted(devices) == ["CPU", "GPU: NVIDIA H100 80GB HBM3"]
+    by_device = {g["machine"]["device"]: g for g in combined["groups"]}
+    gpu_time = by_device["GPU: NVIDIA H100 80GB HBM3"]["frameworks"]["tf"]["train_time_s"]
+    cpu_time = by_device["CPU"]["frameworks"]["tf"]["train_time_s"]
+    assert gpu_time["centre"] == pytest.approx((1.0 * 1.1 * 1.05) ** (1 / 3))  # not averaged
+    assert cpu_time["centre"] == pytest.approx((10 * 12 * 11) ** (1 / 3)) and cpu_time["n"] == 3
+    markdown = (laptop / "report.md").read_text()
+    assert "A machine is the device" in markdown
+    assert markdown.count("PyTorch trained") == 2  # a verdict per machine
+    assert "GPU: NVIDIA H100 80GB HBM3" in markdown and "glibc2.36" in markdown
+    html = (laptop / "report.html").read_text()
+    assert html.count("<svg") == 3  # plots for the machine with runs; the summary has none
+
+
+def test_runs_of_two_machines_in_one_directory_are_split_and_out_is_honoured(tmp_path):
+    three_seeds(tmp_path / "a", environment=H100)
+    three_seeds(tmp_path / "b", environment=LAPTOP_CPU)
+    built = report.build([tmp_path], tmp_path / "both")
+    assert len(built.groups) == 2 and {g.summary["frameworks"]["tf"]["completed"]
+                                       for g in built.groups} == {3}
+    assert (tmp_path / "both" / report.COMBINED_NAME).exists()
+    assert (tmp_path / "both" / "report.html").exists()
+
+
+def _chromium() -> str | None:
+    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(n)), None)
+
+
+def _browse(page_dir: Path, page: str, work: Path) -> tuple[str, list[str]]:
+    """The DOM of page_dir/page after headless Chromium rendered it, and every URL that the
+    page itself requested (the browser's net log, initiator = the page's origin).
+
+    The page is served on the loopback interface so that its requests carry an origin; the
+    browser's own background traffic (component updates, time sync) has none and is ignored.
+    """
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(page_dir))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    origin = f"http://127.0.0.1:{server.server_address[1]}"
+    net_log = work / "netlog.json"
+    try:
+        dom = subprocess.run(
+            [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             f"--user-data-dir={work / 'profile'}", f"--log-net-log={net_log}",
+             "--virtual-time-budget=3000", "--dump-dom", f"{origin}/{page}"],
+            capture_output=True, text=True, timeout=120, check=True).stdout
+    finally:
+        server.shutdown()
+        server.server_close()
+    log = json.loads(net_log.read_text())
+    start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    requested = [e["params"]["url"] for e in log["events"] if e["type"] == start_job
+                 and e.get("params", {}).get("initiator") == origin]
+    return dom, [u for u in requested if u != f"{origin}/favicon.ico"]  # favicon: the browser's
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no headless chromium installed "
+                    "(apt-get install chromium) to render report.html")
+def test_report_html_in_a_headless_browser_shows_every_plot_and_fetches_nothing(tmp_path):
+    three_seeds(tmp_path / "cmp")
+    report.rebuild(tmp_path / "cmp", [tmp_path / "cmp"])
+    dom, requested = _browse(tmp_path / "cmp", "report.html", tmp_path)
+    collector = _Collector()
+    collector.feed(dom)
+    assert collector.tags.count("svg") == 3 and collector.external == []
+    for table in ("figures-0", "runs-0", "parity-0", "fairness-0", "environment-0"):
+        assert f'id="{table}"' in dom
+    assert "PyTorch trained 1.37x faster" in dom and "training loss per step" in dom
+    assert requested == []  # nothing fetched: not the network, not even a file beside it
+    # The check itself sees a page that does fetch (an image off the network).
+    (tmp_path / "cmp" / "fetching.html").write_text(
+        '<html><body><img src="https://example.invalid/plot.png"></body></html>')
+    _, requested = _browse(tmp_path / "cmp", "fetching.html", tmp_path)
+    assert requested == ["https://example.invalid/plot.png"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from compare import data, sweep
+from compare import datasets, sweep
 from compare.cli import cli
 from compare.config import PipelineConfig, RunConfig
 from compare.errors import UserError
@@ -20,13 +20,13 @@ def test_parse_vary_and_the_cartesian_plan():
     varies = [sweep.parse_vary("precision=fp32,mixed"), sweep.parse_vary("batch_size=32, 64"),
               sweep.parse_vary("compile=off,on")]
     assert varies == [("precision", ["fp32", "mixed"]), ("batch-size", [32, 64]), ("compile", [False, True])]
-    rows = sweep.plan(RunConfig(), varies, ["tf", "torch"])
+    rows = sweep.combinations(RunConfig(), varies, ["tf", "torch"])
     assert len(rows) == 2 * 2 * 2 * 2
     assert [fw for fw, _, _ in rows[:4]] == ["tf", "torch", "torch", "tf"]  # order alternates
     fw, settings, config = rows[-1]
     assert settings == {"precision": "mixed", "batch-size": 64, "compile": True}
     assert config.precision == "mixed" and config.batch_size == 64 and config.compile and config.framework == fw
-    assert sweep.plan(RunConfig(), [sweep.parse_vary("pipeline=device")], ["tf"])[0][2].pipeline.kind == "device"
+    assert sweep.combinations(RunConfig(), [sweep.parse_vary("pipeline=device")], ["tf"])[0][2].pipeline.kind == "device"
 
 
 @pytest.mark.parametrize("text, message", [
@@ -76,15 +76,15 @@ def test_device_pipeline_batches_equal_the_loader_batches(tmp_path, tf_two_cpus)
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, device="cpu")
     resident = config.replace(pipeline=PipelineConfig.preset("device"))
-    dataset = data.config_dataset(config)
-    loader = torch_train.TorchTrainer(config, dataset, torch_train.select_device(config))
-    on_device = torch_train.TorchTrainer(resident, dataset, torch_train.select_device(resident))
+    dataset = datasets.config_dataset(config)
+    loader = torch_train.Trainer(config, dataset, torch_train.select_device(config))
+    on_device = torch_train.Trainer(resident, dataset, torch_train.select_device(resident))
     for (a, la), (b, lb) in zip(loader.batches(1), on_device.batches(1)):
         assert torch.equal(a, b) and torch.equal(la, lb)
     for devices in (1, 2):  # TF: the same losses as tf.data, one or two replicas
-        plain = tf_two_cpus.KerasTrainer(config.replace(devices=devices), dataset,
+        plain = tf_two_cpus.Trainer(config.replace(devices=devices), dataset,
                                          tf_two_cpus.select_device(config.replace(devices=devices)))
-        device = tf_two_cpus.KerasTrainer(resident.replace(devices=devices), dataset,
+        device = tf_two_cpus.Trainer(resident.replace(devices=devices), dataset,
                                           tf_two_cpus.select_device(resident.replace(devices=devices)))
         a = [float(plain.train_step(x, 0.05)) for x in plain.batches(0)]
         b = [float(device.train_step(x, 0.05)) for x in device.batches(0)]
@@ -93,6 +93,7 @@ def test_device_pipeline_batches_equal_the_loader_batches(tmp_path, tf_two_cpus)
 
 def test_time_to_target_accuracy_is_the_training_time_of_the_first_epoch_reaching_it(tmp_path):
     from compare import loop, results, specs
+    from compare import recorder as recorder_module
     from test_reliability import FakeTrainer
 
     class Improving(FakeTrainer):
@@ -101,8 +102,8 @@ def test_time_to_target_accuracy_is_the_training_time_of_the_first_epoch_reachin
 
     config = tiny_config(tmp_path, epochs=3, target_accuracy=0.35)
     trainer = Improving(99, None)
-    recorder = loop.Recorder(config, trainer, specs.lenet(), {}, {}, {})
-    assert loop.run(trainer, config, recorder) == 0
+    recorder = recorder_module.Recorder(config, trainer, specs.lenet(), {}, {}, {})
+    assert loop.train_epochs(trainer, config, recorder) == 0
     result = results.read_result(tmp_path / "run" / "result.json")
     epochs = result["epochs"]
     assert result["summary"]["epochs_to_target"] == 2

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from compare import data, results
+from compare import datasets, results
 from compare.cli import cli
 from conftest import tiny_config
 
 
 def _trainer(tf_train, config):
-    return tf_train.KerasTrainer(config, data.config_dataset(config), tf_train.select_device(config))
+    return tf_train.Trainer(config, datasets.config_dataset(config), tf_train.select_device(config))
 
 
 def test_one_step_applies_the_pytorch_form_sgd_update(tmp_path, tf_two_cpus):
@@ -57,7 +57,7 @@ def test_mixed_bfloat16_policy_runs_on_cpu(tmp_path, tf_two_cpus):
         assert trainer.numerics["policy"] == "mixed_bfloat16"
         assert trainer.model.get_layer("conv1").compute_dtype == "bfloat16"
         assert trainer.model.output.dtype == "float32"  # logits cast back for the loss
-        assert not trainer.loss_scaling  # loss scaling only for float16
+        assert not trainer.numerics["loss_scaling"]  # loss scaling only for float16
         batch = next(iter(trainer.batches(0)))
         loss = float(trainer.train_step(batch, 0.01))
         assert np.isfinite(loss) and loss == pytest.approx(2.30, abs=0.1)
@@ -71,7 +71,7 @@ def test_xla_switch_compiles_and_trains(tmp_path, tf_two_cpus):
     xla = _trainer(tf_two_cpus, tiny_config(tmp_path, device="cpu", compile=True))
     batch = next(iter(plain.batches(0)))
     assert float(xla.train_step(batch, 0.05)) == pytest.approx(float(plain.train_step(batch, 0.05)), rel=1e-4)
-    assert "XLA" in tf_two_cpus.fairness_manifest(xla.config, xla)["compile"]
+    assert "XLA" in xla.manifest()["compile"]
 
 
 def test_cli_run_tf_writes_a_valid_result(tmp_path):

@@ -9,14 +9,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from compare import data, results
+from compare import datasets, results
 from compare.cli import cli
 from conftest import tiny_config
 from torch_impl import train as torch_train
 
 
 def _trainer(config):
-    return torch_train.TorchTrainer(config, data.config_dataset(config), torch_train.select_device(config))
+    return torch_train.Trainer(config, datasets.config_dataset(config), torch_train.select_device(config))
 
 
 def test_one_step_applies_the_pytorch_form_sgd_update(tmp_path):
@@ -45,7 +45,7 @@ def test_bfloat16_autocast_runs_on_cpu(tmp_path):
     fp32 = _trainer(tiny_config(tmp_path)).gradients(batch)[1]
     loss = float(trainer.train_step(batch, 0.01))
     assert np.isfinite(loss) and loss == pytest.approx(fp32, abs=0.05)
-    assert torch_train.fairness_manifest(config, trainer)["precision_policy"] == "autocast bfloat16"
+    assert trainer.manifest()["precision_policy"] == "autocast bfloat16"
 
 
 def test_dataloader_workers_deliver_the_same_batches(tmp_path):
@@ -65,7 +65,7 @@ def test_ddp_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_p
     an epoch the weights agree, and so do the recorded global-batch losses."""
     one = tiny_config(tmp_path, out=str(tmp_path / "one"))
     two = one.replace(devices=2, out=str(tmp_path / "two"))
-    dataset = data.config_dataset(one)
+    dataset = datasets.config_dataset(one)
     assert torch_train.train(one, dataset) == 0
     assert torch_train.train(two, dataset) == 0
     a, b = _state(tmp_path / "one" / "model.pt"), _state(tmp_path / "two" / "model.pt")

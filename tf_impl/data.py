@@ -1,4 +1,4 @@
-"""The shared data plan as a tf.data pipeline: gather, crop, flip and normalise per sample."""
+"""The shared data plan as a tf.data pipeline: gather, crop, flip and normalise per batch."""
 
 from __future__ import annotations
 
@@ -7,24 +7,31 @@ import tensorflow as tf
 
 from compare import plan as data_plan
 from compare.config import RunConfig
+from compare.datasets import Dataset
+from compare.interface import DeviceChoice
 
 
 class PlanImages:
-    """Training or test images and the batched load of plan keys into a normalised batch.
+    """Images and labels, and the batched load of plan keys into a normalised batch.
 
     `load_batch` computes exactly compare.plan.augment_batch then normalise, vectorised
-    over the batch (the tf.data guide's "vectorized mapping": batch, then map). With
-    `device=True` the images live in a variable; created under strategy.scope(),
-    MirroredStrategy keeps a copy on every replica's device (the `device` pipeline).
+    over the batch (the tf.data guide's "vectorized mapping": batch, then map). `device`
+    None keeps the images in host memory; a device name (the first replica's) makes them
+    a variable which, created under strategy.scope(), MirroredStrategy copies to every
+    replica's device (the `device` pipeline). On a GPU that copy is float16, which holds
+    0..255 exactly: GatherV2 has no GPU kernel for uint8, so a uint8 gather would run on
+    the CPU every step.
     """
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray, std: np.ndarray,
-                 padding: int, augment: bool, device: bool = False):
-        if device:
-            self.images = tf.Variable(images, trainable=False, name="train_images")
+    def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray,
+                 std: np.ndarray, padding: int, augment: bool, device: str | None = None):
+        if device is not None:
+            on_gpu = "gpu" in device.lower()
+            self.images = tf.Variable(images.astype(np.float16) if on_gpu else images,
+                                      trainable=False, name="train_images")
             self.labels = tf.Variable(labels, trainable=False, name="train_labels")
         else:
-            with tf.device("/cpu:0"):  # the source stays in host memory, as the DataLoader's does
+            with tf.device("/cpu:0"):  # the source stays in host memory, as the DataLoader's
                 self.images = tf.constant(images)  # (N, H, W, C) uint8
                 self.labels = tf.constant(labels)
         mean255, std255 = data_plan.scaled_stats(mean, std)
@@ -33,23 +40,93 @@ class PlanImages:
         self.height, self.width = images.shape[1], images.shape[2]
 
     def load_batch(self, indices, dy, dx, flips):
+        """Images NHWC float32 and labels int64 of the plan keys (1-D tensors, one per image)."""
         batch = tf.gather(self.images, indices)
         if self.augment:  # without augmentation the plan's crop is the identity: skip it
             p = self.padding
             padded = tf.pad(batch, [[0, 0], [p, p], [p, p], [0, 0]])
-            rows = dy[:, None] + tf.range(self.height)[None, :]
-            cols = tf.where(flips[:, None], tf.range(self.width - 1, -1, -1)[None, :],
-                            tf.range(self.width)[None, :]) + dx[:, None]
-            batch = tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
-        images = (tf.cast(batch, tf.float32) - self.mean255) / self.std255  # NHWC float32
+            rows = dy[:, None] + tf.range(self.height, dtype=dy.dtype)[None, :]
+            ascending = tf.range(self.width, dtype=dx.dtype)[None, :]
+            cols = tf.where(flips[:, None] > 0, ascending[:, ::-1], ascending) + dx[:, None]
+            batch = tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2,
+                              batch_dims=1)
+        images = (tf.cast(batch, tf.float32) - self.mean255) / self.std255
         return images, tf.gather(self.labels, indices)
+
+
+class TrainBatches:
+    """This process's training batches, epoch by epoch, in the data plan's order."""
+
+    def __init__(self, source: PlanImages, config: RunConfig, choice: DeviceChoice,
+                 train_size: int):
+        self.source, self.config, self.choice, self.train_size = source, config, choice, train_size
+        self.steps_per_epoch = data_plan.steps_per_epoch(train_size, config.batch_size)
+        self.strategy = tf.distribute.get_strategy()  # the scope train_pipeline was called in
+
+    def epoch(self, epoch: int) -> tf.distribute.DistributedDataset:
+        """The epoch's global batches split over the replicas: images NHWC float32 and
+        labels int64, or for the `device` pipeline the plan's keys, which the replicas
+        load with source.load_batch."""
+        keys = data_plan.epoch_plan(self.train_size, self.config.batch_size, epoch,
+                                    self.config.seed, self.config.augment,
+                                    self.config.crop_padding).keys()
+        ds = tf.data.Dataset.from_tensor_slices(tuple(keys))
+        ds = ds.batch(self.config.batch_size, drop_remainder=True)
+        if self.config.pipeline.kind != "device":
+            ds = _map(ds, self.source.load_batch, self.config)
+        return self.strategy.experimental_distribute_dataset(
+            _finish(ds, self.config), _distribute_options(self.config, self.choice))
+
+
+def train_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> TrainBatches:
+    """The training batches; call under strategy.scope(): the batches are split over its
+    replicas, and a resident copy of the images is mirrored on their devices."""
+    device = choice.names[0] if config.pipeline.kind == "device" else None
+    source = PlanImages(dataset.train_x, dataset.train_y, dataset.mean, dataset.std,
+                        config.crop_padding, config.augment, device)
+    return TrainBatches(source, config, choice, len(dataset.train_y))
+
+
+def test_pipeline(dataset: Dataset, config: RunConfig,
+                  choice: DeviceChoice) -> tf.distribute.DistributedDataset:
+    """The test set in order, uncropped and unflipped, split over the replicas of the
+    strategy in scope; cached after normalisation if the pipeline says so."""
+    source = PlanImages(dataset.test_x, dataset.test_y, dataset.mean, dataset.std,
+                        config.crop_padding, augment=False)
+    keys = data_plan.test_keys(len(dataset.test_y), config.crop_padding)
+    ds = tf.data.Dataset.from_tensor_slices(tuple(keys)).batch(config.batch_size)
+    ds = _map(ds, source.load_batch, config)
+    if config.pipeline.cache:
+        ds = ds.cache()
+    return tf.distribute.get_strategy().experimental_distribute_dataset(
+        _finish(ds, config), _distribute_options(config, choice))
+
+
+def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
+    """What tf.data actually used, for the fairness manifest."""
+    p = config.pipeline
+    augmentation = ("shared plan: zero-pad crop + flip as two batched tf.gather" if config.augment
+                    else "none (the plan's crop is the identity)")
+    if p.kind == "device":
+        stored = "float16" if choice.on_gpu else "uint8"
+        return {"kind": "device", "loader": f"whole training set ({stored}) in a mirrored "
+                "variable on each replica's device; tf.data carries only the plan's keys",
+                "augmentation": augmentation + ", on the device"}
+    return {"kind": p.kind, "loader": "tf.data: plan keys, batch, then map (vectorised)",
+            "parallel_map": "AUTOTUNE" if p.parallel_map else 1,
+            "prefetch": "AUTOTUNE" if p.prefetch else None, "cache_test_set": p.cache,
+            "distribution": "strategy.experimental_distribute_dataset, batches "
+                            + ("prefetched to the device" if _fetch_to_device(config, choice)
+                               else "kept in host memory until the step"),
+            "augmentation": augmentation}
 
 
 def _map(ds: tf.data.Dataset, fn, config: RunConfig) -> tf.data.Dataset:
     """map, in parallel (AUTOTUNE, order kept) when the pipeline says so."""
     if config.pipeline.parallel_map:
-        return ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.map(fn)
+        return ds.map(lambda *keys: fn(*keys), num_parallel_calls=tf.data.AUTOTUNE,
+                      deterministic=True)
+    return ds.map(lambda *keys: fn(*keys))
 
 
 def _finish(ds: tf.data.Dataset, config: RunConfig) -> tf.data.Dataset:
@@ -57,42 +134,16 @@ def _finish(ds: tf.data.Dataset, config: RunConfig) -> tf.data.Dataset:
         ds = ds.prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.deterministic = True  # keep the plan's order under parallel map
-    # Each replica gets its slice of the global batch (no per-file sharding of an in-memory source).
+    # Each replica gets its slice of the global batch (no per-file sharding in memory).
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return ds.with_options(options)
 
 
-def train_pipeline(source: PlanImages, train_size: int, config: RunConfig, epoch: int) -> tf.data.Dataset:
-    """The epoch's plan as global batches (images NHWC float32, labels int64); for the
-    `device` pipeline only the plan's keys, loaded on the replicas by source.load_batch."""
-    indices, dy, dx, flips = data_plan.epoch_plan(train_size, config.batch_size, epoch, config.seed,
-                                                  config.augment, config.crop_padding).flat()
-    ds = tf.data.Dataset.from_tensor_slices((indices, dy, dx, flips)).batch(config.batch_size, drop_remainder=True)
-    if config.pipeline.kind != "device":
-        ds = _map(ds, source.load_batch, config)
-    return _finish(ds, config)
+def _fetch_to_device(config: RunConfig, choice: DeviceChoice) -> bool:
+    """`naive` keeps batches in host memory until the step (as PyTorch's naive loader does);
+    the others let the distributed iterator prefetch each replica's slice to its GPU."""
+    return choice.on_gpu and config.pipeline.kind != "naive"
 
 
-def test_pipeline(source: PlanImages, test_size: int, config: RunConfig) -> tf.data.Dataset:
-    """The test set in order, uncropped and unflipped; cached after normalisation if enabled."""
-    p = config.crop_padding
-    keys = (np.arange(test_size), np.full(test_size, p, np.int32), np.full(test_size, p, np.int32),
-            np.zeros(test_size, bool))
-    ds = _map(tf.data.Dataset.from_tensor_slices(keys).batch(config.batch_size), source.load_batch, config)
-    if config.pipeline.cache:
-        ds = ds.cache()
-    return _finish(ds, config)
-
-
-def pipeline_settings(config: RunConfig, on_gpu: bool) -> dict:
-    """What tf.data actually used, for the fairness manifest."""
-    p = config.pipeline
-    augmentation = ("shared plan: zero-pad crop + flip as two batched tf.gather" if config.augment
-                    else "none (the plan's crop is the identity)")
-    if p.kind == "device":
-        return {"kind": "device", "loader": "whole training set in a mirrored variable on each replica's "
-                "device; tf.data carries only the plan's keys", "augmentation": augmentation + ", on the device"}
-    return {"kind": p.kind, "loader": "tf.data: plan keys, batch, then map (vectorised)",
-            "parallel_map": "AUTOTUNE" if p.parallel_map else 1,
-            "prefetch": "AUTOTUNE" if p.prefetch else None, "cache_test_set": p.cache,
-            "distribution": "strategy.experimental_distribute_dataset", "augmentation": augmentation}
+def _distribute_options(config: RunConfig, choice: DeviceChoice) -> tf.distribute.InputOptions:
+    return tf.distribute.InputOptions(experimental_fetch_to_device=_fetch_to_device(config, choice))

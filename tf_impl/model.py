@@ -11,9 +11,13 @@ from compare import init, specs
 def _build(layers, x, bn_momentum: float, bn_epsilon: float):
     for layer in layers:
         if isinstance(layer, specs.Conv):
-            if layer.padding:
+            # Stride 1 with an odd kernel: "same" pads (kernel - 1) / 2 each side, inside
+            # the cuDNN call; a separate ZeroPadding2D would add a kernel and a copy.
+            same = layer.kernel % 2 == 1 and layer.padding == (layer.kernel - 1) // 2
+            if layer.padding and not same:
                 x = keras.layers.ZeroPadding2D(layer.padding, name=f"{layer.name}_pad")(x)
-            x = keras.layers.Conv2D(layer.out_channels, layer.kernel, padding="valid",
+            x = keras.layers.Conv2D(layer.out_channels, layer.kernel,
+                                    padding="same" if same and layer.padding else "valid",
                                     use_bias=layer.bias, name=layer.name)(x)
         elif isinstance(layer, specs.BatchNorm):
             # Keras' momentum is the share kept from the old statistic: 1 - torch's.
@@ -39,7 +43,8 @@ def _build(layers, x, bn_momentum: float, bn_epsilon: float):
     return x
 
 
-def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1, bn_epsilon: float = 1e-5) -> keras.Model:
+def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1,
+                bn_epsilon: float = 1e-5) -> keras.Model:
     """The spec as a Keras functional model (NHWC input) under the global dtype policy.
 
     Under a mixed policy the logits are cast to float32 by a final linear activation,
@@ -86,7 +91,8 @@ def _same(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def load_weights(model: keras.Model, weights: dict[str, np.ndarray], spec: specs.ModelSpec) -> None:
+def load_weights(model: keras.Model, weights: dict[str, np.ndarray],
+                 spec: specs.ModelSpec) -> None:
     """Copy canonical-layout weights (compare.init) into the Keras model."""
     for name, (variable, to_keras, _) in _variables(model, spec).items():
         value = to_keras(weights[name])
@@ -101,8 +107,9 @@ def export_weights(model: keras.Model, spec: specs.ModelSpec) -> dict[str, np.nd
             for name, (variable, _, from_keras) in _variables(model, spec).items()}
 
 
-def export_gradients(gradients: dict, model: keras.Model, spec: specs.ModelSpec) -> dict[str, np.ndarray]:
-    """Gradients keyed by variable path, converted to the canonical layout."""
+def export_gradients(model: keras.Model, gradients: dict,
+                     spec: specs.ModelSpec) -> dict[str, np.ndarray]:
+    """Gradients keyed by the model's variable paths, converted to the canonical layout."""
     out = {}
     for name, (variable, _, from_keras) in _variables(model, spec).items():
         if specs.trainable(name):

@@ -1,149 +1,173 @@
-"""The shared data plan as a torch DataLoader: gather, crop, flip and normalise per sample."""
+"""The shared data plan as a torch DataLoader: gather, crop, flip and normalise per batch."""
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Sampler
 
 from compare import plan as data_plan
 from compare.config import RunConfig
+from compare.datasets import Dataset
+from compare.interface import DeviceChoice
 
 
-class PlanDataset(Dataset):
-    """Training or test images; a key is (index, dy, dx, flip) from the data plan.
+class PlanImages(torch.utils.data.Dataset):
+    """Images and labels, and the batched load of plan keys into a normalised batch.
 
-    `__getitems__` does a whole batch with tensor ops (one gather for crop and flip),
-    exactly the computation of compare.plan.augment_batch and normalise.
+    `load_batch` computes exactly compare.plan.augment_batch then normalise, with tensor
+    ops over the whole batch (one gather for crop and flip). `device` None keeps the images
+    in host memory (DataLoader workers read them); a device (the `device` pipeline) holds
+    them there, and batches are gathered and augmented on it.
     """
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray, std: np.ndarray,
-                 padding: int, augment: bool, device: torch.device | str = "cpu"):
-        self.device = torch.device(device)  # "cpu" for loader workers; the GPU when device-resident
-        self.images = torch.from_numpy(np.ascontiguousarray(images)).to(self.device)  # (N, H, W, C) uint8
+    def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray,
+                 std: np.ndarray, padding: int, augment: bool,
+                 device: torch.device | None = None):
+        self.device = torch.device(device or "cpu")
+        self.images = torch.from_numpy(np.ascontiguousarray(images)).to(self.device)  # NHWC uint8
         self.labels = torch.from_numpy(labels).to(self.device)
         mean255, std255 = data_plan.scaled_stats(mean, std)
         self.mean255 = torch.from_numpy(mean255).to(self.device)
         self.std255 = torch.from_numpy(std255).to(self.device)
         self.padding, self.augment = padding, augment
+        self.height, self.width = images.shape[1], images.shape[2]
+
+    def load_batch(self, indices, dy, dx, flips):
+        """Images NCHW float32 and labels int64 of the plan keys (1-D tensors, one per image)."""
+        batch = self.images[indices]
+        if self.augment:  # without augmentation the plan's crop is the identity: skip it
+            p = self.padding
+            padded = torch.nn.functional.pad(batch, (0, 0, p, p, p, p))  # pad W and H, not C
+            rows = dy[:, None] + torch.arange(self.height, device=self.device)[None, :]
+            ascending = torch.arange(self.width, device=self.device)[None, :]
+            cols = torch.where(flips[:, None] > 0, ascending.flip(1), ascending) + dx[:, None]
+            first = torch.arange(len(indices), device=self.device)[:, None, None]
+            batch = padded[first, rows[:, :, None], cols[:, None, :]]
+        images = (batch.float() - self.mean255) / self.std255  # NHWC float32
+        return images.permute(0, 3, 1, 2), self.labels[indices]  # an NCHW view for the model
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitems__(self, keys: list[tuple[int, int, int, bool]]) -> tuple[torch.Tensor, torch.Tensor]:
-        key = torch.as_tensor(keys, dtype=torch.int64).to(self.device)
-        indices, dy, dx, flips = key.unbind(1)
-        batch = self.images[indices]
-        if self.augment:  # without augmentation the plan's crop is the identity: skip it
-            n, h, w, _ = batch.shape
-            p = self.padding
-            padded = torch.nn.functional.pad(batch, (0, 0, p, p, p, p))  # pad W and H, not C
-            arange_h, arange_w = (torch.arange(k, device=self.device) for k in (h, w))
-            rows = dy[:, None] + arange_h[None, :]
-            cols = torch.where(flips[:, None].bool(), arange_w.flip(0)[None, :], arange_w[None, :]) + dx[:, None]
-            batch = padded[torch.arange(n, device=self.device)[:, None, None], rows[:, :, None], cols[:, None, :]]
-        images = (batch.float() - self.mean255) / self.std255  # NHWC float32
-        return images.permute(0, 3, 1, 2), self.labels[indices]  # NCHW view for the model
+    def __getitems__(self, keys: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """A whole batch from the sampler's (4, n) keys (the DataLoader's batched fetch)."""
+        return self.load_batch(*torch.from_numpy(keys).to(self.device).unbind(0))
 
-    def __getitem__(self, key):
-        images, labels = self.__getitems__([key])
+    def __getitem__(self, index: int):
+        images, labels = self.__getitems__(np.array([[index], [self.padding], [self.padding],
+                                                     [0]], np.int64))
         return images[0], labels[0]
 
 
-def _whole_batch(batch):
-    """The dataset already returns a collated batch."""
-    return batch
+class TrainBatches:
+    """This process's share of each global batch, epoch by epoch, in the data plan's order."""
+
+    def __init__(self, source: PlanImages, config: RunConfig, choice: DeviceChoice,
+                 train_size: int):
+        self.source, self.config, self.choice, self.train_size = source, config, choice, train_size
+        self.steps_per_epoch = data_plan.steps_per_epoch(train_size, config.batch_size)
+        self.sampler = _PlanKeys(self)
+        self.loader = (None if config.pipeline.kind == "device"
+                       else _loader(source, self.sampler, config, choice))
+
+    def _keys(self, epoch: int) -> np.ndarray:
+        """(4, steps, share) int64: this process's slice of every step's plan keys."""
+        keys = data_plan.epoch_plan(self.train_size, self.config.batch_size, epoch,
+                                    self.config.seed, self.config.augment,
+                                    self.config.crop_padding).keys()
+        share = self.config.batch_size // self.choice.processes
+        first = self.choice.rank * share
+        steps = keys.reshape(4, self.steps_per_epoch, self.config.batch_size)
+        return steps[:, :, first:first + share]
+
+    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.sampler.epoch = epoch
+        if self.loader is not None:
+            return iter(self.loader)
+        return self._resident(epoch)
+
+    def _resident(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The `device` pipeline: the epoch's keys go to the device in one copy; each step
+        slices them there, so no step waits on a host-to-device copy or a sync."""
+        keys = torch.from_numpy(np.ascontiguousarray(self._keys(epoch))).to(self.source.device)
+        for step in range(self.steps_per_epoch):
+            yield self.source.load_batch(*keys[:, step].unbind(0))
 
 
-class PlanBatchSampler(Sampler):
-    """Yields this rank's share of each global batch of the epoch's plan, as dataset keys."""
+class _PlanKeys(Sampler):
+    """The DataLoader's batch sampler: one (4, share) key array per step of the epoch."""
 
-    def __init__(self, train_size: int, config: RunConfig, rank: int = 0, world_size: int = 1):
-        self.train_size, self.config = train_size, config
-        self.rank, self.world_size = rank, world_size
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def __init__(self, batches: TrainBatches):
+        self.batches, self.epoch = batches, 0
 
     def __len__(self) -> int:
-        return self.train_size // self.config.batch_size
+        return self.batches.steps_per_epoch
 
     def __iter__(self):
-        plan = data_plan.epoch_plan(self.train_size, self.config.batch_size, self.epoch,
-                                    self.config.seed, self.config.augment, self.config.crop_padding)
-        share = self.config.batch_size // self.world_size
-        lo, hi = self.rank * share, (self.rank + 1) * share
-        for s in range(plan.steps):
-            yield list(zip(plan.indices[s, lo:hi].tolist(), plan.offsets[s, lo:hi, 0].tolist(),
-                           plan.offsets[s, lo:hi, 1].tolist(), plan.flips[s, lo:hi].tolist()))
+        keys = self.batches._keys(self.epoch)
+        return (np.ascontiguousarray(keys[:, step]) for step in range(len(self)))
 
 
-class SequentialKeys(Sampler):
-    """The test set in order, uncropped and unflipped, in batches of `batch_size`."""
+class _TestKeys(Sampler):
+    """The test set's keys in order, in batches of `batch_size`."""
 
-    def __init__(self, size: int, batch_size: int, padding: int):
-        self.size, self.batch_size, self.padding = size, batch_size, padding
+    def __init__(self, keys: np.ndarray, batch_size: int):
+        self.keys, self.batch_size = keys, batch_size
 
     def __len__(self) -> int:
-        return -(-self.size // self.batch_size)
+        return -(-self.keys.shape[1] // self.batch_size)
 
     def __iter__(self):
-        for start in range(0, self.size, self.batch_size):
-            yield [(i, self.padding, self.padding, False)
-                   for i in range(start, min(start + self.batch_size, self.size))]
+        return (self.keys[:, start:start + self.batch_size]
+                for start in range(0, self.keys.shape[1], self.batch_size))
 
 
-class DeviceResident:
-    """The `device` pipeline: no loader; each batch is gathered and augmented where the
-    data lives (the GPU), on the training loop's own thread, from the same plan."""
-
-    def __init__(self, dataset: PlanDataset, sampler: Sampler):
-        self.dataset, self.batch_sampler = dataset, sampler
-
-    def __iter__(self):
-        return (self.dataset.__getitems__(keys) for keys in self.batch_sampler)
+def train_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> TrainBatches:
+    """This process's training batches: a DataLoader over the plan, or for the `device`
+    pipeline the images resident on this process's device."""
+    device = torch.device(choice.names[choice.rank]) if config.pipeline.kind == "device" else None
+    source = PlanImages(dataset.train_x, dataset.train_y, dataset.mean, dataset.std,
+                        config.crop_padding, config.augment, device)
+    return TrainBatches(source, config, choice, len(dataset.train_y))
 
 
-def _loader(dataset: PlanDataset, sampler: Sampler, config: RunConfig, on_gpu: bool) -> DataLoader:
-    p = config.pipeline
-    workers = p.workers
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=_whole_batch, num_workers=workers,
-                      pin_memory=p.pin_memory and on_gpu,
-                      persistent_workers=p.persistent_workers and workers > 0,
-                      prefetch_factor=(p.prefetch_factor if p.prefetch and workers > 0 else None))
+def test_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> DataLoader:
+    """The test set in order, uncropped and unflipped."""
+    source = PlanImages(dataset.test_x, dataset.test_y, dataset.mean, dataset.std,
+                        config.crop_padding, augment=False)
+    keys = data_plan.test_keys(len(dataset.test_y), config.crop_padding)
+    return _loader(source, _TestKeys(keys, config.batch_size), config, choice)
 
 
-def train_pipeline(train_x: np.ndarray, train_y: np.ndarray, mean: np.ndarray, std: np.ndarray,
-                 config: RunConfig, on_gpu: bool, rank: int = 0, world_size: int = 1,
-                 device: torch.device | str = "cpu"):
-    """A DataLoader over the data plan (or, for the `device` pipeline, batches built on
-    `device`); call `loader.batch_sampler.set_epoch(e)` per epoch."""
-    sampler = PlanBatchSampler(len(train_y), config, rank, world_size)
-    if config.pipeline.kind == "device":
-        return DeviceResident(PlanDataset(train_x, train_y, mean, std, config.crop_padding, config.augment,
-                                          device), sampler)
-    dataset = PlanDataset(train_x, train_y, mean, std, config.crop_padding, config.augment)
-    return _loader(dataset, sampler, config, on_gpu)
-
-
-def test_pipeline(test_x: np.ndarray, test_y: np.ndarray, mean: np.ndarray, std: np.ndarray,
-                config: RunConfig, on_gpu: bool):
-    dataset = PlanDataset(test_x, test_y, mean, std, config.crop_padding, augment=False)
-    return _loader(dataset, SequentialKeys(len(test_y), config.batch_size, config.crop_padding),
-                   config, on_gpu)
-
-
-def pipeline_settings(config: RunConfig, on_gpu: bool) -> dict:
+def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
     """What the DataLoader actually used, for the fairness manifest."""
     p = config.pipeline
     augmentation = ("shared plan: zero-pad crop + flip as one tensor gather" if config.augment
                     else "none (the plan's crop is the identity)")
     if p.kind == "device":
-        return {"kind": "device", "loader": "whole training set resident on the device; batches "
-                "gathered there on the loop's thread", "workers": 0, "augmentation": augmentation + ", on the device"}
+        return {"kind": "device", "loader": "whole training set (uint8) resident on the device; "
+                "each epoch's plan keys copied there once, batches gathered on the loop's thread",
+                "workers": 0, "augmentation": augmentation + ", on the device"}
     return {"kind": p.kind, "loader": "torch.utils.data.DataLoader", "workers": p.workers,
-            "pin_memory": p.pin_memory and on_gpu, "persistent_workers": p.persistent_workers and p.workers > 0,
+            "pin_memory": p.pin_memory and choice.on_gpu,
+            "persistent_workers": p.persistent_workers and p.workers > 0,
             "prefetch_factor": p.prefetch_factor if p.prefetch and p.workers > 0 else None,
-            "non_blocking_copies": p.non_blocking and on_gpu,
+            "non_blocking_copies": p.non_blocking and choice.on_gpu,
             "augmentation": augmentation}
+
+
+def _whole_batch(batch):
+    """PlanImages.__getitems__ already returns a collated batch."""
+    return batch
+
+
+def _loader(source: PlanImages, sampler: Sampler, config: RunConfig,
+            choice: DeviceChoice) -> DataLoader:
+    p = config.pipeline
+    return DataLoader(source, batch_sampler=sampler, collate_fn=_whole_batch,
+                      num_workers=p.workers, pin_memory=p.pin_memory and choice.on_gpu,
+                      persistent_workers=p.persistent_workers and p.workers > 0,
+                      prefetch_factor=p.prefetch_factor if p.prefetch and p.workers > 0 else None)

@@ -75,7 +75,8 @@ class SpecNet(nn.Module):
         return self.body(x)
 
 
-def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1, bn_epsilon: float = 1e-5) -> SpecNet:
+def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1,
+                bn_epsilon: float = 1e-5) -> SpecNet:
     """The spec as an nn.Module (NCHW input), PyTorch's own initialisation."""
     return SpecNet(spec, bn_momentum, bn_epsilon)
 
@@ -85,26 +86,30 @@ def _tensor(model: SpecNet, name: str) -> torch.Tensor:
     return getattr(model.named_layers[layer_name], part)
 
 
-def load_weights(model: SpecNet, weights: dict[str, np.ndarray]) -> None:
+def load_weights(model: SpecNet, weights: dict[str, np.ndarray],
+                 spec: specs.ModelSpec) -> None:
     """Copy canonical-layout weights (compare.init) into the model: torch's layout is canonical."""
     with torch.no_grad():
-        for name, value in weights.items():
-            target = _tensor(model, name)
+        for name in specs.parameter_shapes(spec):
+            target, value = _tensor(model, name), weights[name]
             if tuple(target.shape) != value.shape:
                 raise ValueError(f"{name}: model has {tuple(target.shape)}, weights {value.shape}")
             target.copy_(torch.from_numpy(value))
 
 
-def export_weights(model: SpecNet) -> dict[str, np.ndarray]:
+def export_weights(model: SpecNet, spec: specs.ModelSpec) -> dict[str, np.ndarray]:
     """The model's weights in the canonical layout, float32 numpy."""
     return {name: _tensor(model, name).detach().float().cpu().numpy().copy()  # not a live view
-            for name in specs.parameter_shapes(model.spec)}
+            for name in specs.parameter_shapes(spec)}
 
 
-def export_gradients(model: SpecNet) -> dict[str, np.ndarray]:
-    """Gradients of the trainable weights in the canonical layout."""
-    return {name: _tensor(model, name).grad.detach().float().cpu().numpy().copy()
-            for name in specs.parameter_shapes(model.spec) if specs.trainable(name)}
+def export_gradients(model: SpecNet, gradients: dict[str, torch.Tensor],
+                     spec: specs.ModelSpec) -> dict[str, np.ndarray]:
+    """Gradients keyed by the model's parameter names (named_parameters), in the canonical
+    layout."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {name: gradients[names[id(_tensor(model, name))]].detach().float().cpu().numpy().copy()
+            for name in specs.parameter_shapes(spec) if specs.trainable(name)}
 
 
 def count_parameters(model: nn.Module) -> int:

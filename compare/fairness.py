@@ -1,0 +1,61 @@
+"""The fairness manifest of a run: every setting DESIGN.md lists, as the run used it.
+
+The half that follows from the RunConfig alone is built here, once, for both frameworks;
+each framework's Trainer.manifest() adds only what it decides itself (its precision
+policy, TF32 and autotuning flags, loss scaling, BatchNorm conventions, optimizer and
+distribution machinery, compiler, memory layout, input pipeline, default initialisers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compare.config import RunConfig, update_rule
+from compare.interface import DeviceChoice
+
+# Keys the framework half must provide (tests check both trainers against this list).
+FRAMEWORK_KEYS = ("precision_policy", "tf32", "cudnn_autotune", "loss_scaling",
+                  "bn_momentum_as_set", "bn_running_variance", "optimizer_implementation",
+                  "distribution", "compile", "channels_last", "pipeline", "default_init")
+
+
+def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
+             framework_half: dict[str, Any]) -> dict[str, Any]:
+    """The whole manifest: the config's shared half merged with the framework's own."""
+    missing = [k for k in FRAMEWORK_KEYS if k not in framework_half]
+    if missing:
+        raise ValueError(f"the framework's manifest lacks {', '.join(missing)}")
+    own = dict(framework_half)
+    default_init = own.pop("default_init")
+    return {
+        "precision_policy": own.pop("precision_policy"),
+        "tf32": own.pop("tf32"),
+        "cudnn_autotune": own.pop("cudnn_autotune"),
+        "deterministic": config.deterministic,
+        "loss_scaling": own.pop("loss_scaling"),
+        # Compared in PyTorch's convention (new = (1 - m) * old + m * batch); `as_set` is
+        # the number the framework was given in its own convention.
+        "bn_momentum": {"torch_convention": config.bn_momentum,
+                        "as_set": own.pop("bn_momentum_as_set")},
+        "bn_epsilon": config.bn_epsilon,
+        "bn_running_variance": own.pop("bn_running_variance"),
+        "bn_statistics": "per replica" if replicas > 1 else "single replica",
+        "update_rule": update_rule(config),
+        "optimizer_implementation": own.pop("optimizer_implementation"),
+        "weight_decay_form": f"L2 {config.weight_decay} added to the gradient before momentum",
+        "loss": f"mean cross-entropy, label smoothing {config.label_smoothing}",
+        "lr_schedule": f"{config.schedule}, peak {config.lr}, set every step",
+        "global_batch": config.batch_size,
+        "per_replica_batch": config.per_replica_batch,
+        "replicas": replicas,
+        "distribution": own.pop("distribution"),
+        "compile": own.pop("compile"),
+        "channels_last": own.pop("channels_last"),
+        "pipeline": own.pop("pipeline"),
+        "init_source": (f"compare.init numpy weights, seed {config.seed}" if config.shared_init
+                        else default_init),
+        "data_plan_seed": config.seed,
+        "device_kind": choice.kind,
+        "device": choice.description,
+        **own,  # anything else the framework records
+    }

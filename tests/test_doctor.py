@@ -1,0 +1,135 @@
+"""The same-device guard and `cnncompare doctor`: what each framework can train on, and
+whether the two may be compared."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from compare import devices, doctor, runner
+from compare.cli import cli
+from compare.config import RunConfig
+from compare.errors import UserError
+
+H100 = {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cuda": "13.0"}
+NO_GPU = {"gpus": [], "cuda": "12.5.1"}
+
+
+def _sees(monkeypatch, tf_env: dict, torch_env: dict) -> list[str]:
+    asked = []
+
+    def environment(framework: str) -> dict:
+        asked.append(framework)
+        return {"framework": framework, **(tf_env if framework == "tf" else torch_env)}
+
+    monkeypatch.setattr(runner, "framework_environment", environment)
+    return asked
+
+
+def test_tf_on_cpu_beside_torch_on_gpu_is_refused_with_the_fix(monkeypatch):
+    _sees(monkeypatch, NO_GPU, H100)
+    configs = [RunConfig(framework=fw) for fw in ("tf", "torch")]
+    with pytest.raises(UserError) as info:
+        devices.check_same_device(configs)
+    message = str(info.value)
+    assert "TensorFlow/Keras would train on CPU (sees no GPU)" in message
+    assert "PyTorch would train on GPU (sees NVIDIA H100 80GB HBM3)" in message
+    assert "pip install -e '.[gpu]'" in message and "--device cpu" in message
+    assert "--allow-mixed-devices" in message
+
+
+def test_the_guard_passes_same_kinds_and_explicit_requests_without_asking(monkeypatch):
+    asked = _sees(monkeypatch, H100, H100)
+    both = [RunConfig(framework=fw) for fw in ("tf", "torch")]
+    assert devices.check_same_device(both) == {"tf": "gpu", "torch": "gpu"}
+    asked.clear()
+    assert devices.check_same_device([c.replace(device="cpu") for c in both]) == {}
+    allowed = [c.replace(allow_mixed_devices=True) for c in both]
+    assert devices.check_same_device(allowed) == {} and asked == []
+
+
+def test_compare_refuses_mixed_devices_in_one_line_before_any_work(monkeypatch, tmp_path):
+    _sees(monkeypatch, NO_GPU, H100)
+    out = tmp_path / "cmp"
+    outcome = CliRunner().invoke(cli, ["compare", "--dataset", "synthetic", "--synthetic-size",
+                                       "64", "--quiet", "--out", str(out)])
+    assert outcome.exit_code == 2, outcome.output
+    assert "would train on different devices" in outcome.output
+    assert "Traceback" not in outcome.output and not (out / "parity").exists()
+
+
+def test_sweep_refuses_mixed_devices_too(monkeypatch, tmp_path):
+    _sees(monkeypatch, NO_GPU, H100)
+    outcome = CliRunner().invoke(cli, ["sweep", "--dataset", "synthetic", "--synthetic-size",
+                                       "64", "--vary", "precision=fp32,mixed", "--quiet",
+                                       "--out", str(tmp_path / "sweep")])
+    assert outcome.exit_code == 2 and "different devices" in outcome.output
+
+
+def test_gpu_diagnosis_names_the_missing_library_and_the_old_driver():
+    machine = {"nvml": {"available": True, "cuda_driver_version": "11.8"}}
+    missing = {"framework": "tf", "gpus": [], "cuda": "12.5.1",
+               "gpu_libraries": {"libcudart.so.12": "/x/libcudart.so.12", "libcudnn.so.9": None}}
+    assert doctor.gpu_diagnosis(missing, machine).startswith(
+        "CUDA libraries not installed: libcudnn.so.9 not found")
+    old = {**missing, "gpu_libraries": {"libcudnn.so.9": "/x/libcudnn.so.9"}}
+    assert "driver is too old: it supports CUDA 11.8, this build needs CUDA 12.5.1" in \
+        doctor.gpu_diagnosis(old, machine)
+    assert doctor.gpu_diagnosis({**missing, "cuda": None}, machine).endswith("CPU-only build)")
+    assert doctor.gpu_diagnosis(missing, {"nvml": {"available": False}}) is None  # no GPU here
+    assert doctor.gpu_diagnosis({**missing, "gpus": [{"name": "x"}]}, machine) is None
+
+
+def _entry(*kinds, name="NVIDIA H100 80GB HBM3"):
+    return {"kinds": list(kinds), "runs": {k: {"device_name": name} for k in kinds}}
+
+
+def test_the_pair_verdict_needs_a_common_device_kind():
+    ready = doctor._pair_verdict({"tf": _entry("gpu", "cpu"), "torch": _entry("gpu", "cpu")})
+    assert ready == ("ready to compare on GPU: NVIDIA H100 80GB HBM3", True)
+    cpu, ok = doctor._pair_verdict({"tf": _entry("cpu"), "torch": _entry("gpu", "cpu")})
+    assert ok and cpu.startswith("ready to compare on CPU (PyTorch could use the GPU")
+    assert doctor._pair_verdict({"tf": _entry(), "torch": _entry("cpu")}) == (
+        "not ready: TensorFlow/Keras cannot train here", False)
+
+
+def test_loaded_libraries_are_read_from_the_process_maps():
+    import torch  # noqa: F401 - a CUDA build of torch loads its CUDA libraries on import
+    found = doctor.loaded_cuda_libraries()
+    assert all(name.startswith("lib") and ".so" in name for name in found)
+    assert all(path.endswith(name) for name, path in found.items())
+
+
+@pytest.mark.slow
+def test_doctor_trains_real_steps_in_both_frameworks_and_says_ready():
+    outcome = CliRunner().invoke(cli, ["doctor", "--json"])
+    assert outcome.exit_code == 0, outcome.output
+    report = json.loads(outcome.output)
+    assert report["ready"] and report["verdict"].startswith("ready to compare on")
+    for framework in ("tf", "torch"):
+        entry = report["frameworks"][framework]
+        assert "cpu" in entry["kinds"]
+        for precision in ("fp32", "mixed"):
+            result = entry["runs"]["cpu"]["precisions"][precision]
+            assert result["ok"] and result["step_ms"] > 0 and len(result["losses"]) == 3
+            assert all(1.0 < loss < 4.0 for loss in result["losses"])  # ~ln(10) at the start
+
+
+def test_a_framework_can_run_in_its_own_environment(monkeypatch, tmp_path):
+    """CNNCOMPARE_TF_PYTHON names TensorFlow's interpreter (TF's CUDA 12 wheels apart from
+    PyTorch's CUDA 13 ones); an interpreter without TensorFlow is named with the fix."""
+    import subprocess
+    import sys
+    from compare.errors import FrameworkMissing
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    monkeypatch.setenv("CNNCOMPARE_TF_PYTHON", str(bare / "bin" / "python"))
+    assert runner.command(tmp_path / "c.json", "tf")[0] == str(bare / "bin" / "python")
+    assert runner.command(tmp_path / "c.json", "torch")[0] == sys.executable
+    with pytest.raises(FrameworkMissing, match="missing tensorflow, keras"):
+        runner.check_installed("tf")
+    monkeypatch.setenv("CNNCOMPARE_TF_PYTHON", str(tmp_path / "no-such-python"))
+    with pytest.raises(FrameworkMissing, match="cannot start"):
+        runner.check_installed("tf")

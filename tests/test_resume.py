@@ -1,0 +1,180 @@
+"""Resume: a run stopped in its second epoch and resumed computes, bit for bit on CPU, what
+an uninterrupted run computes (every step's loss, the final weights), in both frameworks;
+`run --resume` and `compare --resume` continue what did not complete."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from compare import checkpoint, datasets, results
+from compare.cli import cli
+from compare.config import PipelineConfig
+from compare.errors import EXIT_INTERRUPTED
+from conftest import tiny_config
+
+REPO = Path(__file__).resolve().parent.parent
+STOP_AT_STEP = 11  # 1-based call of train_step: the third step of the second epoch (8 a epoch)
+
+
+def _config(tmp_path: Path, framework: str, name: str):
+    """3 epochs of 8 steps; a one-cycle schedule, momentum and weight decay, so a resumed run
+    must restore the step count, the momentum buffers and the weights to match."""
+    return tiny_config(tmp_path, framework=framework, epochs=3, schedule="onecycle", lr=0.05,
+                       weight_decay=5e-4, out=str(tmp_path / name),
+                       pipeline=PipelineConfig.preset("naive"))
+
+
+def _stop_at(monkeypatch, trainer_class, call: int) -> None:
+    """Ctrl-C at the `call`-th training step, as the loop sees a stop signal."""
+    original = trainer_class.train_step
+    calls = [0]
+
+    def train_step(self, batch, lr):
+        calls[0] += 1
+        if calls[0] == call:
+            raise KeyboardInterrupt
+        return original(self, batch, lr)
+
+    monkeypatch.setattr(trainer_class, "train_step", train_step)
+
+
+def _straight_and_resumed(tmp_path, monkeypatch, module, framework: str) -> tuple[Path, Path]:
+    straight = _config(tmp_path, framework, "straight")
+    dataset = datasets.config_dataset(straight)
+    assert module.train(straight, dataset) == 0
+    resumed = _config(tmp_path, framework, "resumed")
+    with monkeypatch.context() as patch:
+        _stop_at(patch, module.Trainer, STOP_AT_STEP)
+        assert module.train(resumed, dataset) == EXIT_INTERRUPTED
+    out = Path(resumed.out)
+    stopped = results.read_result(out / "result.json")
+    assert stopped["summary"]["status"] == "interrupted" and len(stopped["epochs"]) == 1
+    assert len((out / "steps.csv").read_text().splitlines()) == 1 + 8  # epoch 1's steps only
+    assert json.loads((out / checkpoint.CHECKPOINT_FILE).read_text())["next_epoch"] == 1
+    assert module.train(resumed, dataset, resume=True) == 0
+    return Path(straight.out), out
+
+
+def _check_resumed_result(straight: Path, resumed: Path) -> None:
+    assert (resumed / "steps.csv").read_text() == (straight / "steps.csv").read_text()
+    result = results.read_result(resumed / "result.json")
+    assert result["summary"]["status"] == "completed"
+    assert [e["session"] for e in result["epochs"]] == [0, 1, 1]
+    assert [s["first_epoch"] for s in result["sessions"]] == [1, 2]
+    assert result["epochs"][2]["test_loss"] == results.read_result(
+        straight / "result.json")["epochs"][2]["test_loss"]
+    assert not (resumed / checkpoint.CHECKPOINT_FILE).exists()  # a completed run keeps none
+    assert not (resumed / checkpoint.CHECKPOINT_DIR).exists()
+
+
+def test_torch_resumed_run_matches_an_uninterrupted_one_bit_for_bit(tmp_path, monkeypatch):
+    import torch
+    from torch_impl import train as torch_train
+    straight, resumed = _straight_and_resumed(tmp_path, monkeypatch, torch_train, "torch")
+    _check_resumed_result(straight, resumed)
+    a = torch.load(straight / "model.pt", weights_only=True)["state_dict"]
+    b = torch.load(resumed / "model.pt", weights_only=True)["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _keras_weights(path: Path) -> dict[str, np.ndarray]:
+    """Every array in a .keras file's weights, by its path in the HDF5 file."""
+    import h5py
+    with zipfile.ZipFile(path) as archive:
+        data = archive.read("model.weights.h5")
+    found = {}
+    with h5py.File(io.BytesIO(data), "r") as f:
+        f.visititems(lambda name, item: found.__setitem__(name, item[()])
+                     if isinstance(item, h5py.Dataset) else None)
+    return found
+
+
+def test_tf_resumed_run_matches_an_uninterrupted_one_bit_for_bit(tmp_path, monkeypatch,
+                                                                 tf_two_cpus):
+    straight, resumed = _straight_and_resumed(tmp_path, monkeypatch, tf_two_cpus, "tf")
+    _check_resumed_result(straight, resumed)
+    a, b = _keras_weights(straight / "model.keras"), _keras_weights(resumed / "model.keras")
+    assert a.keys() == b.keys() and len(a) >= 10
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_a_checkpoint_from_other_settings_is_refused(tmp_path, monkeypatch):
+    from torch_impl import train as torch_train
+    config = _config(tmp_path, "torch", "run")
+    with monkeypatch.context() as patch:
+        _stop_at(patch, torch_train.Trainer, STOP_AT_STEP)
+        torch_train.train(config, datasets.config_dataset(config))
+    from compare.errors import UserError
+    with pytest.raises(UserError, match=r"other settings \(lr\)"):
+        checkpoint.load(config.replace(lr=0.1))
+    assert checkpoint.load(config.replace(quiet=False))["next_epoch"] == 1
+
+
+def test_run_resume_refuses_other_options_and_a_directory_without_a_run(tmp_path):
+    (tmp_path / "config.json").write_text(tiny_config(tmp_path).to_json())
+    outcome = CliRunner().invoke(cli, ["run", "--resume", str(tmp_path), "--epochs", "5"])
+    assert outcome.exit_code == 2 and "drop --epochs" in outcome.output
+    outcome = CliRunner().invoke(cli, ["run", "--resume", str(tmp_path / "nothing")])
+    assert outcome.exit_code == 2 and "not a run directory" in outcome.output
+    outcome = CliRunner().invoke(cli, ["run", "--epochs", "1"])
+    assert outcome.exit_code == 2 and "Missing option '--framework'" in outcome.output
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from compare.cli import main; main()", *args]
+
+
+def _wait_for(predicate, process, timeout: float = 240.0) -> None:
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the command ended before it could be stopped"
+        try:
+            if predicate():
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    raise TimeoutError
+
+
+@pytest.mark.slow
+def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
+    """SIGTERM while the second run trains; `compare --resume` keeps the passed parity check
+    and the first run, and continues the second from its checkpoint."""
+    out = tmp_path / "cmp"
+    process = subprocess.Popen(_cli("compare", "--dataset", "synthetic", "--synthetic-size", "320",
+                                    "--epochs", "12", "--precision", "fp32", "--pipeline", "naive",
+                                    "--quiet", "--out", str(out)),
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = out / "runs" / "torch-seed0"
+    _wait_for(lambda: json.loads((second / "result.json").read_text())["epochs"], process)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    first = results.read_result(out / "runs" / "tf-seed0" / "result.json")
+    assert first["summary"]["status"] == "completed"
+    parity_written = (out / "parity" / "tf.npz").stat().st_mtime_ns
+    outcome = subprocess.run(_cli("compare", "--resume", str(out), "--quiet"), cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+    assert outcome.returncode == 0, outcome.stderr
+    assert "parity check: passed before, kept" in outcome.stderr
+    assert (out / "parity" / "tf.npz").stat().st_mtime_ns == parity_written
+    assert results.read_result(out / "runs" / "tf-seed0" / "result.json") == first
+    resumed = results.read_result(second / "result.json")
+    assert resumed["summary"]["status"] == "completed" and len(resumed["epochs"]) == 12
+    assert len(resumed["sessions"]) == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(r["status"] for r in summary["runs"]) == ["completed", "completed"]
+    assert os.path.exists(out / "report.html")

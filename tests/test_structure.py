@@ -1,0 +1,112 @@
+"""The shape of the code: the two framework packages mirror each other, and compare/ stays
+framework-neutral. These fail on drift, before a reader has to find it."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compare import interface
+
+REPO = Path(__file__).resolve().parent.parent
+MIRRORED_MODULES = ("model", "data", "train")
+
+
+def _public(module) -> dict[str, object]:
+    """Public functions and classes defined in `module` itself (not imported into it)."""
+    return {name: value for name, value in vars(module).items()
+            if not name.startswith("_") and (inspect.isfunction(value) or inspect.isclass(value))
+            and value.__module__ == module.__name__}
+
+
+def _parameters(function) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+@pytest.mark.parametrize("name", MIRRORED_MODULES)
+def test_both_packages_expose_the_same_functions_with_the_same_parameters(name, tf_two_cpus):
+    import importlib
+    tf_module = importlib.import_module(f"tf_impl.{name}")
+    torch_module = importlib.import_module(f"torch_impl.{name}")
+    tf_public, torch_public = _public(tf_module), _public(torch_module)
+    tf_functions = {n for n, v in tf_public.items() if inspect.isfunction(v)}
+    torch_functions = {n for n, v in torch_public.items() if inspect.isfunction(v)}
+    assert tf_functions == torch_functions
+    for function in sorted(tf_functions):
+        assert _parameters(tf_public[function]) == _parameters(torch_public[function]), function
+    # Classes that exist in both have the same public methods with the same parameters.
+    for cls in sorted(set(tf_public) & set(torch_public) - tf_functions):
+        tf_methods = {m for m in vars(tf_public[cls]) if not m.startswith("_")}
+        torch_methods = {m for m in vars(torch_public[cls]) if not m.startswith("_")}
+        assert tf_methods == torch_methods, cls
+        for method in sorted(["__init__", *tf_methods]):
+            a, b = getattr(tf_public[cls], method), getattr(torch_public[cls], method)
+            if callable(a) and callable(b):
+                assert _parameters(a) == _parameters(b), f"{cls}.{method}"
+
+
+def test_the_public_functions_come_in_the_same_order(tf_two_cpus):
+    """So that `diff tf_impl/X.py torch_impl/X.py` lines up the twins."""
+    for name in MIRRORED_MODULES:
+        orders = []
+        for package in ("tf_impl", "torch_impl"):
+            tree = ast.parse((REPO / package / f"{name}.py").read_text())
+            orders.append([n.name for n in tree.body
+                           if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+                           and not n.name.startswith("_")])
+        common = set(orders[0]) & set(orders[1])
+        assert [n for n in orders[0] if n in common] == [n for n in orders[1] if n in common], name
+
+
+def test_both_train_modules_satisfy_the_framework_protocols(tf_two_cpus):
+    from torch_impl import train as torch_train
+    assert interface.check_module(tf_two_cpus) == []
+    assert interface.check_module(torch_train) == []
+    for module in (tf_two_cpus, torch_train):
+        assert _parameters(module.Trainer.__init__) == ["self", "config", "dataset", "choice"]
+
+
+def test_a_module_missing_a_method_is_named():
+    import types
+
+    class Incomplete:
+        def batches(self, epoch):
+            return iter(())
+
+    module = types.ModuleType("fake_impl.train")
+    module.FRAMEWORK, module.Trainer = "fake", Incomplete
+    missing = interface.check_module(module)
+    assert "fake_impl.train.select_device" in missing
+    assert "fake_impl.train.Trainer.train_step" in missing
+    assert "fake_impl.train.Trainer.batches" not in missing
+
+
+def test_compare_never_imports_a_framework():
+    """compare/ is framework-neutral: importing all of it loads neither TensorFlow nor torch."""
+    modules = sorted(p.stem for p in (REPO / "compare").glob("*.py") if p.stem != "__init__")
+    code = ("import sys\n"
+            + "".join(f"import compare.{m}\n" for m in modules)
+            + "import compare.datasets\n"
+            + "print(sorted(m for m in ('tensorflow', 'torch', 'keras', 'torchvision') "
+              "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_lines_fit_in_100_columns_and_blank_runs_stay_short():
+    offenders = []
+    for path in [*REPO.glob("compare/**/*.py"), *REPO.glob("tf_impl/*.py"),
+                 *REPO.glob("torch_impl/*.py"), *REPO.glob("tests/*.py"),
+                 *REPO.glob("benchmarks/*.py")]:
+        blank_run = 0
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            blank_run = blank_run + 1 if not line.strip() else 0
+            if len(line) > 100 or blank_run > 2:
+                offenders.append(f"{path.relative_to(REPO)}:{number}")
+    assert offenders == []
