@@ -32,11 +32,14 @@ class Errors(click.Group):
             ctx.exit(errors.report(exc, debug="--debug" in sys.argv))
 
 
-def _option(name: str, field_name: str | None, help_text: str, **kwargs):
-    """A run option whose --help ends with the default compare.config gives it."""
+def _option(name: str, field_name: str | None, help_text: str, *, dest: str | None = None,
+            **kwargs):
+    """A run option whose --help ends with the default compare.config gives it; `dest`
+    names the RunConfig field when the option's own name is not it."""
     if field_name is not None:
         help_text = f"{help_text} {shown_default(field_name)}"
-    return click.option(name, default=None, help=help_text, **kwargs)
+    declarations = (name, dest) if dest else (name,)
+    return click.option(*declarations, default=None, help=help_text, **kwargs)
 
 
 def run_options(f):
@@ -86,6 +89,9 @@ def run_options(f):
                 "always computes NHWC). [default: channels_last on GPU, contiguous on CPU]"),
         _option("--shared-init/--no-shared-init", "shared_init", "Start both frameworks from the "
                 "same numpy-generated weights."),
+        _option("--profile", "profile_steps", "Record this many steps of the last epoch with each "
+                "framework's profiler (TensorBoard profile plugin / Perfetto trace).",
+                dest="profile_steps", type=int),
         _option("--target-accuracy", "target_accuracy", "Report the training time to reach "
                 "this test accuracy (fraction).", type=float),
         _option("--seed", "seed", "Seed of the initial weights and the data plan.", type=int),

@@ -96,8 +96,10 @@ class RunConfig:
     shared_init: bool = True  # load the same numpy-generated initial weights in both
     seed: int = 0
     timing_window: int = 10  # steps per synchronised timing window
+    profile_steps: int = 0  # steps of the last epoch to record with the framework's profiler
     target_accuracy: float | None = None  # fraction; reports time-to-accuracy when set
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    tensorboard_dir: str | None = None  # TensorBoard root; None: <out>/tensorboard
     out: str = "runs/latest"  # the CLI names it after the command: runs/<command>-...
     quiet: bool = False
     debug: bool = False

@@ -74,6 +74,10 @@ class Trainer(Protocol):
     def load_checkpoint(self, directory: Path) -> None: ...  # what save_checkpoint wrote
     def is_out_of_memory(self, exc: BaseException) -> bool: ...
     def manifest(self) -> dict[str, Any]: ...  # this framework's half of the fairness manifest
+    def start_profile(self, directory: Path) -> None: ...  # the framework's own profiler
+    def stop_profile(self) -> str: ...  # the file or folder written
+    def scalar_writer(self, directory: Path) -> Any: ...  # .scalar(tag, value, step), .flush(),
+    # .close(): TensorBoard events through the framework's own summary writer
     def close(self) -> None: ...
 
 

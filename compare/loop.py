@@ -127,7 +127,9 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     pending: list[Any] = []
     lrs: list[float] = []
     first_in_window = global_step
+    profile = _Profile(trainer, config, recorder, epoch)
     for step in range(trainer.steps_per_epoch):
+        profile.before(step)
         before = time.perf_counter()
         batch = next(batches)  # blocks only when the pipeline has nothing ready
         waited = time.perf_counter() - before
@@ -137,13 +139,15 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
         pending.append(trainer.train_step(batch, lr))
         lrs.append(lr)
         global_step += 1
+        profile.after(step)
         if len(pending) == config.timing_window or step == trainer.steps_per_epoch - 1:
             trainer.sync()  # the window ends when the device has finished its work
             now = time.perf_counter()
             losses = trainer.losses(pending)
             if recorder is not None:
                 recorder.add_window(epoch, first_in_window, len(pending), now - window_start,
-                                    window_wait_s)
+                                    window_wait_s,
+                                    profiled=profile.overlaps(step + 1 - len(pending), step))
                 recorder.add_steps(first_in_window, epoch, lrs, losses)
             bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
             if bad is not None:
@@ -173,6 +177,38 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
               "device_time_s": device_time, "peak_device_memory_bytes": peak_bytes,
               "host_rss_bytes": host_rss(), "gpu": gpu}
     return record, global_step
+
+
+class _Profile:
+    """`--profile N`: N steps of the last epoch recorded by the framework's own profiler
+    (TensorBoard's profile plugin for TF, a Perfetto/Chrome trace for PyTorch). They start
+    at the epoch's second timing window, after a device sync; the windows they touch are
+    flagged and left out of the step-time statistics (the profiler slows them)."""
+
+    def __init__(self, trainer: Trainer, config: RunConfig, recorder: Recorder | None,
+                 epoch: int):
+        steps = trainer.steps_per_epoch
+        self.trainer, self.recorder = trainer, recorder
+        self.active = recorder is not None and config.profile_steps > 0 and epoch == config.epochs
+        self.first = config.timing_window if steps > config.timing_window else 0
+        self.last = min(steps - 1, self.first + config.profile_steps - 1)
+
+    def before(self, step: int) -> None:
+        if self.active and step == self.first:
+            self.trainer.sync()
+            self.trainer.start_profile(self.recorder.out / "profile")
+
+    def after(self, step: int) -> None:
+        if self.active and step == self.last:
+            self.trainer.sync()
+            written = self.trainer.stop_profile()
+            self.recorder.result["files"]["profile"] = written
+            self.recorder.result["profile"] = {"steps": self.last - self.first + 1,
+                                               "first_step_of_epoch": self.first + 1,
+                                               "files": written}
+
+    def overlaps(self, first: int, last: int) -> bool:
+        return self.active and first <= self.last and last >= self.first
 
 
 def host_rss() -> int | None:

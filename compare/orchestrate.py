@@ -142,7 +142,8 @@ def compare_frameworks(config: RunConfig, seeds: int, out: Path,
     console.print(parity_module.describe(parity))
     queue = [QueuedRun(f"{framework} seed {seed}",
                        config.replace(framework=framework, seed=seed,
-                                      out=str(out / "runs" / f"{framework}-seed{seed}")), resume)
+                                      out=str(out / "runs" / f"{framework}-seed{seed}"),
+                                      tensorboard_dir=str(out / "tensorboard")), resume)
              for framework, seed in seed_order(seeds, config.seed)]
     stop = shutdown.parent_stop()
     if stop is not None:  # stopped during the parity check: report that nothing ran

@@ -21,7 +21,10 @@ from compare.interface import Trainer
 from compare.run_summary import summarise_run
 
 STEP_COLUMNS = ("global_step", "epoch", "lr", "loss")
-WINDOW_COLUMNS = ("epoch", "first_step", "steps", "seconds", "input_wait_s")
+# The scalars every run writes for TensorBoard, the same tags in both frameworks.
+TENSORBOARD_TAGS = ("train/loss", "train/lr", "train/step_time_ms", "train/images_per_s",
+                    "test/accuracy", "test/loss")
+WINDOW_COLUMNS = ("epoch", "first_step", "steps", "seconds", "input_wait_s", "profiled")
 
 
 class Recorder:
@@ -34,6 +37,7 @@ class Recorder:
         self.config = config
         self.trainer = trainer
         self.train_flops_per_image = specs.train_flops(spec)
+        self.scalars = None  # the framework's TensorBoard writer, made at the first epoch
         self.windows: list[dict[str, float]] = []  # synchronised timing windows
         self.steps: list[list[Any]] = []  # [global step, epoch, lr, loss] per optimizer step
         self.result: dict[str, Any] = {
@@ -82,13 +86,38 @@ class Recorder:
             self.steps.append([first_step + i, epoch, lr, loss])
 
     def add_window(self, epoch: int, first_step: int, steps: int, seconds: float,
-                   input_wait_s: float) -> None:
+                   input_wait_s: float, profiled: bool = False) -> None:
         self.windows.append({"epoch": epoch, "first_step": first_step, "steps": steps,
-                             "seconds": seconds, "input_wait_s": input_wait_s})
+                             "seconds": seconds, "input_wait_s": input_wait_s,
+                             "profiled": profiled})
 
     def add_epoch(self, record: dict[str, Any], model_file: str) -> None:
         self.epochs.append({**record, "session": len(self.result["sessions"]) - 1})
         self.result["files"]["model"] = model_file
+        self._log_epoch(record["epoch"])
+
+    def _log_epoch(self, epoch: int) -> None:
+        """The epoch's scalars as TensorBoard events, written by the framework's own writer
+        after the epoch's clock stopped (same tags in both frameworks: TENSORBOARD_TAGS)."""
+        if self.scalars is None:
+            directory = tensorboard_directory(self.config)
+            self.scalars = self.trainer.scalar_writer(directory)
+            self.result["files"]["tensorboard"] = str(directory)
+        for step, row_epoch, lr, loss in self.steps:
+            if row_epoch == epoch:
+                self.scalars.scalar("train/loss", loss, step)
+                self.scalars.scalar("train/lr", lr, step)
+        for w in self.windows:
+            if w["epoch"] == epoch:
+                last = w["first_step"] + w["steps"] - 1
+                self.scalars.scalar("train/step_time_ms", 1000.0 * w["seconds"] / w["steps"], last)
+                self.scalars.scalar("train/images_per_s",
+                                    w["steps"] * self.config.batch_size / w["seconds"], last)
+        record = self.epochs[-1]
+        end = max((row[0] for row in self.steps if row[1] == epoch), default=0)
+        self.scalars.scalar("test/accuracy", record["test_accuracy"], end)
+        self.scalars.scalar("test/loss", record["test_loss"], end)
+        self.scalars.flush()
 
     def note_error(self, message: str) -> None:
         self.result["error"] = message
@@ -102,6 +131,9 @@ class Recorder:
             host_peak_rss_bytes=host_peak_rss())
 
     def finish(self, status: str) -> None:
+        if self.scalars is not None:
+            self.scalars.close()
+            self.scalars = None
         self.result["finished_at"] = _now()
         self.summarise(status)
         self.write()
@@ -112,7 +144,14 @@ class Recorder:
         results.write_json_atomic(self.out / "result.json", self.result)
         _write_csv(self.out / "steps.csv", STEP_COLUMNS, self.steps)
         _write_csv(self.out / "windows.csv", WINDOW_COLUMNS,
-                   [[w[c] for c in WINDOW_COLUMNS] for w in self.windows])
+                   [[w.get(c, False) for c in WINDOW_COLUMNS] for w in self.windows])
+
+
+def tensorboard_directory(config: RunConfig) -> Path:
+    """Where a run's TensorBoard events go: <tensorboard_dir or out/tensorboard>/<fw>-seed<N>,
+    so `tensorboard --logdir DIR/tensorboard` overlays the two frameworks of a comparison."""
+    root = Path(config.tensorboard_dir) if config.tensorboard_dir else Path(config.out) / "tensorboard"
+    return root / f"{config.framework}-seed{config.seed}"
 
 
 def _write_csv(path: Path, header: tuple[str, ...], rows: list) -> None:

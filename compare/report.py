@@ -673,7 +673,10 @@ def _per_run(runs: list[dict]) -> list[dict[str, str]]:
                      "accuracy": fmt(s.get("final_test_accuracy"), "acc"),
                      "train_time": fmt(s.get("train_time_s") if r["epochs"] else None, "s"),
                      "throughput": fmt(s.get("images_per_s"), "ips"),
-                     "error": r.get("error") or "", "path": r["path"]})
+                     "error": r.get("error") or "", "path": r["path"],
+                     "tensorboard": (r.get("files") or {}).get("tensorboard") or "",
+                     "profile": (r.get("files") or {}).get("profile") or "",
+                     "profile_steps": (r.get("profile") or {}).get("steps")})
     return rows
 
 

@@ -75,7 +75,8 @@ def steady_step_times(epochs: list[dict[str, Any]], windows: list[dict[str, floa
     steady = [w for w in windows if w["epoch"] in numbers]
     if len(epochs) == 1:
         steady = steady[1:]  # a one-epoch run: its first window carries tracing/compilation
-    per_step_ms = np.array([1000.0 * w["seconds"] / w["steps"] for w in steady])
+    per_step_ms = np.array([1000.0 * w["seconds"] / w["steps"] for w in steady
+                            if not w.get("profiled")])  # the profiler slows its windows
     if not per_step_ms.size:
         return {"median": None, "p90": None, "windows": 0}
     return {"median": float(np.median(per_step_ms)), "p90": float(np.percentile(per_step_ms, 90)),

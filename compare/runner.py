@@ -85,7 +85,8 @@ def command(config_path: Path, framework: str, extra: tuple[str, ...] = ()) -> l
 def _noise(line: str) -> bool:
     """TensorFlow/absl start-up lines that say nothing about the run."""
     return line.startswith(("WARNING: All log messages before absl", "I0000 ", "E0000 ", "W0000 ",
-                            "To enable the following instructions"))
+                            "To enable the following instructions",
+                            "USDT:")) or "DeviceProperties.cpp" in line  # torch.profiler (Kineto)
 
 
 def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = None,

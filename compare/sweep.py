@@ -130,7 +130,9 @@ def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks
     out.mkdir(parents=True, exist_ok=True)
     devices.check_same_device([run_config for _, _, run_config in todo])
     queue = [QueuedRun(f"{framework} " + " ".join(f"{k}={v}" for k, v in settings.items()),
-                       run_config.replace(out=str(out / "runs" / _slug(framework, settings))))
+                       run_config.replace(out=str(out / "runs" / _slug(framework, settings)),
+                                          tensorboard_dir=str(out / "tensorboard"
+                                                              / _slug(framework, settings))))
              for framework, settings, run_config in todo]
     done = run_queue(queue, "sweep", config.quiet, console)
     rows = [_row(framework, settings, outcome)

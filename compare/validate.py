@@ -46,6 +46,7 @@ RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
      "a number in (0, 1]"),
     ("validation_fraction", "--validation-fraction", lambda v: _finite(v) and 0 < v < 1,
      "a number in (0, 1)"),
+    ("profile_steps", "--profile", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
     ("target_accuracy", "--target-accuracy", lambda v: v is None or (_finite(v) and 0 < v <= 1),
      "a fraction in (0, 1]"),
 ]

@@ -1,4 +1,5 @@
-"""Divergence, Ctrl-C, out of memory and crashes: one clear line, and nothing finished is lost."""
+"""Divergence, stop signals, the parent's death, out of memory, crashes and two commands on
+one directory: one clear line, and nothing finished is lost."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from compare import loop, orchestrate, results, runner, specs
+from compare import lock, loop, orchestrate, results, runner, shutdown, specs
 from compare import recorder as recorder_module
+from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM, Interrupted
 from compare.interface import DeviceChoice
-from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM
 from conftest import tiny_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -103,8 +104,10 @@ def test_nan_loss_stops_the_run_and_keeps_finished_epochs(tmp_path, capsys):
 
 def test_out_of_memory_names_the_batch_size_and_a_smaller_one(tmp_path, capsys):
     code, result = _run_fake(tmp_path, MemoryError("CUDA out of memory"))
-    assert code == EXIT_OOM and result["summary"]["status"] == "failed" and len(result["epochs"]) == 1
-    assert result["error"] == "out of device memory at --batch-size 32 (32 per replica); try --batch-size 16"
+    assert code == EXIT_OOM and result["summary"]["status"] == "failed"
+    assert len(result["epochs"]) == 1
+    assert result["error"] == ("out of device memory at --batch-size 32 (32 per replica); "
+                               "try --batch-size 16")
 
 
 def test_a_crash_keeps_finished_epochs_and_says_what_broke(tmp_path):
@@ -128,48 +131,88 @@ def test_real_divergence_exits_3_with_a_valid_result(tmp_path):
     assert result["summary"]["status"] == "diverged" and "lower --lr" in result["error"]
 
 
-def _cli(*args) -> list[str]:
-    return [sys.executable, "-c", "from compare.cli import main; main()", *args]
+CLI = "from compare.cli import main; main()"
+TAG_ENV = "CNNCOMPARE_TEST_TAG"  # inherited by every process a test starts: leftovers show it
+# A run long enough to be stopped in the middle: 20 steps an epoch, 200 epochs.
+LONG_RUN = ("--dataset", "synthetic", "--synthetic-size", "640", "--epochs", "200",
+            "--precision", "fp32", "--quiet")
 
 
-def _wait_for_epoch(path: Path, process, timeout: float = 120.0) -> None:
+def _start(*args: str, out: Path, code: str = CLI, env: dict | None = None,
+           group: bool = True) -> subprocess.Popen:
+    """The CLI in a subprocess (its own process group unless `group` is False), tagged so
+    that every process it starts can be found."""
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO,
+                            env={**os.environ, TAG_ENV: str(out), **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=group)
+
+
+def _left_behind(out: Path) -> list[str]:
+    """Live processes started for the test that writes into `out`: the path on their command
+    line, or the tag in their environment (DDP processes and loader workers carry it)."""
+    tag = f"{TAG_ENV}={out}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:  # ended meanwhile, or not ours
+            continue
+        if str(out).encode() in cmdline or tag in environ:
+            found.append(f"{proc.name}: {cmdline.replace(bytes(1), b' ').decode()}")
+    return found
+
+
+def _wait_until_gone(out: Path, timeout: float = 10.0) -> list[str]:
+    """What is still left after `timeout` seconds (the multiprocessing resource tracker ends
+    on its own a moment after the processes it served)."""
+    deadline = time.monotonic() + timeout
+    while _left_behind(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _left_behind(out)
+
+
+def _wait_for(predicate, process, timeout: float = 240.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert process.poll() is None, "the run ended before it could be interrupted"
+        assert process.poll() is None, "the command ended before it could be stopped"
         try:
-            if json.loads(path.read_text())["epochs"]:
+            if predicate():
                 return
-        except (OSError, json.JSONDecodeError, KeyError):
+        except (OSError, ValueError, KeyError):
             pass
         time.sleep(0.2)
-    raise TimeoutError(path)
+    raise TimeoutError
+
+
+def _has_epoch(path: Path):
+    return lambda: bool(json.loads(path.read_text())["epochs"])
 
 
 @pytest.mark.slow
 def test_ctrl_c_during_run_writes_an_interrupted_result(tmp_path):
     out = tmp_path / "run"
-    process = subprocess.Popen(_cli("run", "--framework", "torch", "--dataset", "synthetic", "--synthetic-size",
-                                    "2000", "--epochs", "200", "--workers", "0", "--quiet", "--out", str(out)),
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    _wait_for_epoch(out / "result.json", process)
+    process = _start("run", "--framework", "torch", *LONG_RUN, "--workers", "0",
+                     "--out", str(out), out=out)
+    _wait_for(_has_epoch(out / "result.json"), process)
     os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == EXIT_INTERRUPTED, stderr
     result = results.read_result(out / "result.json")
     assert result["summary"]["status"] == "interrupted" and 1 <= len(result["epochs"]) < 200
     assert "Traceback" not in stderr and "interrupted" in stderr
+    assert _wait_until_gone(out) == []
 
 
 @pytest.mark.slow
 def test_ctrl_c_during_compare_reports_what_finished(tmp_path):
     out = tmp_path / "cmp"
-    process = subprocess.Popen(_cli("compare", "--dataset", "synthetic", "--synthetic-size", "2000", "--epochs",
-                                    "200", "--seeds", "2", "--precision", "fp32", "--workers", "0", "--quiet",
-                                    "--out", str(out)),
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    _wait_for_epoch(out / "runs" / "tf-seed0" / "result.json", process, timeout=240)
+    process = _start("compare", *LONG_RUN, "--seeds", "2", "--workers", "0", "--out", str(out),
+                     out=out)
+    _wait_for(_has_epoch(out / "runs" / "tf-seed0" / "result.json"), process)
     os.killpg(process.pid, signal.SIGINT)
     _, stderr = process.communicate(timeout=180)
     assert process.returncode == EXIT_INTERRUPTED, stderr
@@ -178,15 +221,18 @@ def test_ctrl_c_during_compare_reports_what_finished(tmp_path):
     assert {(r["framework"], r["reason"]) for r in summary["not_run"]} == {
         ("torch", "interrupted"), ("tf", "interrupted")} and len(summary["not_run"]) == 3
     assert (out / "report.html").exists() and "interrupted" in (out / "report.md").read_text()
+    assert _wait_until_gone(out) == []
 
 
-def test_a_framework_killed_mid_comparison_leaves_the_other_and_the_report(tmp_path, monkeypatch):
-    """The tf subprocess dies by SIGKILL; torch's run and the report survive, with the failure shown."""
+def test_a_framework_killed_mid_comparison_leaves_the_other_and_the_report(tmp_path,
+                                                                           monkeypatch):
+    """The tf subprocess dies by SIGKILL; torch's run and the report survive, with the
+    failure shown."""
     monkeypatch.setitem(runner.MODULES, "tf", "sigkill_self")
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
     config = tiny_config(tmp_path, epochs=1)
-    code = orchestrate.compare_frameworks(config, 1, tmp_path / "cmp", parity_steps=1, ignore_parity=True,
-                                          command="cnncompare compare (test)")
+    code = orchestrate.compare_frameworks(config, 1, tmp_path / "cmp", parity_steps=1,
+                                          ignore_parity=True, command="cnncompare compare (test)")
     assert code == EXIT_FAILED
     summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
     assert summary["parity"]["passed"] is False and "SIGKILL" in summary["parity"]["error"]
@@ -202,7 +248,8 @@ def test_parity_failure_stops_the_comparison_with_a_report(tmp_path, monkeypatch
         "passed": False, "failed": ["grad_max_rel_diff"], "steps": 3, "tolerances": {},
         "logits_max_abs_diff": 0.0, "loss_abs_diff": 0.0, "grad_max_rel_diff": 0.4,
         "params_rel_update_diff_after_steps": 0.0, "params_max_abs_diff_after_steps": 0.0})
-    code = orchestrate.compare_frameworks(tiny_config(tmp_path), 1, tmp_path / "cmp", command="x")
+    code = orchestrate.compare_frameworks(tiny_config(tmp_path), 1, tmp_path / "cmp",
+                                          command="x")
     assert code == EXIT_FAILED
     assert "the parity check failed (grad_max_rel_diff)" in capsys.readouterr().err
     summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
@@ -213,15 +260,174 @@ def test_parity_failure_stops_the_comparison_with_a_report(tmp_path, monkeypatch
 @pytest.mark.slow
 def test_ctrl_c_during_sweep_reports_what_finished(tmp_path):
     out = tmp_path / "sweep"
-    process = subprocess.Popen(_cli("sweep", "--framework", "torch", "--dataset", "synthetic", "--synthetic-size",
-                                    "2000", "--epochs", "200", "--precision", "fp32", "--workers", "0",
-                                    "--vary", "batch-size=32,64", "--quiet", "--out", str(out)),
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    _wait_for_epoch(out / "runs" / "torch-batch-size_32" / "result.json", process)
+    process = _start("sweep", "--framework", "torch", *LONG_RUN, "--workers", "0",
+                     "--vary", "batch-size=32,64", "--out", str(out), out=out)
+    _wait_for(_has_epoch(out / "runs" / "torch-batch-size_32" / "result.json"), process)
     os.killpg(process.pid, signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == EXIT_INTERRUPTED, stderr
     rows = json.loads((out / "sweep.json").read_text())["rows"]
     assert [r["status"] for r in rows] == ["interrupted", "not run"]
     assert rows[0]["summary"]["epochs_completed"] >= 1 and (out / "sweep.html").exists()
+    assert _wait_until_gone(out) == []
+
+
+# ---- stop signals sent to the parent alone, and the parent's death
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, workers", [pytest.param(signal.SIGTERM, "0", id="SIGTERM"),
+                                             pytest.param(signal.SIGHUP, "2", id="SIGHUP")])
+def test_a_stop_signal_to_the_parent_alone_reaches_the_trainer(tmp_path, signum, workers):
+    """`kill PID` of the CLI, not of its group (as `timeout` and schedulers may do): the
+    trainer (and its DataLoader workers) stop, the result says interrupted, and the CLI
+    exits 128 + the signal after them, leaving no process behind."""
+    out = tmp_path / "run"
+    process = _start("run", "--framework", "torch", *LONG_RUN, "--workers", workers,
+                     "--out", str(out), out=out)
+    _wait_for(_has_epoch(out / "result.json"), process)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signum, stderr
+    result = results.read_result(out / "result.json")
+    assert result["summary"]["status"] == "interrupted" and 1 <= len(result["epochs"]) < 200
+    assert result["error"] == f"interrupted ({signal.Signals(signum).name})"
+    assert "Traceback" not in stderr
+    assert _wait_until_gone(out) == []
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_parent_reaches_every_ddp_process(tmp_path):
+    out = tmp_path / "ddp"
+    process = _start("run", "--framework", "torch", "--devices", "2", *LONG_RUN,
+                     "--workers", "0", "--out", str(out), out=out)
+    _wait_for(_has_epoch(out / "result.json"), process)
+    assert len(_left_behind(out)) >= 4  # the CLI, the DDP launcher and its two processes
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert results.read_result(out / "result.json")["summary"]["status"] == "interrupted"
+    assert _wait_until_gone(out) == []
+
+
+@pytest.mark.slow
+def test_a_trainer_whose_parent_is_killed_stops_and_writes_its_result(tmp_path):
+    """SIGKILL to the CLI: nothing can be forwarded; the kernel's parent-death signal stops
+    the trainer, which writes its result as interrupted."""
+    out = tmp_path / "run"
+    process = _start("run", "--framework", "torch", *LONG_RUN, "--workers", "0",
+                     "--out", str(out), out=out)
+    _wait_for(_has_epoch(out / "result.json"), process)
+    process.kill()
+    process.communicate(timeout=120)  # the trainer holds the stdout pipe until it ends
+    assert _wait_until_gone(out, timeout=60) == []
+    result = results.read_result(out / "result.json")
+    assert result["summary"]["status"] == "interrupted" and len(result["epochs"]) >= 1
+    assert "the parent process" in result["error"] and "ended" in result["error"]
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_parity_check_stops_the_comparison(tmp_path):
+    out = tmp_path / "cmp"
+    process = _start("compare", *LONG_RUN, "--out", str(out), out=out)
+    _wait_for((out / "parity" / "tf" / "config.json").exists, process)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert _wait_until_gone(out) == []
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runs"] == [] and {r["reason"] for r in summary["not_run"]} == {"interrupted"}
+    assert not (out / "runs").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_during_evaluation_stops_it_and_keeps_the_finished_epochs(tmp_path):
+    """The evaluation is cut short (it would last a minute), not waited for."""
+    from slow_evaluation import SLOW_EVALUATION_S
+    out, evaluating = tmp_path / "run", tmp_path / "evaluating"
+    code = f"import compare.runner as r; r.MODULES['torch'] = 'slow_evaluation'; {CLI}"
+    process = _start("run", "--framework", "torch", *LONG_RUN, "--workers", "0",
+                     "--out", str(out), out=out, code=code,
+                     env={"PYTHONPATH": str(Path(__file__).parent),
+                          "CNNCOMPARE_TEST_EVALUATING": str(evaluating)})
+    _wait_for(evaluating.exists, process)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert time.monotonic() - sent < SLOW_EVALUATION_S
+    result = results.read_result(out / "result.json")
+    assert result["summary"]["status"] == "interrupted" and result["epochs"] == []
+    assert _wait_until_gone(out) == []
+
+
+def test_a_closed_output_pipe_is_a_stop_not_a_crash(monkeypatch):
+    """A print to a pipe whose reader is gone raises nothing; it stops the trainer, which
+    then exits 128 + SIGPIPE once it has written its result."""
+    monkeypatch.setattr(shutdown, "_state", shutdown.TrainerState())
+    read, write = os.pipe()
+    os.close(read)
+    stream = shutdown.GuardedStream(os.fdopen(write, "w"), shutdown._output_lost)
+    with shutdown.interruptible(), pytest.raises(Interrupted) as stopped:
+        print("epoch 1", file=stream, flush=True)
+    assert stopped.value.exit_code == 128 + signal.SIGPIPE
+    print("later lines go nowhere", file=stream, flush=True)
+    assert shutdown.stop_received() == signal.SIGPIPE
+
+
+def test_a_stop_while_shielded_takes_effect_when_the_shield_ends_and_only_once(monkeypatch):
+    monkeypatch.setattr(shutdown, "_state", shutdown.TrainerState())
+    written = []
+    with pytest.raises(Interrupted) as stopped:
+        with shutdown.interruptible():
+            with shutdown.shielded():
+                shutdown.stop(signal.SIGTERM, "SIGTERM")
+                written.append("the epoch's files")  # not cut short
+            written.append("never: the stop acts when the shield ends")
+    assert written == ["the epoch's files"] and stopped.value.exit_code == 143
+    with shutdown.interruptible():
+        shutdown.stop(signal.SIGINT, "SIGINT")  # already stopping: ignored
+    assert shutdown.stop_received() == signal.SIGTERM
+
+
+# ---- one command per output directory
+
+
+def _hold_lock(directory: Path) -> subprocess.Popen:
+    """Another process holding `directory`'s lock until killed."""
+    code = ("import sys, time; from compare import lock\n"
+            "with lock.hold(sys.argv[1], 'test'): print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(directory)], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "--framework", "torch"], ["compare"],
+    ["sweep", "--framework", "torch", "--vary", "batch-size=16,32"]])
+def test_a_second_command_on_the_same_out_is_refused(tmp_path, command):
+    from click.testing import CliRunner
+
+    from compare.cli import cli
+    holder = _hold_lock(tmp_path / "out")
+    try:
+        outcome = CliRunner().invoke(cli, [*command, "--dataset", "synthetic", "--synthetic-size",
+                                           "64", "--quiet", "--out", str(tmp_path / "out")])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert outcome.exit_code == 2 and len(outcome.output.strip().splitlines()) == 1
+    assert f"is in use by pid {holder.pid} on " in outcome.output
+    assert not list((tmp_path / "out").rglob("result.json"))
+
+
+def test_a_stale_lock_is_taken_over_with_a_note(tmp_path, capsys):
+    holder = _hold_lock(tmp_path)
+    holder.kill()  # SIGKILL: its lock file stays, but nothing holds it
+    holder.wait()
+    assert (tmp_path / lock.LOCK_FILE).exists()
+    with lock.hold(tmp_path, "test") as path:
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert f"was locked by pid {holder.pid} on " in capsys.readouterr().err
+    assert not (tmp_path / lock.LOCK_FILE).exists()

@@ -116,6 +116,23 @@ class TorchFormSGD(keras.optimizers.Optimizer):
                 "l2": self.l2}
 
 
+class ScalarWriter:
+    """TensorBoard scalars through tf.summary's own event-file writer."""
+
+    def __init__(self, directory: Path):
+        self.writer = tf.summary.create_file_writer(str(directory))
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        with self.writer.as_default():
+            tf.summary.scalar(tag, value, step=step)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 class Trainer:
     """The model, optimizer and pipelines, replicated by MirroredStrategy in this process."""
 
@@ -222,6 +239,18 @@ class Trainer:
             "pipeline": tf_data.pipeline_settings(self.config, self.choice),
             "default_init": "Keras default initialisers",
         }
+
+    def start_profile(self, directory: Path) -> None:
+        self.profile_directory = Path(directory)
+        tf.profiler.experimental.start(str(self.profile_directory))
+
+    def stop_profile(self) -> str:
+        """TensorBoard's profile plugin reads the folder (plugins/profile/<run>/)."""
+        tf.profiler.experimental.stop()
+        return str(self.profile_directory)
+
+    def scalar_writer(self, directory: Path) -> ScalarWriter:
+        return ScalarWriter(directory)
 
     def close(self) -> None:
         self.train_batches = self.test_batches = None

@@ -11,6 +11,7 @@ import os
 import platform
 import socket
 import sys
+import types
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -74,6 +75,27 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
         policy = f"autocast {str(dtype).replace('torch.', '')}"
         policy += " + GradScaler" if dtype == torch.float16 else ""
     return {"policy": policy, "loss_scaling": dtype == torch.float16, "autocast_dtype": dtype}
+
+
+class ScalarWriter:
+    """TensorBoard scalars through torch.utils.tensorboard's SummaryWriter."""
+
+    def __init__(self, directory: Path):
+        # tensorboard's compat layer imports TensorFlow when it is installed; in a PyTorch
+        # process that would load a second LLVM beside torch's compiler (an abort). Its
+        # documented `notf` marker makes it use its own stub instead.
+        sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("notf"))
+        from torch.utils.tensorboard import SummaryWriter
+        self.writer = SummaryWriter(str(directory))
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        self.writer.add_scalar(tag, value, step)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 class Trainer:
@@ -236,6 +258,25 @@ class Trainer:
             "pipeline": torch_data.pipeline_settings(self.config, self.choice),
             "default_init": "PyTorch default initialisers",
         }
+
+    def start_profile(self, directory: Path) -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.choice.on_gpu:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.profile_directory = Path(directory)
+        self.profiler = torch.profiler.profile(activities=activities, record_shapes=True)
+        self.profiler.start()
+
+    def stop_profile(self) -> str:
+        """A Chrome/Perfetto trace (ui.perfetto.dev opens it) of the recorded steps."""
+        self.profiler.stop()
+        self.profile_directory.mkdir(parents=True, exist_ok=True)
+        path = self.profile_directory / f"trace-rank{self.choice.rank}.json"
+        self.profiler.export_chrome_trace(str(path))
+        return str(path)
+
+    def scalar_writer(self, directory: Path) -> ScalarWriter:
+        return ScalarWriter(directory)
 
     def close(self) -> None:
         self.train_batches = self.test_batches = None

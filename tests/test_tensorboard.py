@@ -1,0 +1,75 @@
+"""TensorBoard: every run writes event files with the same tags in both frameworks, holding
+the values the result files hold."""
+
+from __future__ import annotations
+
+import csv
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from compare import datasets, loop, recorder
+from conftest import tiny_config
+
+
+def _events(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("notf"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    accumulator = EventAccumulator(str(directory), size_guidance={"scalars": 0, "tensors": 0})
+    accumulator.Reload()
+    found = {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)]
+             for tag in accumulator.Tags()["scalars"]}
+    for tag in accumulator.Tags().get("tensors", []):  # tf.summary writes scalars as tensors
+        import numpy as np
+        found[tag] = [(e.step, float(np.frombuffer(e.tensor_proto.tensor_content, np.float32)[0])
+                       if e.tensor_proto.tensor_content else e.tensor_proto.float_val[0])
+                      for e in accumulator.Tensors(tag)]
+    return found
+
+
+@pytest.mark.parametrize("framework", ["tf", "torch"])
+def test_event_files_hold_the_runs_scalars(tmp_path, framework, tf_two_cpus):
+    module = tf_two_cpus if framework == "tf" else __import__("torch_impl.train").train
+    config = tiny_config(tmp_path, framework=framework, epochs=2, timing_window=4)
+    trainer = module.Trainer(config, datasets.config_dataset(config), module.select_device(config))
+    record = recorder.Recorder(config, trainer, trainer.spec, {}, {}, {})
+    assert loop.train_epochs(trainer, config, record) == 0
+    directory = tmp_path / "run" / "tensorboard" / f"{framework}-seed0"
+    assert list(directory.glob("events.out.tfevents.*"))
+    events = _events(directory)
+    assert set(events) == set(recorder.TENSORBOARD_TAGS)
+    with open(tmp_path / "run" / "steps.csv") as f:
+        steps = [(int(r["global_step"]), float(r["loss"])) for r in csv.DictReader(f)]
+    assert len(events["train/loss"]) == len(steps) == 16  # 8 steps x 2 epochs
+    for (step, value), (csv_step, loss) in zip(sorted(events["train/loss"]), steps):
+        assert step == csv_step and value == pytest.approx(loss, rel=1e-6)
+    accuracies = [value for _, value in sorted(events["test/accuracy"])]
+    result_accuracies = [e["test_accuracy"] for e in record.epochs]
+    assert accuracies == pytest.approx(result_accuracies, rel=1e-6)
+    assert all(v > 0 for _, v in events["train/step_time_ms"])
+
+
+@pytest.mark.parametrize("framework", ["tf", "torch"])
+def test_profile_records_steady_steps_with_the_frameworks_profiler(tmp_path, framework,
+                                                                   tf_two_cpus):
+    import json
+    module = tf_two_cpus if framework == "tf" else __import__("torch_impl.train").train
+    config = tiny_config(tmp_path, framework=framework, epochs=2, timing_window=2,
+                         profile_steps=3)
+    trainer = module.Trainer(config, datasets.config_dataset(config), module.select_device(config))
+    record = recorder.Recorder(config, trainer, trainer.spec, {}, {}, {})
+    assert loop.train_epochs(trainer, config, record) == 0
+    profile = record.result["profile"]
+    assert profile["steps"] == 3 and profile["first_step_of_epoch"] == 3
+    written = Path(profile["files"])
+    if framework == "torch":  # a Chrome/Perfetto trace with the steps' operators in it
+        events = json.loads(written.read_text())["traceEvents"]
+        assert any("conv2d" in str(e.get("name", "")) for e in events)
+    else:  # TensorBoard's profile plugin layout
+        assert list(written.glob("plugins/profile/*/*.xplane.pb"))
+    profiled = [w for w in record.windows if w["profiled"]]
+    assert [w["first_step"] for w in profiled] == [10, 12]  # epoch 2: steps 2-4 of 8
+    steady = record.result["summary"]["steady_step_time_ms"]
+    assert steady["windows"] == 2  # epoch 2's four windows less the two profiled
