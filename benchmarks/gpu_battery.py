@@ -58,7 +58,8 @@ def gpu_tests(out: Path) -> dict:
             "--junitxml", str(out / "pytest-gpu.xml")]
     code, seconds, output = _run(argv, out / "pytest-gpu.log", 1800)
     closing = [ln for ln in output.splitlines() if re.search(r"\d+ (passed|failed|skipped)", ln)]
-    return {"exit_code": code, "seconds": seconds, "summary": closing[-1] if closing else output[-300:]}
+    return {"exit_code": code, "seconds": seconds,
+            "summary": closing[-1] if closing else output[-300:]}
 
 
 def short_runs(out: Path, doctor_result: dict, epochs: int) -> list[dict]:

@@ -50,7 +50,8 @@ def bare(args) -> dict:
         keras.layers.Dense(10),
     ])
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
     start = time.perf_counter()
     model.fit(train, epochs=2, verbose=0)
     train_time = time.perf_counter() - start

@@ -60,8 +60,8 @@ def bare(args) -> dict:
             return self.fc3(x)
 
     dataset = torch.utils.data.TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y))
-    loader = torch.utils.data.DataLoader(dataset, batch_size=32, shuffle=True, drop_last=True, num_workers=2,
-                                         persistent_workers=True, prefetch_factor=4,
+    loader = torch.utils.data.DataLoader(dataset, batch_size=32, shuffle=True, drop_last=True,
+                                         num_workers=2, persistent_workers=True, prefetch_factor=4,
                                          collate_fn=Normalise(mean, std))
     net = Net()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
@@ -76,7 +76,8 @@ def bare(args) -> dict:
     train_time = time.perf_counter() - start
     net.eval()
     with torch.no_grad():
-        x, y = Normalise(mean, std)([(torch.from_numpy(a), torch.tensor(b)) for a, b in zip(test_x, test_y)])
+        x, y = Normalise(mean, std)([(torch.from_numpy(a), torch.tensor(b))
+                                     for a, b in zip(test_x, test_y)])
         accuracy = (net(x).argmax(1) == y).float().mean().item()
     return {"train_time_s": train_time, "test_accuracy": accuracy}
 

@@ -23,7 +23,8 @@ def nvml_devices() -> dict[str, Any]:
             name = pynvml.nvmlDeviceGetName(handle)
             devices.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
                             "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
-                            "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0})
+                            "power_limit_w":
+                                pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0})
         driver = pynvml.nvmlSystemGetDriverVersion()
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12040 for CUDA 12.4
         return {"available": True,
@@ -75,11 +76,13 @@ def print_table(info: dict[str, Any]) -> None:
     rows = [("version", f"tf {tf.get('tensorflow')} / keras {tf.get('keras')}",
              f"torch {torch.get('torch')} / torchvision {torch.get('torchvision')}"),
             ("GPUs", _gpus(tf), _gpus(torch)),
-            ("CUDA / cuDNN", f"{tf.get('cuda')} / {tf.get('cudnn')}", f"{torch.get('cuda')} / {torch.get('cudnn')}"),
+            ("CUDA / cuDNN", f"{tf.get('cuda')} / {tf.get('cudnn')}",
+             f"{torch.get('cuda')} / {torch.get('cudnn')}"),
             ("TF32 by default", str(tf.get("tf32_default")), str(torch.get("tf32_default"))),
             ("mixed precision", str(tf.get("mixed_precision")), str(torch.get("mixed_precision")))]
     for key, a, b in rows:
-        fw.add_row(key, tf.get("error", a) if "error" in tf else a, torch.get("error", b) if "error" in torch else b)
+        fw.add_row(key, tf.get("error", a) if "error" in tf else a,
+                   torch.get("error", b) if "error" in torch else b)
     console.print(fw)
 
 

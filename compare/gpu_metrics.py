@@ -60,7 +60,8 @@ def mfu(achieved_flops_per_s: float | None, device_name: str | None, mode: str |
     if peak is None or not achieved_flops_per_s:
         return {"mfu": None, "peak_flops_per_s": peak, "mfu_note": why or "no throughput measured"}
     return {"mfu": achieved_flops_per_s / (peak * replicas), "peak_flops_per_s": peak * replicas,
-            "mfu_note": f"analytic training FLOPs x images/s / ({mode} peak of {device_name} x {replicas})"}
+            "mfu_note": f"analytic training FLOPs x images/s / "
+                        f"({mode} peak of {device_name} x {replicas})"}
 
 
 def nvml_indices(pci_bus_ids: list[str], names: tuple[str, ...]) -> list[int]:
@@ -92,7 +93,8 @@ class NvmlSampler:
         pynvml.nvmlInit()
         self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
         self.interval_s = interval_s
-        self.samples: list[tuple[float, float, float]] = []  # (utilisation %, memory bytes, power W)
+        # (utilisation %, memory bytes, power W)
+        self.samples: list[tuple[float, float, float]] = []
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True, name="nvml-sampler")
@@ -101,14 +103,16 @@ class NvmlSampler:
 
     def _energy_j(self) -> float | None:
         try:  # millijoules since the driver loaded (Volta and newer)
-            return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self.handles) / 1000.0
+            return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h)
+                       for h in self.handles) / 1000.0
         except self.nvml.NVMLError:
             return None
 
     def _sample(self) -> None:
         while not self.stop_event.wait(self.interval_s):
             try:
-                util = sum(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self.handles) / len(self.handles)
+                util = sum(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu
+                           for h in self.handles) / len(self.handles)
                 memory = sum(self.nvml.nvmlDeviceGetMemoryInfo(h).used for h in self.handles)
                 power = sum(self.nvml.nvmlDeviceGetPowerUsage(h) for h in self.handles) / 1000.0
             except self.nvml.NVMLError:

@@ -163,7 +163,18 @@ def compare_frameworks(config: RunConfig, seeds: int, out: Path,
                if o is None or not o.result_path.exists()]
     for path in report.write(out, report.load_runs(finished), parity, command, not_run):
         console.print(f"wrote {path}")
+    _print_verdict(out, console)
     return done.exit_code
+
+
+def _print_verdict(out: Path, console) -> None:
+    """The report's opening sentences, on the terminal too (from the summary just written)."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return
+    for sentence in summary.get("verdict") or report.verdict_sentences(summary):
+        console.print(sentence)
 
 
 def saved_comparison(directory: Path) -> tuple[RunConfig, int, int, bool]:

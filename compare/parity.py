@@ -129,7 +129,8 @@ def write_probe(trainer: ProbeTrainer, config: RunConfig, path: Path, steps: int
     results.write_atomic(path, lambda f: np.savez(f, **out), mode="wb")
 
 
-GATED = ("logits_max_abs_diff", "loss_abs_diff", "grad_max_rel_diff", "params_rel_update_diff_after_steps")
+GATED = ("logits_max_abs_diff", "loss_abs_diff", "grad_max_rel_diff",
+         "params_rel_update_diff_after_steps")
 
 
 def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.ndarray],
@@ -173,7 +174,8 @@ def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.nd
             "grad_rel_diff_per_layer": per_layer,
             "param_abs_diff_per_weight": {n: params[n] for n in trainable},
             "method": "float32, TF32 off, shared initial weights, the data plan's first batch; "
-                      f"then {steps} SGD steps on the plan's first batches, the run's learning-rate "
+                      f"then {steps} SGD steps on the plan's first batches, "
+                      "the run's learning-rate "
                       f"schedule scaled to peak {PROBE_PEAK_LR}"}
 
 

@@ -144,7 +144,8 @@ class Recorder:
         results.write_json_atomic(self.out / "result.json", self.result)
         _write_csv(self.out / "steps.csv", STEP_COLUMNS, self.steps)
         _write_csv(self.out / "windows.csv", WINDOW_COLUMNS,
-                   [[w.get(c, False) for c in WINDOW_COLUMNS] for w in self.windows])
+                   [[int(w.get(c, 0)) if c == "profiled" else w[c] for c in WINDOW_COLUMNS]
+                 for w in self.windows])  # numeric columns only: profiled is 0 or 1
 
 
 def tensorboard_directory(config: RunConfig) -> Path:

@@ -118,12 +118,14 @@ def resnet9(num_classes: int = 10) -> ModelSpec:
         *_conv_bn("prep", 3, 64),
         *_conv_bn("layer1", 64, 128),
         MaxPool("layer1_pool"),
-        Residual("layer1_res", _conv_bn("layer1_res1", 128, 128) + _conv_bn("layer1_res2", 128, 128)),
+        Residual("layer1_res",
+                 _conv_bn("layer1_res1", 128, 128) + _conv_bn("layer1_res2", 128, 128)),
         *_conv_bn("layer2", 128, 256),
         MaxPool("layer2_pool"),
         *_conv_bn("layer3", 256, 512),
         MaxPool("layer3_pool"),
-        Residual("layer3_res", _conv_bn("layer3_res1", 512, 512) + _conv_bn("layer3_res2", 512, 512)),
+        Residual("layer3_res",
+                 _conv_bn("layer3_res1", 512, 512) + _conv_bn("layer3_res2", 512, 512)),
         GlobalMaxPool("pool"),
         Flatten("flatten"),
         Dense("fc", 512, num_classes, bias=False),
@@ -149,7 +151,8 @@ def output_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
             if isinstance(layer, Conv):
                 c, h, w = shape
                 if c != layer.in_channels:
-                    raise ValueError(f"{layer.name}: expects {layer.in_channels} channels, gets {c}")
+                    raise ValueError(f"{layer.name}: expects {layer.in_channels} channels, "
+                                     f"gets {c}")
                 size = lambda n: n + 2 * layer.padding - layer.kernel + 1  # noqa: E731
                 shape = (layer.out_channels, size(h), size(w))
             elif isinstance(layer, MaxPool):
@@ -193,7 +196,8 @@ def parameter_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for layer in walk(spec.layers):
         if isinstance(layer, Conv):
-            shapes[f"{layer.name}.weight"] = (layer.out_channels, layer.in_channels, layer.kernel, layer.kernel)
+            shapes[f"{layer.name}.weight"] = (layer.out_channels, layer.in_channels, layer.kernel,
+                                              layer.kernel)
             if layer.bias:
                 shapes[f"{layer.name}.bias"] = (layer.out_channels,)
         elif isinstance(layer, Dense):
@@ -245,6 +249,7 @@ def train_flops(spec: ModelSpec) -> int:
 
 
 def describe(spec: ModelSpec) -> dict:
-    return {"name": spec.name, "input_shape": list(spec.input_shape), "num_classes": spec.num_classes,
+    return {"name": spec.name, "input_shape": list(spec.input_shape),
+            "num_classes": spec.num_classes,
             "parameters": parameter_count(spec), "forward_flops_per_image": forward_flops(spec),
             "train_flops_per_image": train_flops(spec)}

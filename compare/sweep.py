@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from compare import devices, report, results, runner, specs
-from compare.config import DEVICE_CHOICES, FRAMEWORK_NAMES, PIPELINES, PRECISIONS, PipelineConfig, RunConfig
+from compare.config import (DEVICE_CHOICES, FRAMEWORK_NAMES, PIPELINES, PRECISIONS, PipelineConfig,
+                            RunConfig)
 from compare.errors import UserError
 from compare.orchestrate import QueuedRun, run_queue
 from compare.validate import check_against_data, check_config
@@ -55,7 +56,8 @@ class Variable:
 VARIABLES: dict[str, Variable] = {
     "precision": Variable(_choice(PRECISIONS), lambda c, v: c.replace(precision=v)),
     "batch-size": Variable(_positive_int, lambda c, v: c.replace(batch_size=v)),
-    "pipeline": Variable(_choice(PIPELINES), lambda c, v: c.replace(pipeline=PipelineConfig.preset(v))),
+    "pipeline": Variable(_choice(PIPELINES),
+                         lambda c, v: c.replace(pipeline=PipelineConfig.preset(v))),
     "compile": Variable(_bool, lambda c, v: c.replace(compile=v)),
     "devices": Variable(_positive_int, lambda c, v: c.replace(devices=v)),
     "device": Variable(_choice(DEVICE_CHOICES), lambda c, v: c.replace(device=v)),
@@ -75,7 +77,8 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
     name, _, values = text.partition("=")
     name = name.strip().replace("_", "-")
     if name not in VARIABLES:
-        raise UserError(f"--vary {text!r}: unknown setting {name!r}; choose from {', '.join(VARIABLES)}")
+        raise UserError(f"--vary {text!r}: unknown setting {name!r}; "
+                        f"choose from {', '.join(VARIABLES)}")
     parsed = []
     for raw in (v.strip() for v in values.split(",") if v.strip()):
         try:
@@ -160,7 +163,8 @@ def _row(framework: str, settings: dict, outcome: runner.Outcome | None) -> dict
 def with_speedups(rows: list[dict], varies: list[tuple[str, list[Any]]]) -> list[dict]:
     """Each row's throughput and time-to-target relative to its framework's baseline row."""
     baseline_settings = {name: values[0] for name, values in varies}
-    baselines = {r["framework"]: r for r in rows if r["settings"] == baseline_settings and r["summary"]}
+    baselines = {r["framework"]: r for r in rows
+                 if r["settings"] == baseline_settings and r["summary"]}
     out = []
     for r in rows:
         row = dict(r)
@@ -200,7 +204,8 @@ def _bars(rows: list[dict]) -> str:
     return report.svg(fig)
 
 
-def write(out: Path, rows: list[dict], varies: list[tuple[str, list[Any]]], command: str) -> list[Path]:
+def write(out: Path, rows: list[dict], varies: list[tuple[str, list[Any]]],
+          command: str) -> list[Path]:
     import jinja2
     rows = with_speedups(rows, varies)
     document = {"schema_version": 1, "command": command, "varied": {n: v for n, v in varies},
@@ -210,23 +215,29 @@ def write(out: Path, rows: list[dict], varies: list[tuple[str, list[Any]]], comm
                                 **results.MEASUREMENT}}
     paths = [results.write_json_atomic(out / "sweep.json", document)]
     env = jinja2.Environment(loader=jinja2.PackageLoader("compare", "templates"),
-                             autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
+                             autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True,
+                             lstrip_blocks=True)
     fmt = report.fmt
     table = [{"framework": FRAMEWORK_NAMES[r["framework"]],
-              "settings": ", ".join(f"{k}={v}" for k, v in r["settings"].items()) + (" (baseline)" if r["baseline"] else ""),
+              "settings": ", ".join(f"{k}={v}" for k, v in r["settings"].items())
+                          + (" (baseline)" if r["baseline"] else ""),
               "status": r["status"], "error": r["error"] or "",
               "throughput": fmt((r["summary"] or {}).get("images_per_s"), "ips"),
               "speedup": fmt(r["speedup"], "x"),
-              "train_time": fmt((r["summary"] or {}).get("train_time_s") if r["summary"] and r["summary"].get("epochs_completed") else None, "s"),
-              "step_ms": fmt(((r["summary"] or {}).get("steady_step_time_ms") or {}).get("median"), "ms"),
+              "train_time": fmt((r["summary"] or {}).get("train_time_s")
+                                if r["summary"] and r["summary"].get("epochs_completed") else None,
+                                "s"),
+              "step_ms": fmt(((r["summary"] or {}).get("steady_step_time_ms") or {}).get("median"),
+                             "ms"),
               "input_wait": fmt((r["summary"] or {}).get("input_wait_fraction"), "pct"),
               "accuracy": fmt((r["summary"] or {}).get("final_test_accuracy"), "acc"),
               "memory": fmt((r["summary"] or {}).get("peak_device_memory_bytes"), "mib"),
               "mfu": fmt((r["summary"] or {}).get("mfu"), "pct"),
               "energy": fmt((r["summary"] or {}).get("energy_per_image_j"), "j"),
               "tta": fmt((r["summary"] or {}).get("time_to_target_s"), "s")} for r in rows]
-    context = {"table": table, "command": command, "varied": document["varied"], "baseline": document["baseline"],
-               "bars": _bars(rows), "target": any((r["summary"] or {}).get("target_accuracy") for r in rows)}
+    context = {"table": table, "command": command, "varied": document["varied"],
+               "baseline": document["baseline"], "bars": _bars(rows),
+               "target": any((r["summary"] or {}).get("target_accuracy") for r in rows)}
     for name in ("sweep.md", "sweep.html"):
         text = env.get_template(f"{name}.j2").render(**context)
         paths.append(results.write_atomic(out / name, lambda f, t=text: f.write(t)))

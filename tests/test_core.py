@@ -22,7 +22,8 @@ def test_lenet_matches_the_seed_net():
 
 def test_resnet9_parameters_and_flops_by_hand():
     spec = specs.resnet9()
-    convs = [(3, 64), (64, 128), (128, 128), (128, 128), (128, 256), (256, 512), (512, 512), (512, 512)]
+    convs = [(3, 64), (64, 128), (128, 128), (128, 128), (128, 256), (256, 512), (512, 512),
+             (512, 512)]
     params = sum(9 * a * b + 2 * b for a, b in convs) + 512 * 10  # 3x3 convs, BN gamma/beta, fc
     assert specs.parameter_count(spec) == params == 6_573_120
     sizes = [32, 32, 16, 16, 16, 8, 4, 4]  # output side of each conv
@@ -41,7 +42,8 @@ def test_initial_weights_are_seeded_and_follow_the_documented_initialisers():
     spec = specs.resnet9()
     a, b = init.initial_weights(spec, 0), init.initial_weights(spec, 0)
     assert all(np.array_equal(a[k], b[k]) for k in a)
-    assert not np.array_equal(a["prep_conv.weight"], init.initial_weights(spec, 1)["prep_conv.weight"])
+    assert not np.array_equal(a["prep_conv.weight"],
+                              init.initial_weights(spec, 1)["prep_conv.weight"])
     bound = 1 / np.sqrt(64 * 9)
     w = a["layer1_conv.weight"]
     assert w.dtype == np.float32 and np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound
@@ -135,7 +137,8 @@ def test_result_schema_rejects_bad_values(tmp_path, change, message):
 
 
 def test_nan_is_written_as_null(tmp_path):
-    path = results.write_json_atomic(tmp_path / "x.json", {"loss": float("nan"), "ok": [1.0, float("inf")]})
+    path = results.write_json_atomic(tmp_path / "x.json",
+                                     {"loss": float("nan"), "ok": [1.0, float("inf")]})
     assert json.loads(path.read_text()) == {"loss": None, "ok": [1.0, None]}
 
 

@@ -66,7 +66,8 @@ def test_cifar10_extracted_folder_and_its_parent(tmp_path, cifar_batches):
         np.testing.assert_array_equal(ds.train_y, _expected(cifar_batches)[1])
 
 
-def test_decoded_arrays_are_cached_and_refreshed_when_the_input_changes(tmp_path, cifar_batches, isolated_home):
+def test_decoded_arrays_are_cached_and_refreshed_when_the_input_changes(tmp_path, cifar_batches,
+                                                                        isolated_home):
     archive = write_cifar_archive(tmp_path, cifar_batches)
     first = datasets.load("cifar10", str(archive))
     assert first.cache_path and first.cache_path.startswith(str(isolated_home))
@@ -134,7 +135,8 @@ def test_offline_without_cache_names_every_way_out(monkeypatch):
     with pytest.raises(DataError) as info:
         datasets.load("cifar10")
     message = str(info.value)
-    for way in ("--data-dir", "--dataset folder", "--dataset tfds", "--dataset synthetic", "data fetch"):
+    for way in ("--data-dir", "--dataset folder", "--dataset tfds", "--dataset synthetic",
+                "data fetch"):
         assert way in message
 
 
@@ -156,7 +158,8 @@ class _Response(io.BytesIO):
         self.close()
 
 
-def test_download_checks_md5_and_lands_in_the_cache(monkeypatch, cifar_archive, cifar_batches, isolated_home):
+def test_download_checks_md5_and_lands_in_the_cache(monkeypatch, cifar_archive, cifar_batches,
+                                                     isolated_home):
     payload = cifar_archive.read_bytes()
     monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: _Response(payload))
     monkeypatch.setattr(datasets, "CIFAR10_MD5", hashlib.md5(payload).hexdigest())
@@ -167,7 +170,8 @@ def test_download_checks_md5_and_lands_in_the_cache(monkeypatch, cifar_archive, 
 
 
 def test_download_with_wrong_md5_keeps_nothing(monkeypatch, cifar_archive, isolated_home):
-    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: _Response(b"not the archive"))
+    monkeypatch.setattr(urllib.request, "urlopen",
+                        lambda url, timeout=None: _Response(b"not the archive"))
     with pytest.raises(DataError, match="md5"):
         datasets.fetch_cifar10(progress=False)
     assert not (isolated_home / "cifar10" / "cifar-10-python.tar.gz").exists()
@@ -261,7 +265,8 @@ def test_unknown_source_is_a_clear_error():
         datasets.load("mnist")
 
 
-def test_torchvision_source_downloads_through_torchvision(monkeypatch, tmp_path, cifar_archive, cifar_batches):
+def test_torchvision_source_downloads_through_torchvision(monkeypatch, tmp_path, cifar_archive,
+                                                          cifar_batches):
     """torchvision's own CIFAR10 loader, with only the network (urlopen) replaced."""
     from torchvision.datasets import CIFAR10
     _decode_here(monkeypatch)
@@ -272,7 +277,8 @@ def test_torchvision_source_downloads_through_torchvision(monkeypatch, tmp_path,
     src = cifar_archive.parent / "src" / "cifar-10-batches-py"
     md5 = lambda p: hashlib.md5(p.read_bytes()).hexdigest()  # noqa: E731
     monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(payload).hexdigest())
-    monkeypatch.setattr(CIFAR10, "train_list", [[f"data_batch_{i}", md5(src / f"data_batch_{i}")] for i in range(1, 6)])
+    monkeypatch.setattr(CIFAR10, "train_list", [[f"data_batch_{i}", md5(src / f"data_batch_{i}")]
+                                                for i in range(1, 6)])
     monkeypatch.setattr(CIFAR10, "test_list", [["test_batch", md5(src / "test_batch")]])
     monkeypatch.setattr(CIFAR10, "meta", {"filename": "batches.meta", "key": "label_names",
                                           "md5": md5(src / "batches.meta")})

@@ -14,7 +14,8 @@ from compare.interface import DeviceChoice
 from conftest import tiny_config
 
 
-def fake_pynvml(power_mw: int = 300_000, energy_mj_per_s: float = 300_000.0, fail_init: bool = False):
+def fake_pynvml(power_mw: int = 300_000, energy_mj_per_s: float = 300_000.0,
+                fail_init: bool = False):
     """A stand-in for nvidia-ml-py: a GPU drawing 300 W at 75% utilisation."""
     module = types.ModuleType("pynvml")
     started = time.monotonic()
@@ -31,9 +32,11 @@ def fake_pynvml(power_mw: int = 300_000, energy_mj_per_s: float = 300_000.0, fai
     module.nvmlShutdown = lambda: None
     module.nvmlDeviceGetHandleByIndex = lambda i: f"gpu{i}"
     module.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=75, memory=40)
-    module.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=2 * 2**30, total=80 * 2**30)
+    module.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=2 * 2**30,
+                                                                     total=80 * 2**30)
     module.nvmlDeviceGetPowerUsage = lambda h: power_mw
-    module.nvmlDeviceGetTotalEnergyConsumption = lambda h: int(1e9 + (time.monotonic() - started) * energy_mj_per_s)
+    module.nvmlDeviceGetTotalEnergyConsumption = lambda h: int(
+        1e9 + (time.monotonic() - started) * energy_mj_per_s)
     return module
 
 
@@ -54,7 +57,9 @@ def test_sampler_reads_utilisation_power_and_the_energy_counter(monkeypatch):
 def test_no_nvml_is_null_with_a_reason(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(fail_init=True))
     sampler = gpu_metrics.sampler([0])
-    assert sampler.end_epoch() == {"energy_j": None, "note": "NVML unavailable (NVMLError: NVML Shared Library Not Found)"}
+    assert sampler.end_epoch() == {"energy_j": None,
+                                   "note": "NVML unavailable "
+                                           "(NVMLError: NVML Shared Library Not Found)"}
     assert gpu_metrics.sampler(None).end_epoch()["note"] == "CPU run: no GPU to sample"
 
 
@@ -69,11 +74,13 @@ def test_mfu_against_the_peak_table():
     assert unknown["mfu"] is None and "not in the peak-FLOP table" in unknown["mfu_note"]
     assert gpu_metrics.mfu(1e12, None, None, 1)["mfu_note"].startswith("CPU run")
     assert gpu_metrics.math_mode(True, "mixed", False) == "fp16"
-    assert gpu_metrics.math_mode(True, "fp32", True) == "tf32" and gpu_metrics.math_mode(False, "fp32", False) is None
+    assert (gpu_metrics.math_mode(True, "fp32", True) == "tf32"
+            and gpu_metrics.math_mode(False, "fp32", False) is None)
 
 
 def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
-    """The loop with a GPU-looking trainer: energy per epoch and in the summary, MFU from the table."""
+    """The loop with a GPU-looking trainer: energy per epoch and in the summary, MFU from the
+    table."""
     from test_reliability import FakeTrainer
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
 
@@ -91,7 +98,8 @@ def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
     assert loop.train_epochs(trainer, config, recorder) == 0
     result = results.read_result(tmp_path / "run" / "result.json")
     energies = [e["gpu"]["energy_j"] for e in result["epochs"]]
-    assert all(e == pytest.approx(300 * 4 * 0.05, rel=0.5) for e in energies)  # 300 W x 4 steps x 50 ms
+    # 300 W x 4 steps x 50 ms
+    assert all(e == pytest.approx(300 * 4 * 0.05, rel=0.5) for e in energies)
     summary = result["summary"]
     assert summary["energy_j"] == pytest.approx(sum(energies))
     assert summary["energy_per_image_j"] == pytest.approx(summary["energy_j"] / (2 * 4 * 32))

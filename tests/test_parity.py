@@ -14,13 +14,15 @@ from conftest import tiny_config
 
 
 def _hash(images: np.ndarray, labels: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(images, np.float32).tobytes() + labels.astype(np.int64).tobytes()).hexdigest()
+    return hashlib.sha256(np.ascontiguousarray(images, np.float32).tobytes()
+                          + labels.astype(np.int64).tobytes()).hexdigest()
 
 
 @pytest.mark.parametrize("augment", [True, False])
 def test_first_batches_hash_equal_in_both_pipelines(tmp_path, tf_two_cpus, augment):
     from torch_impl import train as torch_train
-    config = tiny_config(tmp_path, device="cpu", pipeline=PipelineConfig(workers=2), augment=augment)
+    config = tiny_config(tmp_path, device="cpu", pipeline=PipelineConfig(workers=2),
+                         augment=augment)
     dataset = datasets.config_dataset(config)
     tf_trainer = tf_two_cpus.Trainer(config, dataset, tf_two_cpus.select_device(config))
     torch_trainer = torch_train.Trainer(config, dataset, torch_train.select_device(config))
@@ -67,9 +69,11 @@ def test_parity_passes_on_cpu(tmp_path, tf_two_cpus, model, batch_size, changes)
     record = parity.compare_probes(probes["tf"], probes["torch"], steps=3)
     assert record["passed"], {k: record[k] for k in parity.GATED}
     assert record["logits_max_abs_diff"] < 1e-4
-    assert set(record["grad_rel_diff_per_layer"]) == {k[5:] for k in probes["torch"] if k.startswith("grad/")}
+    assert set(record["grad_rel_diff_per_layer"]) == {k[5:] for k in probes["torch"]
+                                                      if k.startswith("grad/")}
     if model == "lenet":  # no BatchNorm/ReLU-mask noise: agreement to float32 rounding
-        assert record["grad_max_rel_diff"] < 1e-5 and record["params_rel_update_diff_after_steps"] < 1e-4
+        assert (record["grad_max_rel_diff"] < 1e-5
+                and record["params_rel_update_diff_after_steps"] < 1e-4)
         assert record["params_max_abs_diff_after_steps"] < 1e-6
 
 
@@ -102,7 +106,8 @@ def test_parity_catches_a_real_difference(tmp_path, tf_two_cpus):
 
 
 def _loss_curve(trainer, config, out, perturb: float = 0.0):
-    """Per-step losses of a full run; `perturb` multiplies every initial weight by (1 + perturb * noise)."""
+    """Per-step losses of a full run; `perturb` multiplies every initial weight by
+    (1 + perturb * noise)."""
     if perturb:
         import torch
         generator = torch.Generator().manual_seed(1)
@@ -136,7 +141,8 @@ def test_loss_curves_agree_after_hundreds_of_steps(tmp_path, tf_two_cpus):
         return torch_train.Trainer(config, dataset, torch_train.select_device(config))
 
     tf_losses, tf_result = _loss_curve(
-        tf_two_cpus.Trainer(config, dataset, tf_two_cpus.select_device(config)), config, tmp_path / "tf")
+        tf_two_cpus.Trainer(config, dataset, tf_two_cpus.select_device(config)), config,
+        tmp_path / "tf")
     torch_losses, torch_result = _loss_curve(torch_trainer(), config, tmp_path / "torch")
     noisy_losses, _ = _loss_curve(torch_trainer(), config, tmp_path / "noisy", perturb=1e-7)
     assert len(tf_losses) == len(torch_losses) == 300
@@ -147,13 +153,15 @@ def test_loss_curves_agree_after_hundreds_of_steps(tmp_path, tf_two_cpus):
         return np.abs(wa / wb - 1).mean()
 
     noise_floor = window_gap(noisy_losses, torch_losses)
-    assert window_gap(tf_losses, torch_losses) <= 2 * noise_floor + 0.01, (window_gap(tf_losses, torch_losses), noise_floor)
+    assert window_gap(tf_losses, torch_losses) <= 2 * noise_floor + 0.01, (
+        window_gap(tf_losses, torch_losses), noise_floor)
     assert torch_losses[-30:].mean() < 0.6 * torch_losses[:30].mean()  # and both actually learned
     accuracy = [r["summary"]["final_test_accuracy"] for r in (tf_result, torch_result)]
     assert abs(accuracy[0] - accuracy[1]) < 0.03, accuracy
 
 
-def test_parity_catches_keras_momentum_form_under_a_changing_learning_rate(tmp_path, tf_two_cpus, monkeypatch):
+def test_parity_catches_keras_momentum_form_under_a_changing_learning_rate(tmp_path, tf_two_cpus,
+                                                                           monkeypatch):
     """keras.optimizers.SGD keeps v in units of lr * g (v = mu v - lr g; w += v): under a
     learning-rate ramp its updates differ from PyTorch's form, and the check must say so."""
     def keras_form(self, gradient, variable, learning_rate):
@@ -168,7 +176,8 @@ def test_parity_catches_keras_momentum_form_under_a_changing_learning_rate(tmp_p
     monkeypatch.setattr(tf_two_cpus.TorchFormSGD, "update_step", keras_form)
     wrong = _probes(tmp_path / "b", tf_two_cpus, "lenet", 32, **changes)
     record = parity.compare_probes(wrong["tf"], wrong["torch"], steps=3)
-    assert record["failed"] == ["params_rel_update_diff_after_steps"], record["params_rel_update_diff_after_steps"]
+    assert record["failed"] == ["params_rel_update_diff_after_steps"], (
+        record["params_rel_update_diff_after_steps"])
 
 
 def test_fairness_manifests_list_the_same_settings_and_agree(tmp_path, tf_two_cpus):
@@ -184,13 +193,15 @@ def test_fairness_manifests_list_the_same_settings_and_agree(tmp_path, tf_two_cp
         manifests[framework] = fairness.manifest(config, trainer.choice, trainer.replicas, own)
     tf_manifest, torch_manifest = manifests["tf"], manifests["torch"]
     assert set(tf_manifest) == set(torch_manifest)
-    for key in ("precision_policy", "tf32", "deterministic", "loss_scaling", "bn_epsilon", "update_rule",
-                "weight_decay_form", "loss", "lr_schedule", "global_batch", "per_replica_batch", "replicas",
-                "compile", "init_source", "data_plan_seed", "device_kind"):
+    for key in ("precision_policy", "tf32", "deterministic", "loss_scaling", "bn_epsilon",
+                "update_rule", "weight_decay_form", "loss", "lr_schedule", "global_batch",
+                "per_replica_batch", "replicas", "compile", "init_source", "data_plan_seed",
+                "device_kind"):
         assert tf_manifest[key] == torch_manifest[key], key
     rows = report.fairness_rows({"fairness": {"tf": tf_manifest, "torch": torch_manifest}})
     differing = {r["setting"] for r in rows if r["same"] == "differs"}
-    assert differing == {"bn_running_variance", "channels_last"}  # genuine conventions, shown as such
+    # genuine conventions, shown as such
+    assert differing == {"bn_running_variance", "channels_last"}
 
 
 @pytest.mark.parametrize("model, count", [("lenet", 62_006), ("resnet9", 6_573_120)])
@@ -199,4 +210,5 @@ def test_both_builds_have_the_specs_parameter_count(tf_two_cpus, model, count):
     from tf_impl.model import build_model as keras_build, count_parameters as keras_count
     from torch_impl.model import build_model as torch_build, count_parameters as torch_count
     spec = specs.get_spec(model)
-    assert specs.parameter_count(spec) == keras_count(keras_build(spec)) == torch_count(torch_build(spec)) == count
+    assert (specs.parameter_count(spec) == keras_count(keras_build(spec))
+            == torch_count(torch_build(spec)) == count)

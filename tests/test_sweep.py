@@ -19,14 +19,17 @@ from conftest import tiny_config
 def test_parse_vary_and_the_cartesian_plan():
     varies = [sweep.parse_vary("precision=fp32,mixed"), sweep.parse_vary("batch_size=32, 64"),
               sweep.parse_vary("compile=off,on")]
-    assert varies == [("precision", ["fp32", "mixed"]), ("batch-size", [32, 64]), ("compile", [False, True])]
+    assert varies == [("precision", ["fp32", "mixed"]), ("batch-size", [32, 64]),
+                      ("compile", [False, True])]
     rows = sweep.combinations(RunConfig(), varies, ["tf", "torch"])
     assert len(rows) == 2 * 2 * 2 * 2
     assert [fw for fw, _, _ in rows[:4]] == ["tf", "torch", "torch", "tf"]  # order alternates
     fw, settings, config = rows[-1]
     assert settings == {"precision": "mixed", "batch-size": 64, "compile": True}
-    assert config.precision == "mixed" and config.batch_size == 64 and config.compile and config.framework == fw
-    assert sweep.combinations(RunConfig(), [sweep.parse_vary("pipeline=device")], ["tf"])[0][2].pipeline.kind == "device"
+    assert (config.precision == "mixed" and config.batch_size == 64 and config.compile
+            and config.framework == fw)
+    assert sweep.combinations(RunConfig(), [sweep.parse_vary("pipeline=device")],
+                              ["tf"])[0][2].pipeline.kind == "device"
 
 
 @pytest.mark.parametrize("text, message", [
@@ -43,22 +46,26 @@ def test_bad_vary_is_one_clear_line(text, message):
 
 def test_speedups_are_relative_to_each_frameworks_baseline():
     def row(fw, precision, ips, tta=None):
-        return {"framework": fw, "settings": {"precision": precision}, "status": "completed", "path": "",
-                "error": None, "summary": {"images_per_s": ips, "time_to_target_s": tta}}
+        return {"framework": fw, "settings": {"precision": precision}, "status": "completed",
+                "path": "", "error": None,
+                "summary": {"images_per_s": ips, "time_to_target_s": tta}}
     rows = sweep.with_speedups([row("tf", "fp32", 100.0, 10.0), row("tf", "mixed", 250.0, 4.0),
                                 row("torch", "fp32", 200.0), row("torch", "mixed", 300.0),
-                                {"framework": "torch", "settings": {"precision": "x"}, "status": "failed",
-                                 "summary": None, "path": None, "error": "boom"}],
+                                {"framework": "torch", "settings": {"precision": "x"},
+                                 "status": "failed", "summary": None, "path": None,
+                                 "error": "boom"}],
                                [("precision", ["fp32", "mixed"])])
     assert [r["speedup"] for r in rows] == [1.0, 2.5, 1.0, 1.5, None]
-    assert rows[1]["time_to_target_speedup"] == 2.5 and rows[0]["baseline"] and not rows[1]["baseline"]
+    assert (rows[1]["time_to_target_speedup"] == 2.5 and rows[0]["baseline"]
+            and not rows[1]["baseline"])
 
 
 @pytest.mark.slow
 def test_sweep_cli_writes_json_markdown_and_html(tmp_path):
     out = tmp_path / "sweep"
-    outcome = CliRunner().invoke(cli, ["sweep", "--dataset", "synthetic", "--synthetic-size", "320", "--epochs", "2",
-                                       "--precision", "fp32", "--vary", "pipeline=naive,device",
+    outcome = CliRunner().invoke(cli, ["sweep", "--dataset", "synthetic", "--synthetic-size", "320",
+                                       "--epochs", "2", "--precision", "fp32",
+                                       "--vary", "pipeline=naive,device",
                                        "--target-accuracy", "0.05", "--quiet", "--out", str(out)])
     assert outcome.exit_code == 0, outcome.output
     document = json.loads((out / "sweep.json").read_text())
@@ -69,7 +76,8 @@ def test_sweep_cli_writes_json_markdown_and_html(tmp_path):
         assert row["summary"]["time_to_target_s"] is not None
     html = (out / "sweep.html").read_text()
     assert "<svg" in html and "Time to target" in html and "pipeline=device" in html
-    assert "| TensorFlow/Keras | pipeline=naive (baseline) | completed |" in (out / "sweep.md").read_text()
+    assert ("| TensorFlow/Keras | pipeline=naive (baseline) | completed |"
+            in (out / "sweep.md").read_text())
 
 
 def test_device_pipeline_batches_equal_the_loader_batches(tmp_path, tf_two_cpus):
@@ -85,7 +93,8 @@ def test_device_pipeline_batches_equal_the_loader_batches(tmp_path, tf_two_cpus)
         plain = tf_two_cpus.Trainer(config.replace(devices=devices), dataset,
                                          tf_two_cpus.select_device(config.replace(devices=devices)))
         device = tf_two_cpus.Trainer(resident.replace(devices=devices), dataset,
-                                          tf_two_cpus.select_device(resident.replace(devices=devices)))
+                                          tf_two_cpus.select_device(
+                                              resident.replace(devices=devices)))
         a = [float(plain.train_step(x, 0.05)) for x in plain.batches(0)]
         b = [float(device.train_step(x, 0.05)) for x in device.batches(0)]
         np.testing.assert_allclose(b, a, rtol=1e-6)
@@ -107,4 +116,5 @@ def test_time_to_target_accuracy_is_the_training_time_of_the_first_epoch_reachin
     result = results.read_result(tmp_path / "run" / "result.json")
     epochs = result["epochs"]
     assert result["summary"]["epochs_to_target"] == 2
-    assert result["summary"]["time_to_target_s"] == pytest.approx(epochs[0]["train_time_s"] + epochs[1]["train_time_s"])
+    assert result["summary"]["time_to_target_s"] == pytest.approx(epochs[0]["train_time_s"]
+                                                                  + epochs[1]["train_time_s"])

@@ -73,3 +73,5 @@ def test_profile_records_steady_steps_with_the_frameworks_profiler(tmp_path, fra
     assert [w["first_step"] for w in profiled] == [10, 12]  # epoch 2: steps 2-4 of 8
     steady = record.result["summary"]["steady_step_time_ms"]
     assert steady["windows"] == 2  # epoch 2's four windows less the two profiled
+    from compare import report  # the report reads windows.csv the same way
+    assert len(report.window_step_ms({"path": str(tmp_path / "run" / "result.json")})) == 2

@@ -1,4 +1,5 @@
-"""TensorFlow/Keras trainer: a real step, MirroredStrategy over 2 logical CPUs, bfloat16, the CLI path."""
+"""TensorFlow/Keras trainer: a real step, MirroredStrategy over 2 logical CPUs, bfloat16, the CLI
+path."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def test_one_step_applies_the_pytorch_form_sgd_update(tmp_path, tf_two_cpus):
     after = trainer.weights()
     assert float(loss) == pytest.approx(loss_before, rel=1e-5)
     for name, g in grads.items():  # first step: v = g + wd * w, w -= lr * v
-        np.testing.assert_allclose(after[name], before[name] - 0.1 * (g + 0.01 * before[name]), atol=1e-6)
+        np.testing.assert_allclose(after[name], before[name] - 0.1 * (g + 0.01 * before[name]),
+                                   atol=1e-6)
     for _ in range(15):
         trainer.train_step(batch, 0.05)
     assert trainer.gradients(batch)[1] < 0.75 * loss_before  # it learns the batch
@@ -70,15 +72,16 @@ def test_xla_switch_compiles_and_trains(tmp_path, tf_two_cpus):
     plain = _trainer(tf_two_cpus, tiny_config(tmp_path, device="cpu"))
     xla = _trainer(tf_two_cpus, tiny_config(tmp_path, device="cpu", compile=True))
     batch = next(iter(plain.batches(0)))
-    assert float(xla.train_step(batch, 0.05)) == pytest.approx(float(plain.train_step(batch, 0.05)), rel=1e-4)
+    assert float(xla.train_step(batch, 0.05)) == pytest.approx(float(plain.train_step(batch, 0.05)),
+                                                               rel=1e-4)
     assert "XLA" in xla.manifest()["compile"]
 
 
 def test_cli_run_tf_writes_a_valid_result(tmp_path):
     out = tmp_path / "cli"
     outcome = CliRunner().invoke(cli, ["run", "--framework", "tf", "--dataset", "synthetic",
-                                       "--synthetic-size", "320", "--epochs", "2", "--precision", "fp32",
-                                       "--out", str(out), "--quiet"])
+                                       "--synthetic-size", "320", "--epochs", "2",
+                                       "--precision", "fp32", "--out", str(out), "--quiet"])
     assert outcome.exit_code == 0, outcome.output
     result = results.read_result(out / "result.json")
     summary = result["summary"]

@@ -16,7 +16,8 @@ from torch_impl import train as torch_train
 
 
 def _trainer(config):
-    return torch_train.Trainer(config, datasets.config_dataset(config), torch_train.select_device(config))
+    return torch_train.Trainer(config, datasets.config_dataset(config),
+                               torch_train.select_device(config))
 
 
 def test_one_step_applies_the_pytorch_form_sgd_update(tmp_path):
@@ -30,7 +31,8 @@ def test_one_step_applies_the_pytorch_form_sgd_update(tmp_path):
     after = trainer.weights()
     assert float(loss) == pytest.approx(loss_before, rel=1e-6)
     for name, g in grads.items():  # first step: v = g + wd * w, w -= lr * v
-        np.testing.assert_allclose(after[name], before[name] - 0.1 * (g + 0.01 * before[name]), atol=1e-6)
+        np.testing.assert_allclose(after[name], before[name] - 0.1 * (g + 0.01 * before[name]),
+                                   atol=1e-6)
     for _ in range(15):
         trainer.train_step(batch, 0.05)
     assert trainer.gradients(batch)[1] < 0.75 * loss_before  # it learns the batch
@@ -72,7 +74,8 @@ def test_ddp_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_p
     for name in a:
         np.testing.assert_allclose(b[name].numpy(), a[name].numpy(), atol=2e-6, err_msg=name)
     ra, rb = (results.read_result(tmp_path / d / "result.json") for d in ("one", "two"))
-    assert rb["summary"]["replicas"] == 2 and rb["fairness"]["distribution"] == "DistributedDataParallel (gloo)"
+    assert (rb["summary"]["replicas"] == 2
+            and rb["fairness"]["distribution"] == "DistributedDataParallel (gloo)")
     assert rb["fairness"]["per_replica_batch"] == 16
     assert rb["epochs"][0]["train_loss"] == pytest.approx(ra["epochs"][0]["train_loss"], rel=1e-5)
 
@@ -80,16 +83,19 @@ def test_ddp_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_p
 def test_cli_run_torch_writes_a_valid_result(tmp_path):
     out = tmp_path / "cli"
     outcome = CliRunner().invoke(cli, ["run", "--framework", "torch", "--dataset", "synthetic",
-                                       "--synthetic-size", "320", "--epochs", "2", "--precision", "fp32",
-                                       "--workers", "0", "--out", str(out), "--quiet"])
+                                       "--synthetic-size", "320", "--epochs", "2",
+                                       "--precision", "fp32", "--workers", "0", "--out", str(out),
+                                       "--quiet"])
     assert outcome.exit_code == 0, outcome.output
     result = results.read_result(out / "result.json")
     summary = result["summary"]
     assert summary["status"] == "completed" and len(result["epochs"]) == 2
     assert 0.0 <= summary["final_test_accuracy"] <= 1.0
     assert summary["steady_step_time_ms"]["median"] > 0 and summary["images_per_s"] > 0
-    assert summary["peak_device_memory_bytes"] is None and "CPU" in summary["peak_device_memory_note"]
+    assert (summary["peak_device_memory_bytes"] is None
+            and "CPU" in summary["peak_device_memory_note"])
     assert result["fairness"]["init_source"].startswith("compare.init")
     steps = (out / "steps.csv").read_text().splitlines()
     assert steps[0] == "global_step,epoch,lr,loss" and len(steps) == 1 + 2 * 10
-    assert (out / "model.pt").exists() and json.loads((out / "config.json").read_text())["framework"] == "torch"
+    assert ((out / "model.pt").exists()
+            and json.loads((out / "config.json").read_text())["framework"] == "torch")
