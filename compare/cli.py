@@ -81,8 +81,8 @@ def run_options(f):
                 "workers), naive (one synchronous stage) or device (whole training set resident "
                 f"on the device). [default: {PipelineConfig().kind}]",
                 type=click.Choice(PIPELINES)),
-        _option("--workers", None, "DataLoader worker processes (torch). "
-                f"[default: {PipelineConfig().workers} when tuned]", type=int),
+        _option("--workers", None, "DataLoader worker processes (torch). [default: tuned: none "
+                "with 2 or fewer cores per process, else half the cores, at most 8]", type=int),
         _option("--tf32/--no-tf32", "tf32", "Allow TensorFloat-32 on Ampere+ GPUs, in both "
                 "frameworks alike."),
         _option("--channels-last/--no-channels-last", None, "PyTorch's memory format (Keras "

@@ -61,7 +61,7 @@ def check_config(config: RunConfig) -> RunConfig:
     if config.pipeline.kind not in PIPELINES:
         raise UserError(f"Invalid value for '--pipeline': {config.pipeline.kind!r} is not one of "
                         f"{', '.join(PIPELINES)}")
-    if config.pipeline.workers < 0:
+    if config.pipeline.workers is not None and config.pipeline.workers < 0:
         raise UserError(f"Invalid value for '--workers': {config.pipeline.workers} is not >= 0")
     check_split(config)
     check_out(config.out)

@@ -154,3 +154,14 @@ def test_atomic_write_keeps_the_previous_file_when_writing_fails(tmp_path):
         results.write_atomic(path, fail_midway)
     assert json.loads(path.read_text()) == {"version": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary left behind
+
+
+def test_loader_workers_come_from_the_cores_per_process_unless_set():
+    from compare.config import PipelineConfig, loader_workers
+    tuned = PipelineConfig()
+    assert loader_workers(tuned, processes=1, cores=2) == 0  # a worker would fight for a core
+    assert loader_workers(tuned, processes=1, cores=16) == 8
+    assert loader_workers(tuned, processes=2, cores=16) == 4
+    assert loader_workers(tuned, processes=1, cores=64) == 8
+    assert loader_workers(PipelineConfig(workers=3), processes=1, cores=2) == 3
+    assert loader_workers(PipelineConfig.preset("naive"), processes=1, cores=16) == 0

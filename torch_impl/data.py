@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from compare import plan as data_plan
-from compare.config import RunConfig
+from compare.config import RunConfig, loader_workers
 from compare.datasets import Dataset
 from compare.interface import DeviceChoice
 
@@ -151,10 +152,13 @@ def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
         return {"kind": "device", "loader": "whole training set (uint8) resident on the device; "
                 "each epoch's plan keys copied there once, batches gathered on the loop's thread",
                 "workers": 0, "augmentation": augmentation + ", on the device"}
-    return {"kind": p.kind, "loader": "torch.utils.data.DataLoader", "workers": p.workers,
+    workers = loader_workers(p, choice.processes)
+    return {"kind": p.kind, "loader": "torch.utils.data.DataLoader", "workers": workers,
+            "workers_from": "--workers" if p.workers is not None else
+            f"{len(os.sched_getaffinity(0))} cores / {choice.processes} process(es)",
             "pin_memory": p.pin_memory and choice.on_gpu,
-            "persistent_workers": p.persistent_workers and p.workers > 0,
-            "prefetch_factor": p.prefetch_factor if p.prefetch and p.workers > 0 else None,
+            "persistent_workers": p.persistent_workers and workers > 0,
+            "prefetch_factor": p.prefetch_factor if p.prefetch and workers > 0 else None,
             "non_blocking_copies": p.non_blocking and choice.on_gpu,
             "augmentation": augmentation}
 
@@ -167,7 +171,8 @@ def _whole_batch(batch):
 def _loader(source: PlanImages, sampler: Sampler, config: RunConfig,
             choice: DeviceChoice) -> DataLoader:
     p = config.pipeline
+    workers = loader_workers(p, choice.processes)
     return DataLoader(source, batch_sampler=sampler, collate_fn=_whole_batch,
-                      num_workers=p.workers, pin_memory=p.pin_memory and choice.on_gpu,
-                      persistent_workers=p.persistent_workers and p.workers > 0,
-                      prefetch_factor=p.prefetch_factor if p.prefetch and p.workers > 0 else None)
+                      num_workers=workers, pin_memory=p.pin_memory and choice.on_gpu,
+                      persistent_workers=p.persistent_workers and workers > 0,
+                      prefetch_factor=p.prefetch_factor if p.prefetch and workers > 0 else None)

@@ -231,7 +231,8 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
-        return isinstance(exc, torch.OutOfMemoryError)
+        # torch.OutOfMemoryError (any device) in recent releases; the CUDA one before.
+        return isinstance(exc, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError))
 
     def manifest(self) -> dict:
         """PyTorch's half of the fairness manifest (compare.fairness builds the rest)."""
