@@ -28,11 +28,13 @@ MIB = 2 ** 20
 
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frameworks", nargs="+", default=["tf", "torch"], choices=["tf", "torch"])
+    parser.add_argument("--frameworks", nargs="+", default=["tf", "torch"],
+                        choices=["tf", "torch"], help="which to run (default: both)")
     parser.add_argument("--epochs", type=int, default=100, help="epochs per run (default: 100)")
     parser.add_argument("--synthetic-size", type=int, default=2000,
                         help="synthetic training images (default: 2000; test set: a fifth)")
-    parser.add_argument("--pipeline", default="tuned", help="cnncompare --pipeline (default: tuned)")
+    parser.add_argument("--pipeline", default="tuned",
+                        help="cnncompare --pipeline (default: tuned)")
     parser.add_argument("--skip", type=int, default=5,
                         help="first epochs left out of the slope (default: 5)")
     return parser.parse_args()

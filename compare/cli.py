@@ -233,6 +233,7 @@ def compare(seeds: int, parity_steps: int, ignore_parity: bool, resume_dir: str 
     Examples:
       cnncompare compare --dataset synthetic --epochs 2 --seeds 2 --out runs/demo
       cnncompare compare --model lenet --dataset folder --data-dir ~/cifar10-jpeg --epochs 1
+      cnncompare compare --resume runs/demo
     """
     from compare import lock, orchestrate
     if resume_dir:

@@ -125,7 +125,9 @@ def compare_frameworks(config: RunConfig, seeds: int, out: Path,
     for framework in FRAMEWORKS:
         runner.check_installed(framework)
     devices.check_same_device([config.replace(framework=fw) for fw in FRAMEWORKS])
-    if not resume:
+    if resume:  # the report replays the comparison as it was started
+        command = _read_json(out / COMPARISON_FILE).get("command") or command
+    else:
         results.write_json_atomic(out / COMPARISON_FILE, {
             "config": config.to_dict(), "seeds": seeds, "parity_steps": parity_steps,
             "ignore_parity": ignore_parity, "command": command})
@@ -194,11 +196,17 @@ def saved_comparison(directory: Path) -> tuple[RunConfig, int, int, bool]:
 
 def _saved_parity(out: Path) -> dict | None:
     """The parity record of an earlier session, if it passed (a failed one is redone)."""
-    try:
-        parity = json.loads((out / PARITY_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    parity = _read_json(out / PARITY_FILE)
     return parity if parity.get("passed") else None
+
+
+def _read_json(path: Path) -> dict:
+    """The JSON object in `path`; empty when it is missing or unreadable."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _not_run(queued: QueuedRun, reason: str) -> dict:

@@ -10,7 +10,8 @@ One rule on both sides: a stop is never lost, and it never cuts the writing of a
 - A trainer process calls `install_trainer()`: its first stop is remembered and raises
   `compare.errors.Interrupted` only inside `interruptible()` code (the epochs, the parity
   probe); a stop that arrives elsewhere (setting up, writing the result) takes effect at the
-  next `interruptible()` entry. Later stops are ignored: the process is already stopping.
+  next `interruptible()` entry. Later stops are ignored: the process is already stopping;
+  but a stop signal FORCE_AFTER_S or more after the first ends it at once (the user insists).
   The trainer asks Linux for SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG), and a
   write to its closed stdout/stderr (the parent is gone) is dropped and counts as a stop.
 """
@@ -23,8 +24,10 @@ import os
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from compare.errors import Interrupted
@@ -35,6 +38,10 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 INTERRUPT_CODES = frozenset([128 + s for s in (*STOP_SIGNALS, signal.SIGPIPE)]
                             + [-s for s in STOP_SIGNALS])
 PARENT_PID_ENV = "CNNCOMPARE_PARENT_PID"  # set by compare.runner for the trainer it starts
+# A stop signal this long (s) after the first one ends a trainer at once: the first one's
+# writing has had its chance. Repeats that come together (a terminal's Ctrl-C reaches the
+# group and is also forwarded; `timeout` signals the child and then the group) do not.
+FORCE_AFTER_S = 5.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -52,6 +59,7 @@ class TrainerState:
 
     signum: int | None = None  # the first stop; SIGPIPE stands for a closed output pipe
     reason: str = ""
+    since: float = 0.0  # time.monotonic() of the first stop
     raising: bool = False  # inside interruptible(): a stop raises Interrupted at once
     raised: bool = False
     parent_pid: int | None = None
@@ -78,7 +86,7 @@ def install_trainer(parent_pid: int | None = None) -> None:
 def stop(signum: int, reason: str) -> None:
     """Remember a stop (the first one counts); inside interruptible(), raise Interrupted."""
     if _state.signum is None:
-        _state.signum, _state.reason = signum, reason
+        _state.signum, _state.reason, _state.since = signum, reason, time.monotonic()
     _raise_if_due()
 
 
@@ -115,14 +123,30 @@ def shielded() -> Iterator[None]:
 def _raise_if_due() -> None:
     if _state.raising and _state.signum is not None and not _state.raised:
         _state.raised = True
-        raise Interrupted(_state.signum, _state.reason)
+        raise Interrupted(_state.signum, _state.reason + _parent_note())
 
 
 def _on_trainer_signal(signum: int, frame: Any) -> None:
-    reason = signal.Signals(signum).name
-    if _state.parent_pid and os.getppid() != _state.parent_pid:
-        reason += f": the parent process {_state.parent_pid} ended"
-    stop(signum, reason)
+    if _state.signum is not None and time.monotonic() - _state.since >= FORCE_AFTER_S:
+        try:
+            os.write(2, f"stopped at once by a second {signal.Signals(signum).name}\n".encode())
+        finally:
+            os._exit(128 + signum)
+    stop(signum, signal.Signals(signum).name)
+
+
+def _parent_note() -> str:
+    """': the parent process N ended' when it has. Asked when the stop takes effect, not when
+    the signal comes: Linux sends the parent-death signal as each thread of a dying parent
+    ends, while the process still exists."""
+    if not _state.parent_pid or not sys.platform.startswith("linux"):
+        return ""
+    try:
+        stat = Path(f"/proc/{_state.parent_pid}/stat").read_text()
+        alive = os.getppid() == _state.parent_pid and stat.rsplit(")", 1)[1].split()[0] not in "ZX"
+    except (OSError, IndexError):
+        alive = False
+    return "" if alive else f": the parent process {_state.parent_pid} ended"
 
 
 def _output_lost(exc: OSError) -> None:
@@ -133,7 +157,7 @@ def _output_lost(exc: OSError) -> None:
     # Only the main thread may raise Interrupted (a progress bar writes from its own thread):
     # remember the stop and hand it over as a signal, which Python runs in the main thread.
     if _state.signum is None:
-        _state.signum, _state.reason = signal.SIGPIPE, reason
+        _state.signum, _state.reason, _state.since = signal.SIGPIPE, reason, time.monotonic()
     if signal.getsignal(signal.SIGTERM) is _on_trainer_signal:
         _thread.interrupt_main(signal.SIGTERM)
 

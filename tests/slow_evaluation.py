@@ -20,7 +20,6 @@ def _slow_evaluate(self):
     return _evaluate(self)
 
 
-train.Trainer.evaluate = _slow_evaluate
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # only as the trainer process: a test may import the constant
+    train.Trainer.evaluate = _slow_evaluate
     sys.exit(worker.main(train))

@@ -81,6 +81,22 @@ class FakeTrainer:
     def is_out_of_memory(self, exc):
         return isinstance(exc, MemoryError)
 
+    def scalar_writer(self, directory):
+        return NoScalars()
+
+    def close(self):
+        pass
+
+
+class NoScalars:
+    """A TensorBoard writer that writes nothing."""
+
+    def scalar(self, tag, value, step):
+        pass
+
+    def flush(self):
+        pass
+
     def close(self):
         pass
 
