@@ -255,7 +255,8 @@ def compare(seeds: int, parity_steps: int, ignore_parity: bool, resume_dir: str 
 @click.option("--vary", "varies", multiple=True, required=True, metavar="NAME=V1,V2",
               help="A setting and its values; repeat for a cartesian product. Names: precision, "
                    "batch-size, pipeline (naive/tuned/device), compile (on/off), devices, device "
-                   "(cpu/gpu), model, lr, epochs, workers, tf32. The first values form the baseline.")
+                   "(cpu/gpu), model, lr, epochs, workers, tf32. The first values form the "
+                   "baseline.")
 @click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
               help="Frameworks to run (repeatable). [default: both]")
 @click.option("--allow-mixed-devices", is_flag=True, default=None,
@@ -370,9 +371,11 @@ cli.add_command(data_group, "data")
 
 
 @data_group.command("info", context_settings=CONTEXT)
-@click.option("--dataset", type=click.Choice(datasets.SOURCES), default="cifar10", show_default=True,
+@click.option("--dataset", type=click.Choice(datasets.SOURCES), default=RunConfig.dataset,
+              show_default=True,
               help="Data source to inspect.")
-@click.option("--data-dir", type=click.Path(), default=None, help="Where the data is (see `run --help`).")
+@click.option("--data-dir", type=click.Path(), default=None,
+              help="Where the data is (see `run --help`).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def data_info(dataset: str, data_dir: str | None, as_json: bool):
     """Splits, sizes, classes, source and cache path of a dataset (decoding it once).
@@ -389,7 +392,8 @@ def data_info(dataset: str, data_dir: str | None, as_json: bool):
     from rich.console import Console
     from rich.table import Table
     table = Table(title=f"dataset: {dataset}", show_header=False)
-    for key in ("source", "origin", "train_size", "test_size", "image_shape", "num_classes", "classes",
+    for key in ("source", "origin", "train_size", "test_size", "image_shape", "num_classes",
+                "classes",
                 "mean", "std", "cache_path"):
         value = info[key]
         table.add_row(key, ", ".join(map(str, value)) if isinstance(value, list) else str(value))

@@ -51,7 +51,8 @@ class PipelineConfig:
                        pin_memory=False, non_blocking=False)
         if kind == "device":
             return cls(kind="device", cache=True, parallel_map=False, prefetch=False, workers=0,
-                       prefetch_factor=0, persistent_workers=False, pin_memory=False, non_blocking=False)
+                       prefetch_factor=0, persistent_workers=False, pin_memory=False,
+                       non_blocking=False)
         raise ValueError(f"unknown pipeline {kind!r}; choose one of {', '.join(PIPELINES)}")
 
 

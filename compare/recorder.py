@@ -151,7 +151,8 @@ class Recorder:
 def tensorboard_directory(config: RunConfig) -> Path:
     """Where a run's TensorBoard events go: <tensorboard_dir or out/tensorboard>/<fw>-seed<N>,
     so `tensorboard --logdir DIR/tensorboard` overlays the two frameworks of a comparison."""
-    root = Path(config.tensorboard_dir) if config.tensorboard_dir else Path(config.out) / "tensorboard"
+    root = (Path(config.tensorboard_dir) if config.tensorboard_dir
+            else Path(config.out) / "tensorboard")
     return root / f"{config.framework}-seed{config.seed}"
 
 

@@ -37,7 +37,8 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
                         help="parity probe: move every initial weight by 1 ulp (the noise floor)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the checkpoint in the config's out directory")
-    parser.add_argument("--env", action="store_true", help="print what this framework sees, as JSON")
+    parser.add_argument("--env", action="store_true",
+                        help="print what this framework sees, as JSON")
     parser.add_argument("--doctor", metavar="JSON",
                         help="train a few steps per precision and write what happened to JSON")
     args = parser.parse_args(argv)

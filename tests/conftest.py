@@ -91,7 +91,8 @@ def _pickled_batch(images: np.ndarray, labels: list[int], name: str) -> bytes:
     rows = images.transpose(0, 3, 1, 2).reshape(len(images), -1)
     return py2_pickle({Py2Str(b"batch_label"): Py2Str(name.encode()), Py2Str(b"labels"): labels,
                        Py2Str(b"data"): rows,
-                       Py2Str(b"filenames"): [Py2Str(f"{i}.png".encode()) for i in range(len(labels))]})
+                       Py2Str(b"filenames"): [Py2Str(f"{i}.png".encode())
+                                              for i in range(len(labels))]})
 
 
 def write_cifar_dir(root: Path, batches, labels_override: dict | None = None) -> Path:

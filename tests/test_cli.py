@@ -17,7 +17,8 @@ def invoke(args):
     return CliRunner().invoke(cli, args)
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["compare"], ["sweep"], ["report"], ["env"], ["data"],
+@pytest.mark.parametrize("command", [[], ["run"], ["compare"], ["sweep"], ["report"], ["env"],
+                                     ["doctor"], ["data"],
                                      ["data", "info"], ["data", "fetch"], ["data", "cache"]])
 def test_every_command_has_help_with_an_example_and_every_option_help_text(command):
     import click
@@ -54,7 +55,8 @@ def test_unknown_framework_is_refused():
 
 
 def test_missing_data_dir_is_one_line(tmp_path):
-    outcome = invoke(["run", "--framework", "torch", "--dataset", "folder", "--data-dir", str(tmp_path / "nope")])
+    outcome = invoke(["run", "--framework", "torch", "--dataset", "folder", "--data-dir",
+                      str(tmp_path / "nope")])
     assert outcome.exit_code == 2
     assert outcome.output.strip() == f"error: --data-dir {tmp_path / 'nope'} does not exist"
 
@@ -90,10 +92,13 @@ def test_gpu_asked_for_but_absent_fails_clearly(tmp_path, capfd):
 def test_framework_not_installed_names_the_fix(monkeypatch):
     import importlib.util
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorflow" else real(name, *a))
-    outcome = invoke(["run", "--framework", "tf", "--dataset", "synthetic", "--synthetic-size", "64"])
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorflow" else real(name, *a))
+    outcome = invoke(["run", "--framework", "tf", "--dataset", "synthetic", "--synthetic-size",
+                      "64"])
     assert outcome.exit_code == 2
-    assert "TensorFlow/Keras is not installed (missing tensorflow): pip install tensorflow" in outcome.output
+    assert ("TensorFlow/Keras is not installed (missing tensorflow): pip install tensorflow"
+            in outcome.output)
 
 
 def test_data_info_json_for_synthetic_and_a_folder(image_folder):
@@ -126,8 +131,9 @@ def test_env_json_reports_both_frameworks():
 @pytest.mark.slow
 def test_compare_end_to_end_and_report_rebuild(tmp_path):
     out = tmp_path / "cmp"
-    outcome = invoke(["compare", "--dataset", "synthetic", "--synthetic-size", "320", "--epochs", "2",
-                      "--seeds", "2", "--precision", "fp32", "--workers", "0", "--quiet", "--out", str(out)])
+    outcome = invoke(["compare", "--dataset", "synthetic", "--synthetic-size", "320", "--epochs",
+                      "2", "--seeds", "2", "--precision", "fp32", "--workers", "0", "--device",
+                      "cpu", "--quiet", "--out", str(out)])
     assert outcome.exit_code == 0, outcome.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["parity"]["passed"] and summary["parity"]["steps"] == 3
@@ -136,8 +142,10 @@ def test_compare_end_to_end_and_report_rebuild(tmp_path):
         assert summary["frameworks"][fw]["final_test_accuracy"]["n"] == 2
     assert summary["ratios"]["train_time_s"]["n"] == 2 and summary["accuracy_difference"]["n"] == 2
     assert summary["command"].startswith("cnncompare ") or summary["command"]
-    started = sorted((results.read_result(p)["started_at"], p.parent.name) for p in out.glob("runs/*/result.json"))
-    assert [name for _, name in started][0] == "tf-seed0"  # tf first for seed 0, torch first for seed 1
+    started = sorted((results.read_result(p)["started_at"], p.parent.name)
+                     for p in out.glob("runs/*/result.json"))
+    # tf first for seed 0, torch first for seed 1
+    assert [name for _, name in started][0] == "tf-seed0"
     assert {name for _, name in started[2:]} == {"torch-seed1", "tf-seed1"}
     html = (out / "report.html").read_text()
     assert "Parity check" in html and "passed" in html

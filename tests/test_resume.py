@@ -27,15 +27,6 @@ REPO = Path(__file__).resolve().parent.parent
 STOP_AT_STEP = 11  # 1-based call of train_step: the third step of the second epoch (8 a epoch)
 
 
-@pytest.fixture(autouse=True)
-def no_tensorboard(monkeypatch):
-    """Without TensorBoard events: once torch's writer has run in this process (it keeps
-    tensorboard from importing TensorFlow), TensorFlow's tf.summary fails here. The product
-    never holds both frameworks in one process."""
-    from compare import recorder
-    monkeypatch.setattr(recorder.Recorder, "_log_epoch", lambda self, epoch: None)
-
-
 def _config(tmp_path: Path, framework: str, name: str):
     """3 epochs of 8 steps; a one-cycle schedule, momentum and weight decay, so a resumed run
     must restore the step count, the momentum buffers and the weights to match."""

@@ -4,8 +4,6 @@ the values the result files hold."""
 from __future__ import annotations
 
 import csv
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,6 @@ from conftest import tiny_config
 
 
 def _events(directory: Path) -> dict[str, list[tuple[int, float]]]:
-    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("notf"))
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     accumulator = EventAccumulator(str(directory), size_guidance={"scalars": 0, "tensors": 0})
     accumulator.Reload()
@@ -75,3 +72,19 @@ def test_profile_records_steady_steps_with_the_frameworks_profiler(tmp_path, fra
     assert steady["windows"] == 2  # epoch 2's four windows less the two profiled
     from compare import report  # the report reads windows.csv the same way
     assert len(report.window_step_ms({"path": str(tmp_path / "run" / "result.json")})) == 2
+
+
+def test_the_pytorch_writer_never_loads_tensorflow(tmp_path):
+    """In a PyTorch process, TensorFlow loaded by tensorboard would bring a second LLVM
+    beside torch's compiler (an abort): the writer keeps tensorboard on its own stub."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from torch_impl.train import ScalarWriter\n"
+            f"w = ScalarWriter({str(tmp_path)!r}); w.scalar('train/loss', 1.5, 3); w.close()\n"
+            "print('tensorflow' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"
+    assert list(tmp_path.glob("events.out.tfevents.*"))

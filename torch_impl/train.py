@@ -83,8 +83,11 @@ class ScalarWriter:
     def __init__(self, directory: Path):
         # tensorboard's compat layer imports TensorFlow when it is installed; in a PyTorch
         # process that would load a second LLVM beside torch's compiler (an abort). Its
-        # documented `notf` marker makes it use its own stub instead.
-        sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("notf"))
+        # documented `notf` marker makes it use its own stub instead. Where TensorFlow is
+        # already loaded (the test suite holds both), there is nothing to avoid, and the
+        # marker would break TensorFlow's own tf.summary (tensorboard implements it).
+        if "tensorflow" not in sys.modules:
+            sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("notf"))
         from torch.utils.tensorboard import SummaryWriter
         self.writer = SummaryWriter(str(directory))
 
