@@ -22,6 +22,7 @@ from compare.cli import cli
 from compare.config import PipelineConfig
 from compare.errors import EXIT_INTERRUPTED
 from conftest import tiny_config
+from test_reliability import CLI, _wait_for  # one copy of the subprocess helpers
 
 REPO = Path(__file__).resolve().parent.parent
 STOP_AT_STEP = 11  # 1-based call of train_step: the third step of the second epoch (8 a epoch)
@@ -132,21 +133,7 @@ def test_run_resume_refuses_other_options_and_a_directory_without_a_run(tmp_path
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-c", "from compare.cli import main; main()", *args]
-
-
-def _wait_for(predicate, process, timeout: float = 240.0) -> None:
-    import time
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the command ended before it could be stopped"
-        try:
-            if predicate():
-                return
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.2)
-    raise TimeoutError
+    return [sys.executable, "-c", CLI, *args]
 
 
 @pytest.mark.slow
