@@ -769,10 +769,35 @@ def render(groups: list[Group], out_dir: Path) -> list[Path]:
 def write(out_dir: Path, runs: list[dict], parity: dict | None, command: str | None,
           planned: list[dict] | None = None,
           margin: float = stats.EQUIVALENCE_MARGIN) -> list[Path]:
-    """summary.json, report.md and report.html for these runs (one comparison)."""
+    """summary.json, report.md and report.html for these runs (one comparison). A report
+    already there that counted more completed runs is moved aside first, never overwritten."""
     summary = summarise(runs, parity, command, planned, margin)
+    keep_a_fuller_report(out_dir, _completed(summary))
     paths = [results.write_json_atomic(out_dir / "summary.json", summary)]
     return paths + render([Group(summary, runs, str(out_dir))], out_dir)
+
+
+REPORT_FILES = ("summary.json", "report.md", "report.html")
+
+
+def _completed(summary: dict) -> int:
+    return sum(1 for r in summary.get("runs") or [] if r.get("status") == "completed")
+
+
+def keep_a_fuller_report(out_dir: Path, completed_now: int) -> Path | None:
+    """Move the report in `out_dir` to out_dir/earlier/<when>/ when it counted more completed
+    runs than the one about to be written (a rerun that failed early must not erase it)."""
+    previous = _read_json(out_dir / "summary.json")
+    if not isinstance(previous, dict) or _completed(previous) <= completed_now:
+        return None
+    target = out_dir / "earlier" / time.strftime("%Y%m%d-%H%M%S")
+    target.mkdir(parents=True, exist_ok=True)
+    for name in REPORT_FILES:
+        if (out_dir / name).exists():
+            (out_dir / name).replace(target / name)
+    print(f"note: the earlier report in {out_dir} had {_completed(previous)} completed run(s), "
+          f"this one {completed_now}: it is kept in {target}", file=sys.stderr, flush=True)
+    return target
 
 
 # --------------------------------------------------------------------------- `cnncompare report`

@@ -367,3 +367,23 @@ def test_report_html_in_a_headless_browser_shows_every_plot_and_fetches_nothing(
         '<html><body><img src="https://example.invalid/plot.png"></body></html>')
     _, requested = _browse(tmp_path / "cmp", "fetching.html", tmp_path)
     assert requested == ["https://example.invalid/plot.png"]
+
+
+def test_a_rerun_with_fewer_completed_runs_never_overwrites_the_fuller_report(tmp_path):
+    """`compare` again into the same directory, failing early: the earlier report stays."""
+    import json
+    from compare import report
+    out = tmp_path / "cmp"
+    out.mkdir()
+    fuller = {"runs": [{"framework": fw, "seed": 0, "status": "completed"}
+                       for fw in ("tf", "torch")], "marker": "earlier"}
+    (out / "summary.json").write_text(json.dumps(fuller))
+    (out / "report.md").write_text("earlier report\n")
+    report.write(out, [], None, "cnncompare compare (rerun)",
+                 [{"framework": "tf", "seed": 0, "reason": "parity check failed"}])
+    kept = list((out / "earlier").glob("*/summary.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["marker"] == "earlier"
+    assert (kept[0].parent / "report.md").read_text() == "earlier report\n"
+    assert "marker" not in json.loads((out / "summary.json").read_text())  # the new one
+    report.write(out, [], None, "cnncompare compare (again)")  # 0 vs 0: overwritten in place
+    assert len(list((out / "earlier").glob("*/summary.json"))) == 1
