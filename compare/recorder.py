@@ -103,18 +103,17 @@ class Recorder:
             directory = tensorboard_directory(self.config)
             self.scalars = self.trainer.scalar_writer(directory)
             self.result["files"]["tensorboard"] = str(directory)
-        for step, row_epoch, lr, loss in self.steps:
-            if row_epoch == epoch:
-                self.scalars.scalar("train/loss", loss, step)
-                self.scalars.scalar("train/lr", lr, step)
-        for w in self.windows:
-            if w["epoch"] == epoch:
-                last = w["first_step"] + w["steps"] - 1
-                self.scalars.scalar("train/step_time_ms", 1000.0 * w["seconds"] / w["steps"], last)
-                self.scalars.scalar("train/images_per_s",
-                                    w["steps"] * self.config.batch_size / w["seconds"], last)
+        steps = _tail(self.steps, lambda row: row[1] == epoch)  # this epoch's rows are last
+        for step, _, lr, loss in steps:
+            self.scalars.scalar("train/loss", loss, step)
+            self.scalars.scalar("train/lr", lr, step)
+        for w in _tail(self.windows, lambda w: w["epoch"] == epoch):
+            last = w["first_step"] + w["steps"] - 1
+            self.scalars.scalar("train/step_time_ms", 1000.0 * w["seconds"] / w["steps"], last)
+            self.scalars.scalar("train/images_per_s",
+                                w["steps"] * self.config.batch_size / w["seconds"], last)
         record = self.epochs[-1]
-        end = max((row[0] for row in self.steps if row[1] == epoch), default=0)
+        end = steps[-1][0] if steps else 0
         self.scalars.scalar("test/accuracy", record["test_accuracy"], end)
         self.scalars.scalar("test/loss", record["test_loss"], end)
         self.scalars.flush()
@@ -146,6 +145,14 @@ class Recorder:
         _write_csv(self.out / "windows.csv", WINDOW_COLUMNS,
                    [[int(w.get(c, 0)) if c == "profiled" else w[c] for c in WINDOW_COLUMNS]
                  for w in self.windows])  # numeric columns only: profiled is 0 or 1
+
+
+def _tail(rows: list, belongs) -> list:
+    """The trailing run of `rows` for which `belongs` holds, without scanning the rest."""
+    start = len(rows)
+    while start and belongs(rows[start - 1]):
+        start -= 1
+    return rows[start:]
 
 
 def tensorboard_directory(config: RunConfig) -> Path:
