@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from compare import datasets, errors, shutdown, specs, validate
+from compare import cluster, datasets, errors, shutdown, specs, validate
 from compare.config import (DEVICE_CHOICES, FRAMEWORKS, PIPELINES, PRECISIONS, SCHEDULES,
                             ComparisonConfig, PipelineConfig, RunConfig, recipe_config,
                             shown_default)
@@ -75,6 +75,9 @@ def run_options(f):
                 "if there is none.", type=click.Choice(DEVICE_CHOICES)),
         _option("--devices", "devices", "Replicas: GPUs, or on CPU logical devices (tf) / gloo "
                 "processes (torch).", type=int),
+        _option("--collective-timeout", "collective_timeout_s", "Runs over several processes "
+                "or machines: seconds a collective waits for a peer before the run fails "
+                "naming it.", dest="collective_timeout_s", type=float),
         _option("--compile/--no-compile", "compile", "XLA jit_compile (tf) and torch.compile "
                 "(torch)."),
         _option("--pipeline", None, "Input pipeline preset: tuned (parallel map, prefetch, "
@@ -195,14 +198,32 @@ def run(framework: str | None, resume_dir: str | None, **options):
         config = build_config(framework, out, **options)
     runner.check_installed(config.framework)
     prepare_data(config)
-    with lock.hold(config.out, orchestrate.replay_command()), shutdown.forwarding() as stop:
-        outcome = runner.run_framework(config, resume=resume_dir is not None)
-        if outcome.code == 0:
-            click.echo(f"result: {outcome.result_path}")
-        else:
+    launched = cluster.launch(config.framework)
+    # Under TF_CONFIG or torchrun only rank 0 writes the result; the others keep their
+    # config and log apart, so processes sharing a filesystem never write the same file.
+    files = Path(config.out) / "workers" / f"rank-{launched.rank}" if not launched.is_chief \
+        else Path(config.out)
+    with lock.hold(files, orchestrate.replay_command()), shutdown.forwarding() as stop:
+        outcome = runner.run_framework(config, resume=resume_dir is not None, files=files)
+        if outcome.code != 0:
             click.echo(f"{config.framework} run {outcome.status} (exit {outcome.code}); what "
                        f"finished is in {outcome.result_path}", err=True)
+        elif launched.is_chief:
+            click.echo(f"result: {outcome.result_path}")
+        else:
+            click.echo(f"{launched.describe()}: done; rank 0 wrote the result")
     sys.exit(stop.exit_code(outcome.code))
+
+
+def _refuse_launchers(command: str) -> None:
+    """compare and sweep start their own processes; under a multi-machine launcher each
+    framework runs alone (`run`), and `report` puts the two results side by side."""
+    for framework in FRAMEWORKS:
+        launched = cluster.launch(framework)
+        if launched.launcher is not None:
+            raise UserError(f"{command} cannot run under {launched.launcher}: run each framework "
+                            "with `cnncompare run` there (README: More than one machine), "
+                            "then `cnncompare report` on the two output directories")
 
 
 @cli.command(context_settings=CONTEXT)
@@ -236,6 +257,7 @@ def compare(seeds: int, parity_steps: int, ignore_parity: bool, resume_dir: str 
       cnncompare compare --resume runs/demo
     """
     from compare import lock, orchestrate
+    _refuse_launchers("compare")
     if resume_dir:
         _refuse_options_with_resume(resume_dir)
         config, seeds, parity_steps, ignore_parity = orchestrate.saved_comparison(Path(resume_dir))
@@ -274,6 +296,7 @@ def sweep(varies: tuple[str, ...], frameworks: tuple[str, ...], **options):
     """
     from compare import lock, orchestrate
     from compare import sweep as sweep_module
+    _refuse_launchers("sweep")
     out = options.pop("out") or "runs/sweep"
     parsed = [sweep_module.parse_vary(v) for v in varies]
     config = build_config("torch", out, **options)
@@ -440,3 +463,7 @@ def main() -> None:
         raise
     except Exception as exc:  # noqa: BLE001 - last resort: one line unless --debug
         sys.exit(errors.report(exc, debug="--debug" in sys.argv, where="cnncompare"))
+
+
+if __name__ == "__main__":  # python -m compare.cli, as torchrun starts it
+    main()

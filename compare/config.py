@@ -106,6 +106,11 @@ class RunConfig:
     device: str = "auto"  # auto (GPU if present) | cpu | gpu
     devices: int = 1  # replicas: GPUs, or logical CPU devices / gloo processes on CPU
     allow_mixed_devices: bool = False  # compare/sweep: let the frameworks differ in device kind
+    # Runs over several processes (TF_CONFIG workers, torchrun, DDP on one machine): how long
+    # a collective waits for a peer before the run fails with the peer's name, seconds.
+    # Long enough for a cold XLA/cuDNN autotune of resnet9 on one worker, short enough that
+    # a dead machine does not hold the others for TensorFlow's and NCCL's default 30 min.
+    collective_timeout_s: float = 300.0
     compile: bool = False  # XLA jit_compile (tf) / torch.compile (torch)
     cudnn_benchmark: bool = True  # cuDNN autotuning (torch; TF autotunes always)
     deterministic: bool = False  # framework determinism flags
@@ -139,10 +144,6 @@ class RunConfig:
     @classmethod
     def from_json(cls, text: str) -> "RunConfig":
         return cls.from_dict(json.loads(text))
-
-    @property
-    def per_replica_batch(self) -> int:
-        return self.batch_size // self.devices
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from compare import cluster
 from compare.config import RunConfig, update_rule
 from compare.interface import DeviceChoice
 
@@ -26,6 +27,7 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
     if missing:
         raise ValueError(f"the framework's manifest lacks {', '.join(missing)}")
     own = dict(framework_half)
+    launched = cluster.launch(config.framework)
     default_init = own.pop("default_init")
     return {
         "precision_policy": own.pop("precision_policy"),
@@ -46,8 +48,11 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "loss": f"mean cross-entropy, label smoothing {config.label_smoothing}",
         "lr_schedule": f"{config.schedule}, peak {config.lr}, set every step",
         "global_batch": config.batch_size,
-        "per_replica_batch": config.per_replica_batch,
+        "per_replica_batch": config.batch_size // replicas,
         "replicas": replicas,
+        "processes": choice.processes,
+        "launcher": launched.launcher or "cnncompare (one process group)",
+        "nodes": launched.nodes,
         "distribution": own.pop("distribution"),
         "compile": own.pop("compile"),
         "channels_last": own.pop("channels_last"),

@@ -78,6 +78,12 @@ class Trainer(Protocol):
     def stop_profile(self) -> str: ...  # the file or folder written
     def scalar_writer(self, directory: Path) -> Any: ...  # .scalar(tag, value, step), .flush(),
     # .close(): TensorBoard events through the framework's own summary writer
+    # Every process's `figures`, one row per process in rank order: a collective that all
+    # processes of a multi-process run call together (compare.loop.per_process).
+    def gather_figures(self, figures: list[float]) -> list[list[float]]: ...
+    # After `exc` ended a multi-process run: on the chief, what each other rank said of its
+    # end ({rank: reason}), None elsewhere or for a single process.
+    def peer_failures(self, exc: BaseException) -> dict[int, str] | None: ...
     def close(self) -> None: ...
 
 

@@ -96,9 +96,11 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                 code = EXIT_OOM
                 _note(recorder, str(OutOfMemory(
                     f"out of device memory at --batch-size {config.batch_size} "
-                    f"({config.per_replica_batch} per replica); try --batch-size {smaller}")))
+                    f"({config.batch_size // trainer.replicas} per replica); "
+                    f"try --batch-size {smaller}")))
             else:
                 _note(recorder, f"{exc.__class__.__name__}: {exc}")
+                _peers(trainer, recorder, exc)
                 if config.debug:
                     display.close()
                     if chief:
@@ -126,6 +128,7 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     start = window_start = time.perf_counter()
     pending: list[Any] = []
     lrs: list[float] = []
+    step_ms: list[float] = []  # this process's milliseconds per step, one per window
     first_in_window = global_step
     profile = _Profile(trainer, config, recorder, epoch)
     for step in range(trainer.steps_per_epoch):
@@ -155,6 +158,7 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                                f"step {first_in_window + bad + 1}: lower --lr (now {config.lr}) "
                                f"or use --precision fp32")
             epoch_losses.extend(losses)
+            step_ms.append(1000.0 * (now - window_start) / len(pending))
             display.window(step + 1, len(pending) * config.batch_size / (now - window_start),
                            float(np.mean(epoch_losses)))
             pending, lrs, first_in_window = [], [], global_step
@@ -176,7 +180,22 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
               "input_wait_s": wait_s, "steps": trainer.steps_per_epoch,
               "device_time_s": device_time, "peak_device_memory_bytes": peak_bytes,
               "host_rss_bytes": host_rss(), "gpu": gpu}
+    if trainer.choice.processes > 1:  # a collective: every process gets here each epoch
+        record["processes"] = per_process(trainer, train_time, wait_s, step_ms)
     return record, global_step
+
+
+PROCESS_FIGURES = ("train_time_s", "input_wait_s", "median_step_ms")
+
+
+def per_process(trainer: Trainer, train_time_s: float, input_wait_s: float,
+                step_ms: list[float]) -> list[dict[str, float]]:
+    """Every process's own clock for this epoch, gathered through the framework's collective
+    (DDP ranks, MultiWorkerMirroredStrategy workers): one row per rank, in rank order. The
+    slowest process sets the pace of all, so the spread shows where time goes."""
+    own = [train_time_s, input_wait_s, float(np.median(step_ms)) if step_ms else math.nan]
+    rows = trainer.gather_figures(own)
+    return [{"rank": rank, **dict(zip(PROCESS_FIGURES, row))} for rank, row in enumerate(rows)]
 
 
 class _Profile:
@@ -232,6 +251,22 @@ def _interrupted(trainer: Trainer, recorder: Recorder | None, reason: str) -> No
         recorder.note_error(f"interrupted ({reason})" if reason else "interrupted")
     _say(recorder is not None, f"{trainer.framework}: interrupted"
          + (f" ({reason})" if reason else "") + f"; keeping the {finished} finished epoch(s)")
+
+
+def _peers(trainer: Trainer, recorder: Recorder | None, exc: BaseException) -> None:
+    """A multi-process run that failed: the chief's result says which ranks failed and how
+    (Trainer.peer_failures); every process takes part, so the others' reasons reach it."""
+    if trainer.choice.processes == 1:
+        return
+    failures = trainer.peer_failures(exc)
+    if recorder is not None and failures:
+        recorder.result["peer_failures"] = {str(rank): why for rank, why in failures.items()}
+        silent = [r for r, why in failures.items() if why.startswith("no answer")]
+        named = ", ".join(str(r) for r in (silent or failures))
+        _note(recorder, f"{recorder.result.get('error')}; rank(s) {named} of "
+                        f"{trainer.choice.processes} failed " + (
+                            "(no answer: killed or hung, or its machine was lost)" if silent
+                            else f"({failures[next(iter(failures))]})"))
 
 
 def _note(recorder: Recorder | None, message: str) -> None:

@@ -282,9 +282,14 @@ def _setup_sentence(summary: dict) -> str:
                 for fw, f in (summary.get("fairness") or {}).items()}
     policy = ", ".join(f"{FRAMEWORK_NAMES[fw]} {p}" for fw, p in policies.items() if p)
     seeds = len(summary.get("seeds") or [])
+    spread = [f"{FRAMEWORK_NAMES[fw]} {f['replicas']} replicas in {f['processes']} processes "
+              f"on {f['nodes']} machine(s) ({f['launcher']})"
+              for fw, f in (summary.get("fairness") or {}).items()
+              if (f or {}).get("processes", 1) > 1 or (f or {}).get("nodes", 1) > 1]
     return (f"Measured on {machine['device']} ({machine['host']}), precision "
             f"{config.get('precision', '?')}" + (f" ({policy})" if policy else "")
-            + f", {model} on {source} data, {seeds} seed{'s' if seeds != 1 else ''}.")
+            + f", {model} on {source} data, {seeds} seed{'s' if seeds != 1 else ''}"
+            + (f"; {', '.join(spread)}" if spread else "") + ".")
 
 
 def fairness_caveats(summary: dict) -> list[str]:
@@ -682,6 +687,24 @@ def _per_run(runs: list[dict]) -> list[dict[str, str]]:
     return rows
 
 
+def _per_process(runs: list[dict]) -> list[dict[str, str]]:
+    """Multi-process runs (DDP, MultiWorkerMirroredStrategy, several machines): each
+    process's own steady-state clock, from the run's summary."""
+    rows = []
+    for r in sorted((r for r in runs if not r.get("unreadable")),
+                    key=lambda r: (r["framework"], _seed(r) or 0)):
+        manifest = r.get("fairness") or {}
+        for p in r["summary"].get("processes") or []:
+            rows.append({"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]),
+                         "seed": _seed(r), "rank": p["rank"],
+                         "where": f"{manifest.get('nodes', 1)} machine(s), "
+                                  f"{manifest.get('launcher', '')}",
+                         "train_time": fmt(p["train_time_s"], "s"),
+                         "input_wait": fmt(p["input_wait_fraction"], "pct"),
+                         "step_ms": fmt(p["median_step_ms"], "ms")})
+    return rows
+
+
 def _summary_runs(summary: dict) -> list[dict[str, str]]:
     """The runs table of a group read from a summary.json alone (no per-run figures)."""
     return [{"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]), "seed": r["seed"],
@@ -712,6 +735,7 @@ def _group_context(group: Group, index: int) -> dict[str, Any]:
             "fairness": fairness_rows(summary), "environment": environment_rows(summary),
             "plots": plots(group.runs) if group.runs is not None else None,
             "per_run": _per_run(group.runs) if group.runs is not None else _summary_runs(summary),
+            "per_process": _per_process(group.runs) if group.runs is not None else [],
             "machine": summary.get("machine") or machine_of(summary.get("environment") or {})}
 
 

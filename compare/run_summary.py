@@ -46,6 +46,7 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
         wait = sum(e["input_wait_s"] for e in steady)
         summary["input_wait_fraction"] = min(1.0, wait / steady_time)
     summary["steady_step_time_ms"].update(steady_step_times(epochs, windows))
+    summary["processes"] = per_process(steady)
     peaks = [e.get("peak_device_memory_bytes") for e in steady]
     if all(p is not None for p in peaks):
         summary["peak_device_memory_bytes"] = max(peaks)
@@ -67,6 +68,24 @@ def steady_epochs(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     steady = [e for previous, e in zip(epochs, epochs[1:])
               if e.get("session", 0) == previous.get("session", 0)]
     return steady or (epochs[1:] if len(epochs) > 1 else epochs)
+
+
+def per_process(steady: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Each process's own clock over the steady epochs (compare.loop.per_process), rank by
+    rank: training seconds, the share of them spent waiting for input, and the median
+    step time (ms) of its windows; None for a single process."""
+    gathered = [e.get("processes") for e in steady]
+    if not gathered or any(g is None for g in gathered):
+        return None
+    rows = []
+    for rank in range(len(gathered[0])):
+        own = [g[rank] for g in gathered]
+        train = sum(p["train_time_s"] for p in own)
+        wait = sum(p["input_wait_s"] for p in own)
+        rows.append({"rank": rank, "train_time_s": train,
+                     "input_wait_fraction": min(1.0, wait / train) if train > 0 else None,
+                     "median_step_ms": float(np.median([p["median_step_ms"] for p in own]))})
+    return rows
 
 
 def steady_step_times(epochs: list[dict[str, Any]], windows: list[dict[str, float]]) -> dict:

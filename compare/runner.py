@@ -90,9 +90,12 @@ def _noise(line: str) -> bool:
 
 
 def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = None,
-                  extra: tuple[str, ...] = (), resume: bool = False) -> Outcome:
+                  extra: tuple[str, ...] = (), resume: bool = False,
+                  files: Path | None = None) -> Outcome:
     """Run `config.framework` in a subprocess, writing into config.out; with `resume`,
-    continuing from the checkpoint there (compare.checkpoint).
+    continuing from the checkpoint there (compare.checkpoint). `files` (default config.out)
+    takes this process's config.json and log.txt: a process other than rank 0 of a
+    multi-process launch (compare.cluster) writes no result, and its status is its exit.
 
     With `on_line` None the child shares the terminal (live progress bar); otherwise its
     output goes line by line to `on_line` and to out/log.txt. Ctrl-C reaches the child
@@ -103,8 +106,9 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
     stop = shutdown.parent_stop()
     if stop is not None:  # stopping: start nothing new
         return Outcome(config.framework, out, 128 + stop, "interrupted", "interrupted")
-    out.mkdir(parents=True, exist_ok=True)
-    config_path = results.write_atomic(out / "config.json", lambda f: f.write(config.to_json()))
+    files = out if files is None else Path(files)
+    files.mkdir(parents=True, exist_ok=True)
+    config_path = results.write_atomic(files / "config.json", lambda f: f.write(config.to_json()))
     argv = command(config_path, config.framework, (*extra, *(("--resume",) if resume else ())))
     last_error = None
     if on_line is None:
@@ -115,7 +119,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
                                    stderr=subprocess.STDOUT, text=True)
         stream = process.stdout
     interrupted = False
-    with shutdown.watching(process), open(out / "log.txt", "a") as log:
+    with shutdown.watching(process), open(files / "log.txt", "a") as log:
         while True:
             try:
                 line = stream.readline()
@@ -137,14 +141,14 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
         code = _wait(process)
     if interrupted and code == 0:
         code = EXIT_INTERRUPTED
-    status = result_status(out)
+    status = result_status(out) if files == out else "completed" if code == 0 else "failed"
     if code < 0:  # killed by a signal: say which
         last_error = f"{config.framework} process killed by {signal.Signals(-code).name}"
     if status == "running":  # the child died mid-epoch: its last write is still 'running'
         status = "failed"
     if code != 0 and status == "completed":
         status = "failed"
-    if shutdown.is_interrupt(code) and not (out / "result.json").exists():
+    if shutdown.is_interrupt(code) and (files != out or not (out / "result.json").exists()):
         status = "interrupted"  # stopped while starting up, before its first result
     return Outcome(config.framework, out, code, status, last_error)
 

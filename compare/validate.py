@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from compare import specs
+from compare import cluster, specs
 from compare.config import DEVICE_CHOICES, PIPELINES, PRECISIONS, SCHEDULES, RunConfig
 from compare.errors import UserError
 
@@ -47,6 +47,8 @@ RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
     ("validation_fraction", "--validation-fraction", lambda v: _finite(v) and 0 < v < 1,
      "a number in (0, 1)"),
     ("profile_steps", "--profile", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
+    ("collective_timeout_s", "--collective-timeout", lambda v: _finite(v) and v > 0,
+     "a number of seconds > 0"),
     ("target_accuracy", "--target-accuracy", lambda v: v is None or (_finite(v) and 0 < v <= 1),
      "a fraction in (0, 1]"),
 ]
@@ -69,10 +71,15 @@ def check_config(config: RunConfig) -> RunConfig:
 
 
 def check_split(config: RunConfig) -> None:
-    """The global batch must split evenly over the replicas."""
-    if config.batch_size % config.devices:
-        raise UserError(f"--batch-size {config.batch_size} does not split evenly over "
-                        f"--devices {config.devices}")
+    """The launch must fit the config, and the global batch split evenly over the replicas
+    of all processes (compare.cluster: TF_CONFIG workers or torchrun processes)."""
+    launched = cluster.launch(config.framework)
+    cluster.check(config.framework, config.devices, config.device, launched)
+    replicas = cluster.replicas(config.framework, config.devices, launched)
+    if config.batch_size % replicas:
+        over = (f"--devices {config.devices}" if launched.launcher is None
+                else f"{replicas} replicas ({launched.describe()})")
+        raise UserError(f"--batch-size {config.batch_size} does not split evenly over {over}")
 
 
 def check_out(out: str | os.PathLike) -> None:

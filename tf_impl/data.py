@@ -93,23 +93,39 @@ class TrainBatches:
 
     def _from_epoch(self, first: int) -> tf.distribute.DistributedDataset:
         """Epochs first .. config.epochs - 1, one after the other; each epoch's keys are
-        compare.plan's, computed when the pipeline reaches it."""
+        compare.plan's, computed when the pipeline reaches it.
+
+        Each worker (one under MirroredStrategy; several under MultiWorkerMirroredStrategy)
+        keeps its slice of every global batch before loading any image, then splits it into
+        per-replica batches, which the strategy hands to its local replicas in turn: replica
+        r of all R gets images [r * B/R, (r + 1) * B/R) of each global batch B, as one
+        process with R replicas would."""
+        batch = self.config.batch_size
+
         def keys(epoch):
-            return data_plan.epoch_plan(self.train_size, self.config.batch_size, int(epoch),
+            return data_plan.epoch_plan(self.train_size, batch, int(epoch),
                                         self.config.seed, self.config.augment,
                                         self.config.crop_padding).keys()
 
         def epoch_keys(epoch):
             rows = tf.numpy_function(keys, [epoch], tf.int64, stateful=False)
-            rows.set_shape((4, self.steps_per_epoch * self.config.batch_size))
+            rows.set_shape((4, self.steps_per_epoch * batch))
             return tf.data.Dataset.from_tensor_slices(tuple(tf.unstack(rows)))
 
-        ds = tf.data.Dataset.range(first, max(first + 1, self.config.epochs)).flat_map(epoch_keys)
-        ds = ds.batch(self.config.batch_size, drop_remainder=True)
-        if self.config.pipeline.kind != "device":
-            ds = _map(ds, self.source.load_batch, self.config)
-        return self.strategy.experimental_distribute_dataset(
-            _finish(ds, self.config), _distribute_options(self.config, self.choice))
+        def worker_batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            share = batch // context.num_input_pipelines  # this worker's images per step
+            start = context.input_pipeline_id * share
+            ds = tf.data.Dataset.range(first, max(first + 1, self.config.epochs))
+            ds = ds.flat_map(epoch_keys).batch(batch, drop_remainder=True)
+            if context.num_input_pipelines > 1:
+                ds = ds.map(lambda *step: tuple(k[start:start + share] for k in step))
+            ds = ds.rebatch(context.get_per_replica_batch_size(batch))
+            if self.config.pipeline.kind != "device":
+                ds = _map(ds, self.source.load_batch, self.config)
+            return _finish(ds, self.config)
+
+        return self.strategy.distribute_datasets_from_function(
+            worker_batches, _distribute_options(self.config, self.choice))
 
 
 def train_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> TrainBatches:
@@ -149,7 +165,8 @@ def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
     return {"kind": p.kind, "loader": "tf.data: plan keys, batch, then map (vectorised)",
             "parallel_map": "AUTOTUNE" if p.parallel_map else 1,
             "prefetch": "AUTOTUNE" if p.prefetch else None, "cache_test_set": p.cache,
-            "distribution": "strategy.experimental_distribute_dataset, batches "
+            "distribution": "strategy.distribute_datasets_from_function (each worker loads "
+                            "only its replicas' share), batches "
                             + ("prefetched to the device" if _fetch_to_device(config, choice)
                                else "kept in host memory until the step")
                             + "; one iterator over all epochs",
@@ -169,7 +186,7 @@ def _finish(ds: tf.data.Dataset, config: RunConfig) -> tf.data.Dataset:
         ds = ds.prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.deterministic = True  # keep the plan's order under parallel map
-    # Each replica gets its slice of the global batch (no per-file sharding in memory).
+    # The test set: each replica gets its slice of every batch (no files to shard).
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return ds.with_options(options)
 

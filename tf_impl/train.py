@@ -19,7 +19,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from compare import gpu_metrics, init, loop, parity, specs  # noqa: E402
+from compare import cluster, gpu_metrics, init, loop, parity, specs  # noqa: E402
 from compare.config import RunConfig  # noqa: E402
 from compare.datasets import Dataset  # noqa: E402
 from compare.errors import DeviceError  # noqa: E402
@@ -38,7 +38,12 @@ def select_device(config: RunConfig) -> DeviceChoice:
 
     Must run before TensorFlow initialises its devices: on a CPU-only machine it splits
     the CPU into --devices logical devices so MirroredStrategy runs the multi-replica path.
+    Under a TF_CONFIG of several workers (compare.cluster) each worker trains --devices
+    local GPUs, or its one CPU, under MultiWorkerMirroredStrategy (make_strategy).
     """
+    launched = cluster.launch(FRAMEWORK)
+    workers = (f", worker {launched.rank} of {launched.processes} on {launched.nodes} "
+               f"machine(s)" if launched.multi_process else "")
     gpus = tf.config.list_physical_devices("GPU")
     if config.device == "gpu" and not gpus:
         raise DeviceError("--device gpu: TensorFlow sees no GPU (is tensorflow[and-cuda] "
@@ -53,21 +58,38 @@ def select_device(config: RunConfig) -> DeviceChoice:
             tf.config.experimental.set_memory_growth(gpu, True)
         name = tf.config.experimental.get_device_details(used[0]).get("device_name", used[0].name)
         names = tuple(f"/gpu:{i}" for i in range(config.devices))
-        return DeviceChoice("gpu", names, name, f"GPU: {', '.join([name] * len(names))}")
+        return DeviceChoice("gpu", names, name, f"GPU: {', '.join([name] * len(names))}{workers}",
+                            launched.rank, launched.processes)
+    devices = 1 if launched.multi_process else config.devices  # one CPU replica per worker
     try:
         tf.config.set_visible_devices([], "GPU")
-        if config.devices > 1:
+        if devices > 1:
             tf.config.set_logical_device_configuration(
                 tf.config.list_physical_devices("CPU")[0],
-                [tf.config.LogicalDeviceConfiguration() for _ in range(config.devices)])
+                [tf.config.LogicalDeviceConfiguration() for _ in range(devices)])
     except RuntimeError:  # TensorFlow already initialised in this process (tests): use it
         available = len(tf.config.list_logical_devices("CPU"))
-        if available < config.devices:
-            raise DeviceError(f"--devices {config.devices}: TensorFlow was initialised with "
+        if available < devices:
+            raise DeviceError(f"--devices {devices}: TensorFlow was initialised with "
                               f"{available} logical CPU device(s)") from None
-    names = tuple(f"/cpu:{i}" for i in range(config.devices))
+    names = tuple(f"/cpu:{i}" for i in range(devices))
     why = "no GPU found" if config.device == "auto" else "--device cpu"
-    return DeviceChoice("cpu", names, None, f"CPU ({why}), {config.devices} logical device(s)")
+    return DeviceChoice("cpu", names, None, f"CPU ({why}), {devices} logical device(s){workers}",
+                        launched.rank, launched.processes)
+
+
+def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Strategy:
+    """MirroredStrategy over this process's devices; under a TF_CONFIG of several workers,
+    MultiWorkerMirroredStrategy: collective all-reduce over all workers' replicas, NCCL
+    between GPUs and ring (gRPC) between CPUs, each collective failing after
+    config.collective_timeout_s when a peer does not answer."""
+    if choice.processes == 1:
+        return tf.distribute.MirroredStrategy(list(choice.names))
+    collectives = tf.distribute.experimental.CommunicationImplementation
+    implementation = collectives.NCCL if choice.on_gpu else collectives.RING
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(
+            implementation=implementation, timeout_seconds=config.collective_timeout_s))
 
 
 def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
@@ -140,9 +162,9 @@ class Trainer:
 
     def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice):
         self.config, self.choice = config, choice
-        self.numerics = configure_numerics(config, choice)
+        self.strategy = make_strategy(config, choice)  # first: MultiWorkerMirroredStrategy
+        self.numerics = configure_numerics(config, choice)  # must come before any TF op
         keras.utils.set_random_seed(config.seed)
-        self.strategy = tf.distribute.MirroredStrategy(list(choice.names))
         self.replicas = self.strategy.num_replicas_in_sync
         self.spec = specs.get_spec(config.model, len(dataset.classes))
         self.initial = init.initial_weights(self.spec, config.seed) if config.shared_init else None
@@ -172,7 +194,12 @@ class Trainer:
         return tf.stack(pending).numpy().astype(float).tolist()  # one transfer per window
 
     def sync(self) -> None:
-        tf.test.experimental.sync_devices()
+        """Wait for this process's replicas' queued work (tf.test.experimental.sync_devices
+        does that for every device it knows, which under MultiWorkerMirroredStrategy
+        includes the other workers' and fails; so the same op on the local ones)."""
+        for device in self.strategy.extended.worker_devices:
+            with tf.device(device):
+                tf.raw_ops.SyncDevice()
 
     def epoch_device_time(self) -> float | None:
         return None  # TF has no CUDA events; its epoch clock is the synchronised wall clock
@@ -224,6 +251,10 @@ class Trainer:
             scaling = (f"dynamic (keras.optimizers.LossScaleOptimizer): initial "
                        f"{self.config.loss_scale_initial:g}, x2 after "
                        f"{self.config.loss_scale_growth_interval} finite steps, /2 on overflow")
+        distribution = f"MirroredStrategy over {', '.join(self.choice.names)}"
+        if self.choice.processes > 1:
+            distribution = (f"MultiWorker{distribution} on each of {self.choice.processes} workers "
+                            f"(collective {'NCCL' if self.choice.on_gpu else 'ring'} all-reduce)")
         return {
             "precision_policy": self.numerics["policy"],
             "tf32": {"matmul": tf32, "cudnn": tf32},
@@ -233,7 +264,7 @@ class Trainer:
             "bn_running_variance": "biased batch variance (Keras)",
             "optimizer_implementation": "TorchFormSGD (a keras.optimizers.Optimizer, "
                                         "tf_impl/train.py)",
-            "distribution": f"MirroredStrategy over {', '.join(self.choice.names)}",
+            "distribution": distribution,
             "compile": "XLA jit_compile (forward+backward)" if self.config.compile else "off",
             "channels_last": True,  # Keras convolutions compute NHWC; not switchable here
             "pipeline": tf_data.pipeline_settings(self.config, self.choice),
@@ -251,6 +282,31 @@ class Trainer:
 
     def scalar_writer(self, directory: Path) -> ScalarWriter:
         return ScalarWriter(directory)
+
+    def gather_figures(self, figures: list[float]) -> list[list[float]]:
+        if self.choice.processes == 1:
+            return [list(figures)]
+        row = tf.constant([figures], tf.float64)
+        rows = self.strategy.gather(self.strategy.run(lambda: tf.identity(row)), axis=0)
+        return rows.numpy()[:: len(self.choice.names)].tolist()  # a row per worker, not replica
+
+    def peer_failures(self, exc: BaseException) -> dict[int, str] | None:
+        """After a failure under MultiWorkerMirroredStrategy: the workers TensorFlow's error
+        names (its health check says which task it found down), as ranks; None when it
+        names none or on one worker."""
+        if self.choice.processes == 1 or not self.choice.is_chief:
+            return None
+        lines = str(exc).splitlines()
+        failures = {}
+        for rank in cluster.tf_tasks_named(str(exc)):
+            at = next((i for i, line in enumerate(lines) if rank in cluster.tf_tasks_named(line)),
+                      0)
+            said = lines[at].strip()
+            if said.startswith("/job:") and at > 0:  # a bare task name: the line before says why
+                said = f"{lines[at - 1].strip()} {said}"
+            if rank != self.choice.rank:
+                failures[rank] = f"named by TensorFlow: {said[:300]}"
+        return failures or None
 
     def close(self) -> None:
         self.train_batches = self.test_batches = None

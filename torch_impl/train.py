@@ -13,6 +13,7 @@ import socket
 import sys
 import types
 from contextlib import nullcontext
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from compare import gpu_metrics, init, loop, parity, results, shutdown, specs, worker
+from compare import cluster, gpu_metrics, init, loop, parity, results, shutdown, specs, worker
 from compare.config import RunConfig
 from compare.datasets import Dataset
 from compare.errors import DeviceError
@@ -33,6 +34,9 @@ FRAMEWORK = "torch"
 # After one DDP process ends with an error, the others get this long (s) to end on their own
 # (an interrupted chief is writing its result) before torch.multiprocessing terminates them.
 DDP_STOP_GRACE_S = 30.0
+# After a failure, how long the chief waits for each other process to say why it stopped (s):
+# a peer still blocked in a collective answers when that collective times out.
+PEER_ANSWER_S = 15.0
 TF32_DEFAULT = {"matmul": torch.backends.cuda.matmul.allow_tf32,
                 "cudnn": torch.backends.cudnn.allow_tf32}  # before we set them
 
@@ -41,25 +45,39 @@ def select_device(config: RunConfig) -> DeviceChoice:
     """Chosen once, from --device and --devices; the GPU when present under `auto`.
 
     Under torchrun (or the DDP processes `train` spawns) the process count comes from
-    WORLD_SIZE, this process's rank from RANK and its GPU from LOCAL_RANK.
+    WORLD_SIZE, this process's rank from RANK and its GPU from LOCAL_RANK (compare.cluster).
     """
-    processes = int(os.environ.get("WORLD_SIZE", config.devices))
-    rank = int(os.environ.get("RANK", 0))
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    launched = cluster.launch(FRAMEWORK)
+    processes, rank, local_rank = launched.processes, launched.rank, launched.local_rank
+    machines = f" on {launched.nodes} machines" if launched.nodes > 1 else ""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if config.device == "gpu" and gpus == 0:
         raise DeviceError("--device gpu: PyTorch sees no CUDA GPU (torch.cuda.is_available() "
                           "is False); use --device cpu or auto")
     if config.device != "cpu" and gpus:
-        local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", processes))
-        if local_processes > gpus:
-            raise DeviceError(f"--devices {local_processes}: PyTorch sees only {gpus} GPU(s)")
+        if launched.local_processes > gpus:
+            raise DeviceError(f"--devices {launched.local_processes}: PyTorch sees only "
+                              f"{gpus} GPU(s)")
         name = torch.cuda.get_device_name(local_rank)
         return DeviceChoice("gpu", (f"cuda:{local_rank}",), name,
-                            f"GPU: {', '.join([name] * processes)}", rank, processes)
+                            f"GPU: {', '.join([name] * processes)}{machines}", rank, processes)
     why = "no CUDA GPU found" if config.device == "auto" else "--device cpu"
-    return DeviceChoice("cpu", ("cpu",), None, f"CPU ({why}), {processes} process(es)",
+    return DeviceChoice("cpu", ("cpu",), None, f"CPU ({why}), {processes} process(es){machines}",
                         rank, processes)
+
+
+def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
+    """PyTorch's counterpart of a tf.distribute strategy: join the process group of the
+    run's DDP processes (NCCL between GPUs, gloo between CPUs) from the environment torchrun
+    or `train` set, each collective failing after config.collective_timeout_s when a peer
+    does not answer; the backend, or None for a single process."""
+    if choice.processes == 1:
+        return None
+    backend = "nccl" if choice.on_gpu else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=config.collective_timeout_s))
+    if not choice.on_gpu:  # share the cores instead of oversubscribing them
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // choice.processes))
+    return backend
 
 
 def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
@@ -282,6 +300,39 @@ class Trainer:
     def scalar_writer(self, directory: Path) -> ScalarWriter:
         return ScalarWriter(directory)
 
+    def gather_figures(self, figures: list[float]) -> list[list[float]]:
+        if self.choice.processes == 1:
+            return [list(figures)]
+        rows: list = [None] * self.choice.processes
+        dist.all_gather_object(rows, list(figures))  # once per epoch: pickling is no cost
+        return rows
+
+    def peer_failures(self, exc: BaseException) -> dict[int, str] | None:
+        """After a failure in a multi-process run: each process leaves its own error in the
+        process group's key-value store (torchrun's, or rank 0's), which outlives a dead
+        peer; the chief then reads every other rank's, and a rank that left none in
+        PEER_ANSWER_S stopped answering (killed, or its machine lost)."""
+        if self.choice.processes == 1 or not dist.is_initialized():
+            return None
+        try:
+            store = dist.distributed_c10d._get_default_store()  # no public accessor
+            store.set(f"cnncompare/failure/{self.choice.rank}",
+                      f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            if not self.choice.is_chief:
+                return None
+            failures = {}
+            for rank in range(1, self.choice.processes):
+                key = f"cnncompare/failure/{rank}"
+                try:
+                    store.wait([key], timedelta(seconds=PEER_ANSWER_S))
+                    failures[rank] = store.get(key).decode(errors="replace")[:300]
+                except RuntimeError:  # DistStoreError on timeout is one
+                    failures[rank] = ("no answer: the process was killed or hung, or its "
+                                      "machine was lost")
+            return failures
+        except (RuntimeError, AttributeError, ValueError):  # the store itself is gone
+            return None
+
     def close(self) -> None:
         self.train_batches = self.test_batches = None
 
@@ -365,9 +416,8 @@ def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     """Train as `config` says, one DDP process per replica; an exit code.
     With `resume`, continue from the checkpoint in config.out (compare.checkpoint)."""
     check_split(config)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched by torchrun
-        return _train_process(config.replace(devices=int(os.environ["WORLD_SIZE"])), dataset,
-                              resume)
+    if cluster.launch(FRAMEWORK).launcher is not None:  # torchrun started this process
+        return _train_process(config, dataset, resume)
     if config.devices == 1:
         return _train_process(config, dataset, resume)
     import torch.multiprocessing as mp
@@ -391,11 +441,7 @@ def _train_process(config: RunConfig, dataset: Dataset, resume: bool) -> int:
     choice = select_device(config)
     if not config.quiet and choice.is_chief:
         print(f"{FRAMEWORK}: training on {choice.description}", flush=True)
-    grouped = choice.processes > 1
-    if grouped:
-        dist.init_process_group("nccl" if choice.on_gpu else "gloo")
-        if not choice.on_gpu:  # share the cores instead of oversubscribing them
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // choice.processes))
+    grouped = make_strategy(config, choice) is not None
     try:
         trainer = Trainer(config, dataset, choice)
         environment = {**describe_environment(), "device_used": choice.description}
@@ -411,7 +457,7 @@ def _spawned_process(rank: int, config: RunConfig, port: int, resume: bool,
     shutdown.install_trainer(launcher_pid)  # as compare.worker does for the launcher
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(config.devices),
-                       "LOCAL_WORLD_SIZE": str(config.devices)})
+                       "LOCAL_WORLD_SIZE": str(config.devices), cluster.SPAWNED_ENV: "1"})
     from compare import datasets
     code = _train_process(config, datasets.config_dataset(config), resume)
     if code:
