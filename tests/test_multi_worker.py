@@ -307,3 +307,46 @@ def test_more_than_one_replica_per_torchrun_process_is_refused(tmp_path):
     code, said = _cli_says(["run", "--framework", "tf", *SMALL, "--batch-size", "15", "--out",
                             str(tmp_path)], {"TF_CONFIG": _tf_config([1, 2], 1)})
     assert code == 2 and "does not split evenly over 2 replicas" in said
+
+
+# ---- the README's SLURM scripts, with stand-ins for srun and scontrol
+
+SRUN = """#!/bin/bash
+# srun's stand-in: the command once per "node" (2), with SLURM_PROCID and SLURM_NODEID
+pids=()
+for node in 0 1; do SLURM_PROCID=$node SLURM_NODEID=$node "$@" & pids+=($!); done
+code=0
+for pid in "${pids[@]}"; do wait "$pid" || code=$?; done
+exit $code
+"""
+SCONTROL = """#!/bin/bash
+# scontrol show hostnames' stand-in: two names of this machine
+printf '127.0.0.1\\nlocalhost\\n'
+"""
+
+
+def _readme_script(job_name: str) -> str:
+    readme = (Path(REPO) / "README.md").read_text()
+    blocks = readme.split("```bash\n")[1:]
+    return next(b.split("```")[0] for b in blocks if f"--job-name={job_name}" in b)
+
+
+@pytest.mark.parametrize("framework", ["tf", "torch"])
+def test_multi_worker_readme_slurm_script_trains_on_two_nodes(tmp_path, framework):
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, text in (("srun", SRUN), ("scontrol", SCONTROL)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    script = tmp_path / f"{framework}.sbatch"
+    script.write_text(_readme_script(f"cnncompare-{framework}"))
+    path = os.pathsep.join([str(stubs), str(Path(sys.executable).parent), os.environ["PATH"]])
+    env = _env(PATH=path, SLURM_JOB_NODELIST="node[1-2]", SLURM_NNODES="2",
+               SLURM_JOB_ID="42", SLURM_GPUS_ON_NODE="1")
+    done = subprocess.run(["bash", str(script), *SMALL], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    result = _result(tmp_path / "runs" / f"{framework}-42")
+    assert result["summary"]["status"] == "completed"
+    assert result["fairness"]["processes"] == 2 and result["fairness"]["replicas"] == 2
+    assert (tmp_path / "runs" / f"{framework}-42" / "workers" / "rank-1" / "log.txt").exists()
