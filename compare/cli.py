@@ -376,6 +376,10 @@ def doctor(model: str, as_json: bool):
       cnncompare doctor --model resnet9 --json > doctor.json
     """
     from compare import doctor as doctor_module
+    dropped = cluster.forget_launch()
+    if dropped:
+        click.echo(f"note: doctor examines this machine alone; ignoring {', '.join(dropped)}",
+                   err=True)
     found = doctor_module.examine(model)
     if as_json:
         click.echo(json.dumps(found, indent=2))

@@ -66,6 +66,21 @@ def launch(framework: str, environ: Mapping[str, str] | None = None) -> Launch:
     return Launch(None)
 
 
+# What the launchers set that makes a framework process join others (TF_CONFIG; torchrun).
+LAUNCH_VARIABLES = ("TF_CONFIG", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                    "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def forget_launch() -> list[str]:
+    """Drop the launchers' variables from this process's environment (and so its
+    children's), for commands that examine this machine alone (`doctor`): under them a
+    framework process would wait for peers that never come. The names dropped."""
+    dropped = [name for name in LAUNCH_VARIABLES if name in os.environ]
+    for name in dropped:
+        del os.environ[name]
+    return dropped
+
+
 def replicas(framework: str, devices: int, launched: Launch) -> int:
     """Model copies over all processes: TensorFlow's workers each train --devices replicas
     (MultiWorkerMirroredStrategy over their local GPUs); a torchrun process trains one."""

@@ -350,3 +350,12 @@ def test_multi_worker_readme_slurm_script_trains_on_two_nodes(tmp_path, framewor
     assert result["summary"]["status"] == "completed"
     assert result["fairness"]["processes"] == 2 and result["fairness"]["replicas"] == 2
     assert (tmp_path / "runs" / f"{framework}-42" / "workers" / "rank-1" / "log.txt").exists()
+
+
+def test_doctor_forgets_the_launch_so_its_framework_processes_wait_for_no_peer(monkeypatch):
+    from compare import cluster
+    monkeypatch.setenv("TF_CONFIG", _tf_config([1, 2], 1))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert sorted(cluster.forget_launch()) == ["RANK", "TF_CONFIG", "WORLD_SIZE"]
+    assert cluster.launch("tf").launcher is None and cluster.launch("torch").launcher is None
