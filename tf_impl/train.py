@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from compare import gpu_metrics, init, loop, parity, specs  # noqa: E402
-from compare.config import RunConfig  # noqa: E402
+from compare.config import RunConfig, steps_per_call  # noqa: E402
 from compare.datasets import Dataset  # noqa: E402
 from compare.errors import DeviceError  # noqa: E402
 from compare.interface import DeviceChoice  # noqa: E402
@@ -83,6 +83,17 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
     return {"policy": policy, "loss_scaling": policy == "mixed_float16"}
 
 
+def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Strategy:
+    """The tf.distribute strategy the replicas train under (--strategy): MirroredStrategy
+    over the chosen devices (the mission's, kept on one device too, where it costs what
+    `sweep --vary strategy=mirrored,default` measures), or the default strategy
+    (tf.distribute.get_strategy(): no distribution; compare.validate allows it on one
+    device only)."""
+    if config.strategy == "default":
+        return tf.distribute.get_strategy()
+    return tf.distribute.MirroredStrategy(list(choice.names))
+
+
 class TorchFormSGD(keras.optimizers.Optimizer):
     """SGD in PyTorch's form, so both frameworks apply the same update:
     g += wd * p; v = mu * v + g; p -= lr * (g + mu * v if nesterov else v).
@@ -142,8 +153,9 @@ class Trainer:
         self.config, self.choice = config, choice
         self.numerics = configure_numerics(config, choice)
         keras.utils.set_random_seed(config.seed)
-        self.strategy = tf.distribute.MirroredStrategy(list(choice.names))
+        self.strategy = make_strategy(config, choice)
         self.replicas = self.strategy.num_replicas_in_sync
+        self.steps_per_call = steps_per_call(config, choice.on_gpu)
         self.spec = specs.get_spec(config.model, len(dataset.classes))
         self.initial = init.initial_weights(self.spec, config.seed) if config.shared_init else None
         with self.strategy.scope():  # build, load and compile inside the scope (Keras guide)
@@ -160,10 +172,26 @@ class Trainer:
         # XLA compiles the forward/backward; the update and all-reduce stay outside it.
         self._gradients = tf.function(self._forward_backward, jit_compile=config.compile)
         self._train_step = tf.function(self._distributed_step)
+        # Traced once per number of steps: steps_per_call, and the epoch's last call when
+        # steps_per_epoch is not a multiple of it.
+        self._train_steps = tf.function(self._distributed_steps)
         self._eval_step = tf.function(self._distributed_eval)
 
     def batches(self, epoch: int):
-        return iter(self.train_batches.epoch(epoch))
+        return self.train_batches.epoch(epoch)
+
+    def train_steps(self, batches, lrs: list[float]):
+        """len(lrs) steps in one call of the step function, which reads their batches from
+        the distributed iterator inside the graph: (losses, seconds get_next waited)."""
+        batches.check(len(lrs))
+        done = self._train_steps(batches.iterator, tf.constant(lrs, tf.float32))
+        batches.took(len(lrs))
+        return done
+
+    def read_steps(self, pending) -> tuple[list[float], float]:
+        losses = tf.concat([losses for losses, _ in pending], 0)
+        waited = tf.add_n([waited for _, waited in pending])  # host tensors: no device sync
+        return losses.numpy().astype(float).tolist(), float(waited)  # one transfer per window
 
     def train_step(self, batch, lr: float):
         return self._train_step(batch, tf.constant(lr, tf.float32))
@@ -233,7 +261,15 @@ class Trainer:
             "bn_running_variance": "biased batch variance (Keras)",
             "optimizer_implementation": "TorchFormSGD (a keras.optimizers.Optimizer, "
                                         "tf_impl/train.py)",
-            "distribution": f"MirroredStrategy over {', '.join(self.choice.names)}",
+            "distribution": (f"MirroredStrategy over {', '.join(self.choice.names)}"
+                             if self.config.strategy == "mirrored" else
+                             f"default strategy (no distribution) on {self.choice.names[0]}"),
+            "strategy": self.config.strategy,
+            "step_batching": (f"{self.steps_per_call} step(s) per tf.function call, which reads "
+                              "the distributed iterator inside the graph (tf.while_loop over "
+                              "get_next, as Keras' steps_per_execution)"),
+            "input_wait": "tf.timestamp before and after the iterator's get_next inside the "
+                          "step function (in the graph: no host next() to time)",
             "compile": "XLA jit_compile (forward+backward)" if self.config.compile else "off",
             "channels_last": True,  # Keras convolutions compute NHWC; not switchable here
             "pipeline": tf_data.pipeline_settings(self.config, self.choice),
@@ -310,6 +346,25 @@ class Trainer:
         per_replica = self.strategy.run(self._replica_step, args=batch)
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
+    def _distributed_steps(self, iterator, lrs):
+        """len(lrs) steps of _distributed_step in one graph, each on the iterator's next
+        batch (a tf.while_loop, as Keras' steps_per_execution): the steps' losses and the
+        seconds the iterator's get_next blocked, timed in the graph with tf.timestamp (the
+        control dependencies pin the two stamps around it)."""
+        count = tf.shape(lrs)[0]
+        losses = tf.TensorArray(tf.float32, size=count)
+        waited = tf.constant(0.0, tf.float64)
+        for i in tf.range(count):
+            with tf.device("/cpu:0"):
+                before = tf.timestamp()
+            with tf.control_dependencies([before]):
+                batch = iterator.get_next()
+            with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
+                with tf.device("/cpu:0"):
+                    waited += tf.timestamp() - before
+            losses = losses.write(i, self._distributed_step(batch, lrs[i]))
+        return losses.stack(), waited
+
     def _replica_eval(self, images, labels):
         logits = self.model(images, training=False)
         loss = tf.reduce_sum(self._loss(labels, logits, 0.0))
@@ -368,7 +423,8 @@ def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int,
 
 
 def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
-    """Train as `config` says, all replicas under one MirroredStrategy; an exit code.
+    """Train as `config` says, all replicas in this process under make_strategy's
+    strategy (MirroredStrategy unless --strategy default); an exit code.
     With `resume`, continue from the checkpoint in config.out (compare.checkpoint)."""
     check_split(config)
     choice = select_device(config)

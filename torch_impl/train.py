@@ -11,6 +11,7 @@ import os
 import platform
 import socket
 import sys
+import time
 import types
 from contextlib import nullcontext
 from pathlib import Path
@@ -21,7 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from compare import gpu_metrics, init, loop, parity, results, shutdown, specs, worker
-from compare.config import RunConfig
+from compare.config import RunConfig, steps_per_call
 from compare.datasets import Dataset
 from compare.errors import DeviceError
 from compare.interface import DeviceChoice
@@ -77,6 +78,15 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
     return {"policy": policy, "loss_scaling": dtype == torch.float16, "autocast_dtype": dtype}
 
 
+def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
+    """How this process's replica keeps in step with the others, PyTorch's counterpart of
+    TF's make_strategy: the process-group backend DDP all-reduces over (nccl on GPUs, gloo
+    on CPUs), None for a single process. --strategy is TensorFlow's alone."""
+    if choice.processes == 1:
+        return None
+    return "nccl" if choice.on_gpu else "gloo"
+
+
 class ScalarWriter:
     """TensorBoard scalars through torch.utils.tensorboard's SummaryWriter."""
 
@@ -115,6 +125,7 @@ class Trainer:
         self.numerics = configure_numerics(config, choice)
         torch.manual_seed(config.seed)
         self.replicas = choice.processes
+        self.steps_per_call = steps_per_call(config, choice.on_gpu)
         self.spec = specs.get_spec(config.model, len(dataset.classes))
         self.initial = init.initial_weights(self.spec, config.seed) if config.shared_init else None
         self.model = build_model(self.spec, config.bn_momentum, config.bn_epsilon)
@@ -150,6 +161,21 @@ class Trainer:
             self.epoch_events[0].record()
         return self.train_batches.epoch(epoch)
 
+    def train_steps(self, batches, lrs: list[float]) -> tuple[torch.Tensor, float]:
+        """len(lrs) steps in one call, each on the loader's next batch: (their losses,
+        stacked on the device; seconds next() blocked, on the host clock). Each step is
+        launched eagerly from Python: this version captures no CUDA graphs."""
+        losses, waited = [], 0.0
+        for lr in lrs:
+            before = time.perf_counter()
+            batch = next(batches)  # blocks only when the loader has nothing ready
+            waited += time.perf_counter() - before
+            losses.append(self.train_step(batch, lr))
+        return torch.stack(losses), waited
+
+    def read_steps(self, pending: list[tuple[torch.Tensor, float]]) -> tuple[list[float], float]:
+        return self.losses([losses for losses, _ in pending]), sum(w for _, w in pending)
+
     def train_step(self, batch, lr: float) -> torch.Tensor:
         images, labels = self._to_device(batch)
         for group in self.optimizer.param_groups:
@@ -166,7 +192,7 @@ class Trainer:
         return loss.detach()
 
     def losses(self, pending: list[torch.Tensor]) -> list[float]:
-        stacked = torch.stack(pending).float()
+        stacked = torch.cat([loss.reshape(-1) for loss in pending]).float()
         if self.choice.processes > 1:  # one collective per window: the global-batch mean
             dist.all_reduce(stacked)
             stacked /= self.choice.processes
@@ -245,7 +271,7 @@ class Trainer:
                        f"{self.scaler.get_scale():g}, x{self.scaler.get_growth_factor():g} after "
                        f"{self.scaler.get_growth_interval()} finite steps, "
                        f"x{self.scaler.get_backoff_factor():g} on overflow")
-        backend = "nccl" if self.choice.on_gpu else "gloo"
+        backend = make_strategy(self.config, self.choice)
         return {
             "precision_policy": self.numerics["policy"],
             "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
@@ -255,8 +281,12 @@ class Trainer:
             "bn_momentum_as_set": self.config.bn_momentum,
             "bn_running_variance": "unbiased (n/(n-1)) batch variance",
             "optimizer_implementation": _optimizer_kind(self.optimizer),
-            "distribution": (f"DistributedDataParallel ({backend})" if self.choice.processes > 1
+            "distribution": (f"DistributedDataParallel ({backend})" if backend
                              else "single process"),
+            "strategy": "not applicable (--strategy is TensorFlow's)",
+            "step_batching": (f"{self.steps_per_call} step(s) per trainer call, each launched "
+                              "eagerly from Python (no CUDA graph capture in this version)"),
+            "input_wait": "host clock (time.perf_counter) around next() on the loader",
             "compile": "torch.compile" if self.config.compile else "off",
             "channels_last": self.memory_format == torch.channels_last,
             "pipeline": torch_data.pipeline_settings(self.config, self.choice),
@@ -391,9 +421,10 @@ def _train_process(config: RunConfig, dataset: Dataset, resume: bool) -> int:
     choice = select_device(config)
     if not config.quiet and choice.is_chief:
         print(f"{FRAMEWORK}: training on {choice.description}", flush=True)
-    grouped = choice.processes > 1
+    backend = make_strategy(config, choice)
+    grouped = backend is not None
     if grouped:
-        dist.init_process_group("nccl" if choice.on_gpu else "gloo")
+        dist.init_process_group(backend)
         if not choice.on_gpu:  # share the cores instead of oversubscribing them
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // choice.processes))
     try:
