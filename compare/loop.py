@@ -205,7 +205,8 @@ class _Windows:
         self.seen += 1
         if self.sizing and self.seen > 1:
             self.per_call_s.append(seconds / calls)
-            self.calls = max(1, round(self.target_s / float(np.median(self.per_call_s))))
+            per_call = max(float(np.median(self.per_call_s)), 1e-6)  # s; 0 on a coarse clock
+            self.calls = max(1, round(self.target_s / per_call))
 
     def end_epoch(self) -> None:
         self.seen = 0
