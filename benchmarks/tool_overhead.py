@@ -258,6 +258,9 @@ def jobs(args: argparse.Namespace, device: str) -> list[dict]:
     found = []
     for text in (args.configs.split(",") if args.configs else CONFIGS[device]):
         model, _, batch = text.strip().partition(":")
+        if model not in RECIPE or not batch.isdigit():
+            raise SystemExit(f"--configs {text!r}: expected MODEL:BATCH with MODEL one of "
+                             f"{', '.join(RECIPE)}")
         batch = int(batch)
         found.append({"model": model, "batch": batch,
                       "lr": LEARNING_RATES.get((model, batch), 0.01), **RECIPE[model],
