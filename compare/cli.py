@@ -15,8 +15,8 @@ import click
 
 from compare import cluster, datasets, errors, shutdown, specs, validate
 from compare.config import (DEVICE_CHOICES, FRAMEWORKS, PIPELINES, PRECISIONS, SCHEDULES,
-                            ComparisonConfig, PipelineConfig, RunConfig, recipe_config,
-                            shown_default)
+                            STRATEGIES, ComparisonConfig, PipelineConfig, RunConfig,
+                            recipe_config, shown_default)
 from compare.errors import UserError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -80,6 +80,14 @@ def run_options(f):
                 "naming it.", dest="collective_timeout_s", type=float),
         _option("--compile/--no-compile", "compile", "XLA jit_compile (tf) and torch.compile "
                 "(torch)."),
+        _option("--steps-per-call", "steps_per_call", "Training steps per call of the step "
+                "function: TF runs them in one tf.function that reads the iterator inside the "
+                "graph (as Keras' steps_per_execution); PyTorch in one trainer call.", type=int),
+        _option("--strategy", "strategy", "TensorFlow's distribution strategy: mirrored "
+                "(MirroredStrategy, also on one device) or default (no strategy, one device "
+                "only); PyTorch ignores it.", type=click.Choice(STRATEGIES)),
+        _option("--timing-window-s", "timing_window_s", "Target length of a synchronised "
+                "timing window, seconds (windows end on call boundaries).", type=float),
         _option("--pipeline", None, "Input pipeline preset: tuned (parallel map, prefetch, "
                 "workers), naive (one synchronous stage) or device (whole training set resident "
                 f"on the device). [default: {PipelineConfig().kind}]",
@@ -180,6 +188,7 @@ def run(framework: str | None, resume_dir: str | None, **options):
       cnncompare run --framework tf --dataset synthetic --epochs 1
       cnncompare run --framework torch --model resnet9 --dataset folder --data-dir ~/cifar10-jpeg
       cnncompare run --framework torch --device cpu --devices 2 --precision fp32 --quiet
+      cnncompare run --framework tf --device gpu --steps-per-call 16 --strategy default
       cnncompare run --resume runs/run-torch
     """
     from compare import checkpoint, lock, orchestrate, runner
@@ -277,8 +286,8 @@ def compare(seeds: int, parity_steps: int, ignore_parity: bool, resume_dir: str 
 @click.option("--vary", "varies", multiple=True, required=True, metavar="NAME=V1,V2",
               help="A setting and its values; repeat for a cartesian product. Names: precision, "
                    "batch-size, pipeline (naive/tuned/device), compile (on/off), devices, device "
-                   "(cpu/gpu), model, lr, epochs, workers, tf32. The first values form the "
-                   "baseline.")
+                   "(cpu/gpu), model, lr, epochs, workers, tf32, steps-per-call, strategy "
+                   "(mirrored/default). The first values form the baseline.")
 @click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
               help="Frameworks to run (repeatable). [default: both]")
 @click.option("--allow-mixed-devices", is_flag=True, default=None,
@@ -293,6 +302,7 @@ def sweep(varies: tuple[str, ...], frameworks: tuple[str, ...], **options):
       cnncompare sweep --dataset synthetic --vary precision=fp32,mixed --vary pipeline=naive,tuned
       cnncompare sweep --model resnet9 --vary batch-size=128,512 --vary compile=off,on
       cnncompare sweep --dataset synthetic --vary device=cpu,gpu --target-accuracy 0.8
+      cnncompare sweep --framework tf --vary steps-per-call=1,8 --vary strategy=mirrored,default
     """
     from compare import lock, orchestrate
     from compare import sweep as sweep_module

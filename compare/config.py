@@ -20,6 +20,16 @@ PRECISIONS = ("fp32", "mixed")
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")
+STRATEGIES = ("mirrored", "default")  # TensorFlow's tf.distribute strategy (--strategy)
+# Training steps per call of a framework's step function when --steps-per-call is not given
+# (see steps_per_call below). CPU: 1. A CPU step of lenet at batch 32 is milliseconds of
+# compute (about 5 ms on 2 cores: the README's benchmark, 15.4 s for 3,125 steps), so the
+# host work of one call per step (a tf.function dispatch, a Python loop turn) is a small
+# share of it, and windows and profiles keep step granularity. GPU: 8. A lenet step there
+# is tens of microseconds of GPU work (issue 13), so per-call host work would be the figure;
+# 8 steps per call divide it by 8 while a call stays a small part of a timing window (a
+# window holds whole calls). benchmarks/tool_overhead.py measures what K is worth.
+DEFAULT_STEPS_PER_CALL = {"cpu": 1, "gpu": 8}
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,20 @@ class RunConfig:
     deterministic: bool = False  # framework determinism flags
     shared_init: bool = True  # load the same numpy-generated initial weights in both
     seed: int = 0
-    timing_window: int = 10  # steps per synchronised timing window
+    # Training steps per call of the framework's step function: TF runs them in one
+    # tf.function that takes its batches from the iterator inside the graph (what Keras'
+    # steps_per_execution does); PyTorch runs them in one trainer call. None: the device's
+    # default (steps_per_call below, DEFAULT_STEPS_PER_CALL).
+    steps_per_call: int | None = None
+    # TensorFlow's strategy: mirrored (MirroredStrategy, the mission's, also on one device)
+    # or default (tf.distribute.get_strategy(): no strategy, one device only). PyTorch
+    # ignores it (a single process, or DDP over several).
+    strategy: str = "mirrored"
+    # Synchronised timing windows end on call boundaries and last about timing_window_s
+    # seconds (the loop sizes them from the first epoch's calls); timing_window, when set,
+    # fixes them at that many steps instead (rounded up to whole calls).
+    timing_window_s: float = 0.5  # seconds
+    timing_window: int | None = None  # steps
     profile_steps: int = 0  # steps of the last epoch to record with the framework's profiler
     target_accuracy: float | None = None  # fraction; reports time-to-accuracy when set
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
@@ -168,6 +191,9 @@ RECIPES: dict[str, dict[str, Any]] = {
 def shown_default(field_name: str) -> str:
     """A RunConfig field's default as --help shows it: one value, or one per model recipe
     when the recipes differ (e.g. "lenet 32, resnet9 512")."""
+    if field_name == "steps_per_call":  # a default per device, not per model
+        return ("[default: " + ", ".join(f"{k} on {d.upper()}"
+                                          for d, k in DEFAULT_STEPS_PER_CALL.items()) + "]")
     base = getattr(RunConfig(), field_name)
     per_model = {model: recipe.get(field_name, base) for model, recipe in RECIPES.items()}
     if len(set(map(repr, per_model.values()))) == 1:
@@ -179,6 +205,21 @@ def _shown(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return "none" if value is None else str(value)
+
+
+def steps_per_call(config: RunConfig, on_gpu: bool) -> int:
+    """The training steps per call this run uses: --steps-per-call, else the device's
+    default (DEFAULT_STEPS_PER_CALL). The one place it is resolved."""
+    if config.steps_per_call is not None:
+        return config.steps_per_call
+    return DEFAULT_STEPS_PER_CALL["gpu" if on_gpu else "cpu"]
+
+
+def steps_per_call_source(config: RunConfig, on_gpu: bool) -> str:
+    """Where steps_per_call came from, for the fairness manifest."""
+    if config.steps_per_call is not None:
+        return "--steps-per-call"
+    return f"the default on {'GPU' if on_gpu else 'CPU'} (compare.config.DEFAULT_STEPS_PER_CALL)"
 
 
 def recipe_config(model: str, **overrides: Any) -> RunConfig:

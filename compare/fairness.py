@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from compare import cluster
-from compare.config import RunConfig, update_rule
+from compare.config import RunConfig, steps_per_call, steps_per_call_source, update_rule
 from compare.interface import DeviceChoice
 
 # Keys the framework half must provide (tests check both trainers against this list).
 FRAMEWORK_KEYS = ("precision_policy", "tf32", "cudnn_autotune", "loss_scaling",
                   "bn_momentum_as_set", "bn_running_variance", "optimizer_implementation",
-                  "distribution", "compile", "channels_last", "pipeline", "default_init")
+                  "distribution", "strategy", "step_batching", "input_wait", "compile",
+                  "channels_last", "pipeline", "default_init")
 
 
 def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
@@ -54,6 +55,13 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "launcher": launched.launcher or "cnncompare (one process group)",
         "nodes": launched.nodes,
         "distribution": own.pop("distribution"),
+        "strategy": own.pop("strategy"),  # TensorFlow's --strategy; "not applicable" in PyTorch
+        # Steps per call of the step function, resolved (compare.config.steps_per_call), and
+        # how the framework batches them.
+        "steps_per_call": steps_per_call(config, choice.on_gpu),
+        "steps_per_call_from": steps_per_call_source(config, choice.on_gpu),
+        "step_batching": own.pop("step_batching"),
+        "input_wait": own.pop("input_wait"),  # where the input wait is timed
         "compile": own.pop("compile"),
         "channels_last": own.pop("channels_last"),
         "pipeline": own.pop("pipeline"),

@@ -56,10 +56,20 @@ class Trainer(Protocol):
     spec: "specs.ModelSpec"
     replicas: int  # model copies over all processes
     steps_per_epoch: int
+    steps_per_call: int  # training steps per train_steps call (compare.config.steps_per_call)
     gpu_indices: list[int] | None  # NVML indices of this run's GPUs; None on CPU
 
     def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice) -> None: ...
     def batches(self, epoch: int) -> Iterator[Any]: ...  # epoch is 0-based
+    # The loop's call: len(lrs) steps (lrs: each step's learning rate) on the next len(lrs)
+    # batches of `batches`, as the framework batches steps (TF: one tf.function that reads
+    # the iterator in the graph). Returns a handle of the steps' losses, not synchronised.
+    def train_steps(self, batches: Iterator[Any], lrs: list[float]) -> Any: ...
+    # The global-batch losses of every step of these train_steps handles, in one transfer,
+    # and the seconds those steps waited for their batches (timed where the framework
+    # takes them: around next() in PyTorch, around the iterator's get_next in TF's graph).
+    def read_steps(self, pending: list[Any]) -> tuple[list[float], float]: ...
+    # One step on a batch the caller holds (the parity probe, the doctor), and its losses.
     def train_step(self, batch: Any, lr: float) -> Any: ...  # the loss, not yet synchronised
     def losses(self, pending: list[Any]) -> list[float]: ...  # global-batch losses, one transfer
     def sync(self) -> None: ...  # wait for all queued device work

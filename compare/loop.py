@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -65,13 +65,19 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     status, code = "completed", EXIT_OK
     nvml = (gpu_metrics.sampler(trainer.gpu_indices) if chief
             else gpu_metrics.NoSampler("not the chief process"))
+
+    def slowest(own_s: float) -> float:  # the slowest process's time per call, on all of them
+        return float(np.nanmax([row[0] for row in trainer.gather_figures([own_s])]))
+
+    windows = _Windows(config, trainer.steps_per_call,  # sized in the session's first epoch
+                       slowest if trainer.choice.processes > 1 else None)
     with shutdown.shielded():  # from here on a stop cannot cut the writing of the result short
         try:
             with shutdown.interruptible():  # ... but it ends the epochs at once
                 for epoch in range(first_epoch + 1, config.epochs + 1):
                     display.start_epoch(epoch)
                     record, global_step = _train_epoch(trainer, config, recorder, display, nvml,
-                                                       epoch, global_step, total_steps)
+                                                       windows, epoch, global_step, total_steps)
                     if chief:
                         with shutdown.shielded():  # result, model and checkpoint agree
                             recorder.add_epoch(record, trainer.save_model(recorder.out))
@@ -117,40 +123,39 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
 
 
 def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
-                 display: ProgressDisplay, nvml, epoch: int, global_step: int,
-                 total_steps: int) -> tuple[dict[str, Any], int]:
-    """One epoch's training, timed in synchronised windows, then its evaluation."""
+                 display: ProgressDisplay, nvml, windows: "_Windows", epoch: int,
+                 global_step: int, total_steps: int) -> tuple[dict[str, Any], int]:
+    """One epoch's training in calls of trainer.steps_per_call steps (the last call takes
+    what is left), timed in synchronised windows of whole calls, then its evaluation."""
     batches = trainer.batches(epoch - 1)
+    steps = trainer.steps_per_epoch
     epoch_losses: list[float] = []
-    wait_s = window_wait_s = 0.0
+    wait_s = 0.0
+    profile = _Profile(trainer, config, recorder, epoch, windows.calls * trainer.steps_per_call)
     trainer.sync()  # nothing queued from before may land in this epoch's clock
     nvml.begin_epoch()
     start = window_start = time.perf_counter()
-    pending: list[Any] = []
+    pending: list[Any] = []  # the window's train_steps handles, read once when it ends
     lrs: list[float] = []
     step_ms: list[float] = []  # this process's milliseconds per step, one per window
-    first_in_window = global_step
-    profile = _Profile(trainer, config, recorder, epoch)
-    for step in range(trainer.steps_per_epoch):
+    calls, step, first_in_window = 0, 0, global_step
+    while step < steps:
+        count = min(trainer.steps_per_call, steps - step)
         profile.before(step)
-        before = time.perf_counter()
-        batch = next(batches)  # blocks only when the pipeline has nothing ready
-        waited = time.perf_counter() - before
-        wait_s += waited
-        window_wait_s += waited
-        lr = learning_rate(config, global_step, total_steps)
-        pending.append(trainer.train_step(batch, lr))
-        lrs.append(lr)
-        global_step += 1
+        # The schedule stays per step: each step of the call gets its own learning rate.
+        call_lrs = [learning_rate(config, global_step + i, total_steps) for i in range(count)]
+        pending.append(trainer.train_steps(batches, call_lrs))
+        lrs.extend(call_lrs)
+        step, global_step, calls = step + count, global_step + count, calls + 1
         profile.after(step)
-        if len(pending) == config.timing_window or step == trainer.steps_per_epoch - 1:
+        if calls == windows.calls or step == steps:
             trainer.sync()  # the window ends when the device has finished its work
             now = time.perf_counter()
-            losses = trainer.losses(pending)
+            losses, waited = trainer.read_steps(pending)  # one transfer per window
+            wait_s += waited
             if recorder is not None:
-                recorder.add_window(epoch, first_in_window, len(pending), now - window_start,
-                                    window_wait_s,
-                                    profiled=profile.overlaps(step + 1 - len(pending), step))
+                recorder.add_window(epoch, first_in_window, len(lrs), now - window_start,
+                                    waited, profiled=profile.overlaps(step - len(lrs), step - 1))
                 recorder.add_steps(first_in_window, epoch, lrs, losses)
             bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
             if bad is not None:
@@ -158,13 +163,15 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                                f"step {first_in_window + bad + 1}: lower --lr (now {config.lr}) "
                                f"or use --precision fp32")
             epoch_losses.extend(losses)
-            step_ms.append(1000.0 * (now - window_start) / len(pending))
-            display.window(step + 1, len(pending) * config.batch_size / (now - window_start),
+            step_ms.append(1000.0 * (now - window_start) / len(lrs))
+            display.window(step, len(lrs) * config.batch_size / (now - window_start),
                            float(np.mean(epoch_losses)))
-            pending, lrs, first_in_window = [], [], global_step
-            window_start, window_wait_s = time.perf_counter(), 0.0
+            windows.observe(now - window_start, calls)
+            pending, lrs, calls, first_in_window = [], [], 0, global_step
+            window_start = time.perf_counter()
     trainer.sync()
     train_time = time.perf_counter() - start
+    windows.end_epoch()
     device_time = trainer.epoch_device_time()
     gpu = nvml.end_epoch()  # energy and utilisation of the training part of the epoch
     peak_bytes, _ = trainer.peak_memory()  # this epoch's training (epoch 1: with its warm-up)
@@ -172,12 +179,12 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     test_loss, test_accuracy = trainer.evaluate()  # returns host floats: synchronised
     eval_time = time.perf_counter() - eval_start
     trainer.reset_peak_memory()  # the next epoch's peak is its own
-    images = trainer.steps_per_epoch * config.batch_size
+    images = steps * config.batch_size
     record = {"epoch": epoch, "train_loss": float(np.mean(epoch_losses)),
               "test_loss": test_loss, "test_accuracy": test_accuracy,
               "train_time_s": train_time, "eval_time_s": eval_time,
               "images_per_s": images / train_time, "images": images,
-              "input_wait_s": wait_s, "steps": trainer.steps_per_epoch,
+              "input_wait_s": wait_s, "steps": steps,
               "device_time_s": device_time, "peak_device_memory_bytes": peak_bytes,
               "host_rss_bytes": host_rss(), "gpu": gpu}
     if trainer.choice.processes > 1:  # a collective: every process gets here each epoch
@@ -198,28 +205,89 @@ def per_process(trainer: Trainer, train_time_s: float, input_wait_s: float,
     return [{"rank": rank, **dict(zip(PROCESS_FIGURES, row))} for rank, row in enumerate(rows)]
 
 
+FIRST_WINDOW_STEPS = 10  # several processes: steps per window while the size is measured
+
+
+class _Windows:
+    """How many calls make one synchronised timing window (a window ends on a call boundary,
+    and at the end of the epoch).
+
+    With config.timing_window, a fixed number of steps rounded up to whole calls. Otherwise
+    sized so that a window lasts about config.timing_window_s: in the session's first epoch
+    (its warm-up), after every window but the first (which carries tracing and compilation),
+    from the median time per call of that epoch's windows so far; then held for the rest of
+    the session, so that the steady-state windows of later epochs are alike. Syncing the
+    device once per window, not every few steps, keeps the clock from draining the device's
+    queue more often than the figures need.
+    """
+
+    def __init__(self, config: RunConfig, steps_per_call: int,
+                 agree: Callable[[float], float] | None = None):
+        self.target_s = config.timing_window_s
+        self.sizing = config.timing_window is None
+        self.agree = agree
+        if not self.sizing:
+            self.calls = math.ceil(config.timing_window / steps_per_call)
+        else:  # several processes keep one fixed size through the first epoch (agree below)
+            self.calls = 1 if agree is None else math.ceil(FIRST_WINDOW_STEPS / steps_per_call)
+        self.per_call_s: list[float] = []  # seconds per call of the measured windows
+        self.seen = 0  # windows closed in this epoch
+
+    def observe(self, seconds: float, calls: int) -> None:
+        self.seen += 1
+        if self.sizing and self.seen > 1:
+            self.per_call_s.append(seconds / calls)
+            if self.agree is None:
+                self._size(float(np.median(self.per_call_s)))
+
+    def end_epoch(self) -> None:
+        """The size holds from here on, once measured. With several processes it is agreed
+        here, by all of them together (`agree`, a collective: every process calls it after
+        its first epoch), from the slowest one's time per call: PyTorch all-reduces each
+        window's losses, so every process must close the same windows."""
+        self.seen = 0
+        if self.sizing and self.agree is not None:
+            own = float(np.median(self.per_call_s)) if self.per_call_s else math.nan
+            self._size(self.agree(own))
+            self.sizing = False
+        elif self.per_call_s:
+            self.sizing = False
+
+    def _size(self, per_call_s: float) -> None:
+        if math.isfinite(per_call_s):
+            per_call_s = max(per_call_s, 1e-6)  # s; 0 on a coarse clock
+            self.calls = max(1, round(self.target_s / per_call_s))
+
+
 class _Profile:
     """`--profile N`: N steps of the last epoch recorded by the framework's own profiler
-    (TensorBoard's profile plugin for TF, a Perfetto/Chrome trace for PyTorch). They start
-    at the epoch's second timing window, after a device sync; the windows they touch are
-    flagged and left out of the step-time statistics (the profiler slows them)."""
+    (TensorBoard's profile plugin for TF, a Perfetto/Chrome trace for PyTorch), rounded up
+    to whole calls. They start at the epoch's second timing window, after a device sync;
+    the windows they touch are flagged and left out of the step-time statistics (the
+    profiler slows them)."""
 
     def __init__(self, trainer: Trainer, config: RunConfig, recorder: Recorder | None,
-                 epoch: int):
+                 epoch: int, first_window_steps: int):
         steps = trainer.steps_per_epoch
         self.trainer, self.recorder = trainer, recorder
         self.active = recorder is not None and config.profile_steps > 0 and epoch == config.epochs
-        self.first = config.timing_window if steps > config.timing_window else 0
+        self.first = first_window_steps if steps > first_window_steps else 0
         self.last = min(steps - 1, self.first + config.profile_steps - 1)
+        self.running = False
 
     def before(self, step: int) -> None:
+        """Before the call that starts at `step` (0-based in the epoch)."""
         if self.active and step == self.first:
             self.trainer.sync()
             self.trainer.start_profile(self.recorder.out / "profile")
+            self.running = True
 
-    def after(self, step: int) -> None:
-        if self.active and step == self.last:
+    def after(self, done: int) -> None:
+        """After a call, `done` steps of the epoch done."""
+        if self.running and done > self.last:
             self.trainer.sync()
+            self.running = False
+            self.last = done - 1  # the call's steps were all recorded
             written = self.trainer.stop_profile()
             self.recorder.result["files"]["profile"] = written
             self.recorder.result["profile"] = {"steps": self.last - self.first + 1,

@@ -127,7 +127,7 @@ class Recorder:
             self.config, self.epochs, self.windows, status=status, replicas=trainer.replicas,
             train_flops_per_image=self.train_flops_per_image, device_name=trainer.choice.name,
             on_gpu=trainer.choice.on_gpu, peak_memory_note=trainer.peak_memory()[1],
-            host_peak_rss_bytes=host_peak_rss())
+            host_peak_rss_bytes=host_peak_rss(), steps_per_call=trainer.steps_per_call)
 
     def finish(self, status: str) -> None:
         if self.scalars is not None:

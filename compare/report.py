@@ -634,7 +634,8 @@ def verdict_rows(summary: dict) -> list[dict[str, str]]:
 
 
 # Manifest entries that name each framework's own machinery: expected to read differently.
-IMPLEMENTATION_KEYS = {"optimizer_implementation", "distribution", "pipeline", "device"}
+IMPLEMENTATION_KEYS = {"optimizer_implementation", "distribution", "pipeline", "device",
+                       "strategy", "step_batching", "input_wait"}
 
 
 def fairness_rows(summary: dict) -> list[dict[str, str]]:

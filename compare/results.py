@@ -27,14 +27,22 @@ MEASUREMENT = {
     "eval_time_s": "test-set pass after each epoch, timed apart, synchronised at both ends",
     "warmup_time_s": "training time of the first epoch (tracing, XLA/torch.compile, cuDNN "
                      "autotuning, allocator growth all land there)",
-    "steady_step_time_ms": "median and p90 over synchronised windows of `timing_window` "
-                           "steps (time of the window / steps), epochs after the first "
-                           "(after a resume, also after the first of each session: it "
-                           "warms up again); a one-epoch run uses its windows after the first",
+    "steady_step_time_ms": "median and p90 over synchronised timing windows (time of the "
+                           "window / its steps), epochs after the first (after a resume, "
+                           "also after the first of each session: it warms up again); a "
+                           "one-epoch run uses its windows after the first. A window holds "
+                           "whole calls of `steps_per_call` steps and lasts about "
+                           "`window_target_s` (sized from the first epoch's calls), or "
+                           "`timing_window` steps when that is set; `steps_per_window` is "
+                           "the median steps of the windows used",
     "images_per_s": "images trained / training time, over all replicas, epochs after the "
                     "first of each session (the only epoch for a one-epoch run)",
-    "input_wait_fraction": "time the loop blocked fetching the next batch / training time, "
-                           "same epochs as images_per_s",
+    "input_wait_fraction": "time the training steps blocked waiting for their next batch / "
+                           "training time, same epochs as images_per_s. Timed where each "
+                           "framework takes its batches: PyTorch on the host clock around "
+                           "next() on its loader; TensorFlow inside its step function "
+                           "(tf.timestamp before and after the iterator's get_next, which "
+                           "runs in the graph: no host next() to time)",
     "peak_device_memory_bytes": "the framework allocator's peak (tf get_memory_info "
                                 "'peak', torch max_memory_allocated) during training, reset "
                                 "after each epoch's evaluation, highest over the epochs after "

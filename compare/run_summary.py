@@ -17,10 +17,12 @@ from compare.config import RunConfig
 def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list[dict[str, float]],
                   *, status: str, replicas: int, train_flops_per_image: int,
                   device_name: str | None, on_gpu: bool, peak_memory_note: str | None,
-                  host_peak_rss_bytes: int | None) -> dict[str, Any]:
+                  host_peak_rss_bytes: int | None,
+                  steps_per_call: int | None = None) -> dict[str, Any]:
     """The summary block of result.json for these epochs and windows."""
     summary: dict[str, Any] = {
         "status": status, "replicas": replicas, "train_flops_per_image": train_flops_per_image,
+        "steps_per_call": steps_per_call,
         "epochs_completed": len(epochs),
         "train_time_s": sum(e["train_time_s"] for e in epochs),
         "eval_time_s": sum(e["eval_time_s"] for e in epochs),
@@ -29,8 +31,12 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
         "host_peak_rss_bytes": host_peak_rss_bytes,
         "final_test_accuracy": None, "best_test_accuracy": None, "warmup_time_s": None,
         "images_per_s": None, "input_wait_fraction": None,
+        # steps_per_window: the median steps of the windows used (windows end on call
+        # boundaries; sized by time unless config.timing_window fixes them)
         "steady_step_time_ms": {"median": None, "p90": None, "windows": 0,
-                                "steps_per_window": config.timing_window},
+                                "steps_per_window": None,
+                                "window_target_s": (config.timing_window_s
+                                                    if config.timing_window is None else None)},
         "target_accuracy": config.target_accuracy, "time_to_target_s": None,
     }
     if not epochs:
@@ -94,12 +100,13 @@ def steady_step_times(epochs: list[dict[str, Any]], windows: list[dict[str, floa
     steady = [w for w in windows if w["epoch"] in numbers]
     if len(epochs) == 1:
         steady = steady[1:]  # a one-epoch run: its first window carries tracing/compilation
-    per_step_ms = np.array([1000.0 * w["seconds"] / w["steps"] for w in steady
-                            if not w.get("profiled")])  # the profiler slows its windows
+    used = [w for w in steady if not w.get("profiled")]  # the profiler slows its windows
+    per_step_ms = np.array([1000.0 * w["seconds"] / w["steps"] for w in used])
     if not per_step_ms.size:
-        return {"median": None, "p90": None, "windows": 0}
+        return {"median": None, "p90": None, "windows": 0, "steps_per_window": None}
     return {"median": float(np.median(per_step_ms)), "p90": float(np.percentile(per_step_ms, 90)),
-            "windows": int(per_step_ms.size)}
+            "windows": int(per_step_ms.size),
+            "steps_per_window": int(np.median([w["steps"] for w in used]))}
 
 
 def energy(epochs: list[dict[str, Any]]) -> dict[str, Any]:

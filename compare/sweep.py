@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from compare import devices, report, results, runner, specs
-from compare.config import (DEVICE_CHOICES, FRAMEWORK_NAMES, PIPELINES, PRECISIONS, PipelineConfig,
-                            RunConfig)
+from compare.config import (DEVICE_CHOICES, FRAMEWORK_NAMES, PIPELINES, PRECISIONS, STRATEGIES,
+                            PipelineConfig, RunConfig)
 from compare.errors import UserError
 from compare.orchestrate import QueuedRun, run_queue
 from compare.validate import check_against_data, check_config
@@ -67,6 +67,9 @@ VARIABLES: dict[str, Variable] = {
     "workers": Variable(int, lambda c, v: c.replace(
         pipeline=dataclasses.replace(c.pipeline, workers=v))),
     "tf32": Variable(_bool, lambda c, v: c.replace(tf32=v)),
+    "steps-per-call": Variable(_positive_int, lambda c, v: c.replace(steps_per_call=v)),
+    # TensorFlow's alone: PyTorch ignores it, so its rows repeat its baseline (run-to-run noise)
+    "strategy": Variable(_choice(STRATEGIES), lambda c, v: c.replace(strategy=v)),
 }
 
 

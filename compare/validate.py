@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from compare import cluster, specs
-from compare.config import DEVICE_CHOICES, PIPELINES, PRECISIONS, SCHEDULES, RunConfig
+from compare.config import (DEVICE_CHOICES, PIPELINES, PRECISIONS, SCHEDULES, STRATEGIES,
+                            RunConfig)
 from compare.errors import UserError
 
 
@@ -34,7 +35,11 @@ RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
     ("epochs", "--epochs", _count, "an integer >= 1"),
     ("batch_size", "--batch-size", _count, "an integer >= 1"),
     ("devices", "--devices", _count, "an integer >= 1"),
-    ("timing_window", "--timing-window", _count, "an integer >= 1"),
+    ("strategy", "--strategy", lambda v: v in STRATEGIES, f"one of {', '.join(STRATEGIES)}"),
+    ("steps_per_call", "--steps-per-call", lambda v: v is None or _count(v), "an integer >= 1"),
+    ("timing_window_s", "--timing-window-s", lambda v: _finite(v) and v > 0,
+     "a number of seconds > 0"),
+    ("timing_window", "timing_window", lambda v: v is None or _count(v), "an integer >= 1"),
     ("synthetic_train_size", "--synthetic-size", _count, "an integer >= 1"),
     ("synthetic_test_size", "--synthetic-size", _count, "an integer >= 1"),
     ("lr", "--lr", lambda v: _finite(v) and v > 0, "a finite number > 0"),
@@ -65,6 +70,12 @@ def check_config(config: RunConfig) -> RunConfig:
                         f"{', '.join(PIPELINES)}")
     if config.pipeline.workers is not None and config.pipeline.workers < 0:
         raise UserError(f"Invalid value for '--workers': {config.pipeline.workers} is not >= 0")
+    if config.strategy == "default" and config.devices != 1:
+        raise UserError(f"--strategy default trains on one device, not --devices "
+                        f"{config.devices}: use --strategy mirrored for several")
+    if config.strategy == "default" and cluster.launch("tf").multi_process:
+        raise UserError("--strategy default trains in one process: under a TF_CONFIG of "
+                        "several workers TensorFlow uses MultiWorkerMirroredStrategy")
     check_split(config)
     check_out(config.out)
     return config

@@ -31,6 +31,7 @@ class FakeTrainer:
     spec = specs.lenet()
     replicas = 1
     steps_per_epoch = 4
+    steps_per_call = 1
     gpu_indices = None
 
     def __init__(self, fail_at_epoch: int, failure):
@@ -50,6 +51,12 @@ class FakeTrainer:
 
     def losses(self, pending):
         return [float(v) for v in pending]
+
+    def train_steps(self, batches, lrs):
+        return [self.train_step(next(batches), lr) for lr in lrs], 0.0
+
+    def read_steps(self, pending):
+        return [float(v) for losses, _ in pending for v in losses], 0.0
 
     def sync(self):
         pass

@@ -25,7 +25,7 @@ from conftest import tiny_config
 from test_reliability import CLI, _wait_for  # one copy of the subprocess helpers
 
 REPO = Path(__file__).resolve().parent.parent
-STOP_AT_STEP = 11  # 1-based call of train_step: the third step of the second epoch (8 a epoch)
+STOP_AT_STEP = 11  # 1-based training step: the third step of the second epoch (8 an epoch)
 
 
 def _config(tmp_path: Path, framework: str, name: str):
@@ -33,21 +33,23 @@ def _config(tmp_path: Path, framework: str, name: str):
     must restore the step count, the momentum buffers and the weights to match."""
     return tiny_config(tmp_path, framework=framework, epochs=3, schedule="onecycle", lr=0.05,
                        weight_decay=5e-4, out=str(tmp_path / name),
-                       pipeline=PipelineConfig.preset("naive"))
+                       pipeline=PipelineConfig.preset("naive"),
+                       timing_window=10)  # steps: no window closes inside the stopped epoch
 
 
-def _stop_at(monkeypatch, trainer_class, call: int) -> None:
-    """Ctrl-C at the `call`-th training step, as the loop sees a stop signal."""
-    original = trainer_class.train_step
-    calls = [0]
+def _stop_at(monkeypatch, trainer_class, step: int) -> None:
+    """Ctrl-C at the call of the loop that would train the `step`-th step, as the loop sees
+    a stop signal."""
+    original = trainer_class.train_steps
+    done = [0]
 
-    def train_step(self, batch, lr):
-        calls[0] += 1
-        if calls[0] == call:
+    def train_steps(self, batches, lrs):
+        if done[0] < step <= done[0] + len(lrs):
             raise KeyboardInterrupt
-        return original(self, batch, lr)
+        done[0] += len(lrs)
+        return original(self, batches, lrs)
 
-    monkeypatch.setattr(trainer_class, "train_step", train_step)
+    monkeypatch.setattr(trainer_class, "train_steps", train_steps)
 
 
 def _straight_and_resumed(tmp_path, monkeypatch, module, framework: str) -> tuple[Path, Path]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import numpy as np
 import tensorflow as tf
 
@@ -74,7 +72,7 @@ class TrainBatches:
         self._iterator = None
         self._continues_at: int | None = None  # the epoch the iterator is at the start of
 
-    def epoch(self, epoch: int) -> Iterator:
+    def epoch(self, epoch: int) -> _EpochBatches:
         """The epoch's global batches split over the replicas: images NHWC float32 and
         labels int64, or for the `device` pipeline the plan's keys, which the replicas
         load with source.load_batch. Continues the iterator when the previous epoch was
@@ -82,14 +80,7 @@ class TrainBatches:
         if self._iterator is None or epoch != self._continues_at:
             self._iterator = iter(self._from_epoch(epoch))
         self._continues_at = None
-        return self._take(epoch)
-
-    def _take(self, epoch: int) -> Iterator:
-        for step in range(self.steps_per_epoch):
-            batch = next(self._iterator)
-            if step == self.steps_per_epoch - 1:  # taken whole: the next epoch continues here
-                self._continues_at = epoch + 1
-            yield batch
+        return _EpochBatches(self, epoch)
 
     def _from_epoch(self, first: int) -> tf.distribute.DistributedDataset:
         """Epochs first .. config.epochs - 1, one after the other; each epoch's keys are
@@ -126,6 +117,39 @@ class TrainBatches:
 
         return self.strategy.distribute_datasets_from_function(
             worker_batches, _distribute_options(self.config, self.choice))
+
+
+class _EpochBatches:
+    """One epoch's batches from the pipeline's distributed iterator, taken either by Python
+    iteration (a next() per batch: the parity probe, the doctor) or inside a tf.function
+    that reads `iterator` in the graph (Trainer.train_steps, which reports what it took)."""
+
+    def __init__(self, batches: TrainBatches, epoch: int):
+        self.batches, self.epoch = batches, epoch
+        self.iterator = batches._iterator
+        self.left = batches.steps_per_epoch  # batches of this epoch not yet taken
+
+    def __iter__(self) -> _EpochBatches:
+        return self
+
+    def __next__(self):
+        if not self.left:
+            raise StopIteration
+        batch = next(self.iterator)
+        self.took(1)
+        return batch
+
+    def check(self, count: int) -> None:
+        """`count` more batches may be taken: the epoch holds them."""
+        if count > self.left:
+            raise ValueError(f"{count} batches asked for, {self.left} left in the epoch")
+
+    def took(self, count: int) -> None:
+        """`count` batches were taken from `iterator`."""
+        self.check(count)
+        self.left -= count
+        if not self.left:  # taken whole: the next epoch continues the iterator here
+            self.batches._continues_at = self.epoch + 1
 
 
 def train_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> TrainBatches:
@@ -169,7 +193,10 @@ def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
                             "only its replicas' share), batches "
                             + ("prefetched to the device" if _fetch_to_device(config, choice)
                                else "kept in host memory until the step")
-                            + "; one iterator over all epochs",
+                            + ("" if config.strategy == "mirrored" or not choice.on_gpu
+                               else " (the default strategy has no fetch to device, as in "
+                                    "Keras' fit without a strategy)")
+                            + "; one iterator over all epochs, read inside the step function",
             "augmentation": augmentation}
 
 
@@ -193,8 +220,9 @@ def _finish(ds: tf.data.Dataset, config: RunConfig) -> tf.data.Dataset:
 
 def _fetch_to_device(config: RunConfig, choice: DeviceChoice) -> bool:
     """`naive` keeps batches in host memory until the step (as PyTorch's naive loader does);
-    the others let the distributed iterator prefetch each replica's slice to its GPU."""
-    return choice.on_gpu and config.pipeline.kind != "naive"
+    the others let MirroredStrategy's distributed iterator prefetch each replica's slice to
+    its GPU (the default strategy hands the dataset back as it is: no fetch to device)."""
+    return choice.on_gpu and config.pipeline.kind != "naive" and config.strategy == "mirrored"
 
 
 def _distribute_options(config: RunConfig, choice: DeviceChoice) -> tf.distribute.InputOptions:

@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from compare import cluster, gpu_metrics, init, loop, parity, specs  # noqa: E402
-from compare.config import RunConfig  # noqa: E402
+from compare.config import RunConfig, steps_per_call  # noqa: E402
 from compare.datasets import Dataset  # noqa: E402
 from compare.errors import DeviceError  # noqa: E402
 from compare.interface import DeviceChoice  # noqa: E402
@@ -79,11 +79,17 @@ def select_device(config: RunConfig) -> DeviceChoice:
 
 
 def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Strategy:
-    """MirroredStrategy over this process's devices; under a TF_CONFIG of several workers,
+    """The tf.distribute strategy the replicas train under (--strategy): MirroredStrategy
+    over the chosen devices (the mission's, kept on one device too, where it costs what
+    `sweep --vary strategy=mirrored,default` measures), or the default strategy
+    (tf.distribute.get_strategy(): no distribution; compare.validate allows it on one
+    device of one process only). Under a TF_CONFIG of several workers,
     MultiWorkerMirroredStrategy: collective all-reduce over all workers' replicas, NCCL
     between GPUs and ring (gRPC) between CPUs, each collective failing after
     config.collective_timeout_s when a peer does not answer."""
     if choice.processes == 1:
+        if config.strategy == "default":
+            return tf.distribute.get_strategy()
         return tf.distribute.MirroredStrategy(list(choice.names))
     collectives = tf.distribute.experimental.CommunicationImplementation
     implementation = collectives.NCCL if choice.on_gpu else collectives.RING
@@ -166,6 +172,7 @@ class Trainer:
         self.numerics = configure_numerics(config, choice)  # must come before any TF op
         keras.utils.set_random_seed(config.seed)
         self.replicas = self.strategy.num_replicas_in_sync
+        self.steps_per_call = steps_per_call(config, choice.on_gpu)
         self.spec = specs.get_spec(config.model, len(dataset.classes))
         self.initial = init.initial_weights(self.spec, config.seed) if config.shared_init else None
         with self.strategy.scope():  # build, load and compile inside the scope (Keras guide)
@@ -182,10 +189,26 @@ class Trainer:
         # XLA compiles the forward/backward; the update and all-reduce stay outside it.
         self._gradients = tf.function(self._forward_backward, jit_compile=config.compile)
         self._train_step = tf.function(self._distributed_step)
+        # Traced once per number of steps: steps_per_call, and the epoch's last call when
+        # steps_per_epoch is not a multiple of it.
+        self._train_steps = tf.function(self._distributed_steps)
         self._eval_step = tf.function(self._distributed_eval)
 
     def batches(self, epoch: int):
-        return iter(self.train_batches.epoch(epoch))
+        return self.train_batches.epoch(epoch)
+
+    def train_steps(self, batches, lrs: list[float]):
+        """len(lrs) steps in one call of the step function, which reads their batches from
+        the distributed iterator inside the graph: (losses, seconds get_next waited)."""
+        batches.check(len(lrs))
+        done = self._train_steps(batches.iterator, tf.constant(lrs, tf.float32))
+        batches.took(len(lrs))
+        return done
+
+    def read_steps(self, pending) -> tuple[list[float], float]:
+        losses = tf.concat([losses for losses, _ in pending], 0)
+        waited = tf.add_n([waited for _, waited in pending])  # host tensors: no device sync
+        return losses.numpy().astype(float).tolist(), float(waited)  # one transfer per window
 
     def train_step(self, batch, lr: float):
         return self._train_step(batch, tf.constant(lr, tf.float32))
@@ -197,6 +220,9 @@ class Trainer:
         """Wait for this process's replicas' queued work (tf.test.experimental.sync_devices
         does that for every device it knows, which under MultiWorkerMirroredStrategy
         includes the other workers' and fails; so the same op on the local ones)."""
+        if self.choice.processes == 1:
+            tf.test.experimental.sync_devices()
+            return
         for device in self.strategy.extended.worker_devices:
             with tf.device(device):
                 tf.raw_ops.SyncDevice()
@@ -251,7 +277,9 @@ class Trainer:
             scaling = (f"dynamic (keras.optimizers.LossScaleOptimizer): initial "
                        f"{self.config.loss_scale_initial:g}, x2 after "
                        f"{self.config.loss_scale_growth_interval} finite steps, /2 on overflow")
-        distribution = f"MirroredStrategy over {', '.join(self.choice.names)}"
+        distribution = (f"MirroredStrategy over {', '.join(self.choice.names)}"
+                        if self.config.strategy == "mirrored" else
+                        f"default strategy (no distribution) on {self.choice.names[0]}")
         if self.choice.processes > 1:
             distribution = (f"MultiWorker{distribution} on each of {self.choice.processes} workers "
                             f"(collective {'NCCL' if self.choice.on_gpu else 'ring'} all-reduce)")
@@ -265,6 +293,12 @@ class Trainer:
             "optimizer_implementation": "TorchFormSGD (a keras.optimizers.Optimizer, "
                                         "tf_impl/train.py)",
             "distribution": distribution,
+            "strategy": self.config.strategy,
+            "step_batching": (f"{self.steps_per_call} step(s) per tf.function call, which reads "
+                              "the distributed iterator inside the graph (tf.while_loop over "
+                              "get_next, as Keras' steps_per_execution)"),
+            "input_wait": "tf.timestamp before and after the iterator's get_next inside the "
+                          "step function (in the graph: no host next() to time)",
             "compile": "XLA jit_compile (forward+backward)" if self.config.compile else "off",
             "channels_last": True,  # Keras convolutions compute NHWC; not switchable here
             "pipeline": tf_data.pipeline_settings(self.config, self.choice),
@@ -366,6 +400,25 @@ class Trainer:
         per_replica = self.strategy.run(self._replica_step, args=batch)
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
+    def _distributed_steps(self, iterator, lrs):
+        """len(lrs) steps of _distributed_step in one graph, each on the iterator's next
+        batch (a tf.while_loop, as Keras' steps_per_execution): the steps' losses and the
+        seconds the iterator's get_next blocked, timed in the graph with tf.timestamp (the
+        control dependencies pin the two stamps around it)."""
+        count = tf.shape(lrs)[0]
+        losses = tf.TensorArray(tf.float32, size=count)
+        waited = tf.constant(0.0, tf.float64)
+        for i in tf.range(count):
+            with tf.device("/cpu:0"):
+                before = tf.timestamp()
+            with tf.control_dependencies([before]):
+                batch = iterator.get_next()
+            with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
+                with tf.device("/cpu:0"):
+                    waited += tf.timestamp() - before
+            losses = losses.write(i, self._distributed_step(batch, lrs[i]))
+        return losses.stack(), waited
+
     def _replica_eval(self, images, labels):
         logits = self.model(images, training=False)
         loss = tf.reduce_sum(self._loss(labels, logits, 0.0))
@@ -424,7 +477,8 @@ def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int,
 
 
 def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
-    """Train as `config` says, all replicas under one MirroredStrategy; an exit code.
+    """Train as `config` says, all replicas in this process under make_strategy's
+    strategy (MirroredStrategy unless --strategy default); an exit code.
     With `resume`, continue from the checkpoint in config.out (compare.checkpoint)."""
     check_split(config)
     choice = select_device(config)

@@ -11,6 +11,7 @@ import os
 import platform
 import socket
 import sys
+import time
 import types
 from contextlib import nullcontext
 from datetime import timedelta
@@ -22,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from compare import cluster, gpu_metrics, init, loop, parity, results, shutdown, specs, worker
-from compare.config import RunConfig
+from compare.config import RunConfig, steps_per_call
 from compare.datasets import Dataset
 from compare.errors import DeviceError
 from compare.interface import DeviceChoice
@@ -70,7 +71,8 @@ def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
     """PyTorch's counterpart of a tf.distribute strategy: join the process group of the
     run's DDP processes (NCCL between GPUs, gloo between CPUs) from the environment torchrun
     or `train` set, each collective failing after config.collective_timeout_s when a peer
-    does not answer; the backend, or None for a single process."""
+    does not answer; the backend, or None for a single process. --strategy is TensorFlow's
+    alone."""
     if choice.processes == 1:
         return None
     backend = "nccl" if choice.on_gpu else "gloo"
@@ -133,6 +135,7 @@ class Trainer:
         self.numerics = configure_numerics(config, choice)
         torch.manual_seed(config.seed)
         self.replicas = choice.processes
+        self.steps_per_call = steps_per_call(config, choice.on_gpu)
         self.spec = specs.get_spec(config.model, len(dataset.classes))
         self.initial = init.initial_weights(self.spec, config.seed) if config.shared_init else None
         self.model = build_model(self.spec, config.bn_momentum, config.bn_epsilon)
@@ -168,6 +171,21 @@ class Trainer:
             self.epoch_events[0].record()
         return self.train_batches.epoch(epoch)
 
+    def train_steps(self, batches, lrs: list[float]) -> tuple[torch.Tensor, float]:
+        """len(lrs) steps in one call, each on the loader's next batch: (their losses,
+        stacked on the device; seconds next() blocked, on the host clock). Each step is
+        launched eagerly from Python: this version captures no CUDA graphs."""
+        losses, waited = [], 0.0
+        for lr in lrs:
+            before = time.perf_counter()
+            batch = next(batches)  # blocks only when the loader has nothing ready
+            waited += time.perf_counter() - before
+            losses.append(self.train_step(batch, lr))
+        return torch.stack(losses), waited
+
+    def read_steps(self, pending: list[tuple[torch.Tensor, float]]) -> tuple[list[float], float]:
+        return self.losses([losses for losses, _ in pending]), sum(w for _, w in pending)
+
     def train_step(self, batch, lr: float) -> torch.Tensor:
         images, labels = self._to_device(batch)
         for group in self.optimizer.param_groups:
@@ -184,7 +202,7 @@ class Trainer:
         return loss.detach()
 
     def losses(self, pending: list[torch.Tensor]) -> list[float]:
-        stacked = torch.stack(pending).float()
+        stacked = torch.cat([loss.reshape(-1) for loss in pending]).float()
         if self.choice.processes > 1:  # one collective per window: the global-batch mean
             dist.all_reduce(stacked)
             stacked /= self.choice.processes
@@ -263,7 +281,7 @@ class Trainer:
                        f"{self.scaler.get_scale():g}, x{self.scaler.get_growth_factor():g} after "
                        f"{self.scaler.get_growth_interval()} finite steps, "
                        f"x{self.scaler.get_backoff_factor():g} on overflow")
-        backend = "nccl" if self.choice.on_gpu else "gloo"
+        backend = dist.get_backend() if dist.is_initialized() else None
         return {
             "precision_policy": self.numerics["policy"],
             "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
@@ -273,8 +291,12 @@ class Trainer:
             "bn_momentum_as_set": self.config.bn_momentum,
             "bn_running_variance": "unbiased (n/(n-1)) batch variance",
             "optimizer_implementation": _optimizer_kind(self.optimizer),
-            "distribution": (f"DistributedDataParallel ({backend})" if self.choice.processes > 1
+            "distribution": (f"DistributedDataParallel ({backend})" if backend
                              else "single process"),
+            "strategy": "not applicable (--strategy is TensorFlow's)",
+            "step_batching": (f"{self.steps_per_call} step(s) per trainer call, each launched "
+                              "eagerly from Python (no CUDA graph capture in this version)"),
+            "input_wait": "host clock (time.perf_counter) around next() on the loader",
             "compile": "torch.compile" if self.config.compile else "off",
             "channels_last": self.memory_format == torch.channels_last,
             "pipeline": torch_data.pipeline_settings(self.config, self.choice),

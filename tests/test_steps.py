@@ -1,0 +1,181 @@
+"""Step batching (--steps-per-call), timing windows of whole calls sized by time, and TF's
+--strategy: K steps per call compute what K calls of one step compute, the per-step rows
+stay one per step, and the windows are the ones the settings ask for."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from compare import datasets, fairness, loop, results, specs, sweep
+from compare import recorder as recorder_module
+from compare.cli import cli
+from compare.config import (DEFAULT_STEPS_PER_CALL, PipelineConfig, RunConfig, learning_rate,
+                            shown_default, steps_per_call)
+from conftest import tiny_config
+from test_reliability import FakeTrainer
+
+
+def _steps(out: Path) -> list[dict[str, str]]:
+    with open(out / "steps.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _windows(out: Path) -> list[dict[str, str]]:
+    with open(out / "windows.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _train(module, config):
+    """A real run through compare.loop; the trainer, for its traces."""
+    trainer = module.Trainer(config, datasets.config_dataset(config), module.select_device(config))
+    manifest = fairness.manifest(config, trainer.choice, trainer.replicas, trainer.manifest())
+    record = recorder_module.Recorder(config, trainer, trainer.spec, {}, manifest, {})
+    assert loop.train_epochs(trainer, config, record) == 0
+    return trainer
+
+
+def _config(tmp_path, framework: str, name: str, **changes):
+    """2 epochs of 8 steps, a one-cycle schedule (every step its own learning rate)."""
+    return tiny_config(tmp_path, framework=framework, epochs=2, schedule="onecycle", lr=0.05,
+                       out=str(tmp_path / name), pipeline=PipelineConfig.preset("naive"),
+                       **changes)
+
+
+def test_steps_per_call_resolves_per_device_in_one_place():
+    assert steps_per_call(RunConfig(), on_gpu=False) == DEFAULT_STEPS_PER_CALL["cpu"] == 1
+    assert steps_per_call(RunConfig(), on_gpu=True) == DEFAULT_STEPS_PER_CALL["gpu"] == 8
+    assert steps_per_call(RunConfig(steps_per_call=3), on_gpu=True) == 3
+    assert shown_default("steps_per_call") == "[default: 1 on CPU, 8 on GPU]"
+    outcome = CliRunner().invoke(cli, ["run", "--help"])
+    assert "--steps-per-call" in outcome.output and "--strategy" in outcome.output
+    assert "--timing-window-s" in outcome.output
+
+
+def test_tf_three_steps_per_call_give_the_losses_of_one(tmp_path, tf_two_cpus):
+    """Bit for bit on CPU in float32: the same steps.csv (losses and learning rates) for K=1
+    and K=3 (8 steps an epoch: calls of 3, 3 and 2), and no trace per call."""
+    one = _train(tf_two_cpus, _config(tmp_path, "tf", "one", steps_per_call=1))
+    three = _train(tf_two_cpus, _config(tmp_path, "tf", "three", steps_per_call=3))
+    a, b = _steps(tmp_path / "one"), _steps(tmp_path / "three")
+    assert len(a) == len(b) == 16 and a == b
+    config = _config(tmp_path, "tf", "one")
+    assert [float(r["lr"]) for r in b] == [learning_rate(config, s, 16) for s in range(16)]
+    # One trace per call length: K, and the epoch's last, shorter call.
+    assert one._train_steps.experimental_get_tracing_count() == 1
+    assert three._train_steps.experimental_get_tracing_count() == 2
+    windows = _windows(tmp_path / "three")
+    assert all(int(w["steps"]) in (2, 3, 5, 6, 8) for w in windows)  # whole calls
+    assert sum(int(w["steps"]) for w in windows) == 16
+    waits = [float(w["input_wait_s"]) for w in windows]  # timed in the graph
+    assert all(np.isfinite(waits)) and min(waits) >= 0 and sum(waits) > 0
+    result = results.read_result(tmp_path / "three" / "result.json")
+    assert result["summary"]["steps_per_call"] == 3
+    assert result["fairness"]["steps_per_call"] == 3
+    assert result["fairness"]["steps_per_call_from"] == "--steps-per-call"
+    assert "inside the graph" in result["fairness"]["step_batching"]
+
+
+def test_tf_steps_per_call_over_two_mirrored_replicas(tmp_path, tf_two_cpus):
+    """K=3 under MirroredStrategy over 2 logical CPUs: each step's loss as on one device."""
+    _train(tf_two_cpus, _config(tmp_path, "tf", "one", steps_per_call=1))
+    _train(tf_two_cpus, _config(tmp_path, "tf", "two", steps_per_call=3, devices=2))
+    a, b = _steps(tmp_path / "one"), _steps(tmp_path / "two")
+    np.testing.assert_allclose([float(r["loss"]) for r in b], [float(r["loss"]) for r in a],
+                               rtol=1e-5)
+
+
+def test_torch_three_steps_per_call_give_the_losses_of_one(tmp_path):
+    from torch_impl import train as torch_train
+    _train(torch_train, _config(tmp_path, "torch", "one", steps_per_call=1))
+    _train(torch_train, _config(tmp_path, "torch", "three", steps_per_call=3))
+    a, b = _steps(tmp_path / "one"), _steps(tmp_path / "three")
+    assert len(a) == 16 and a == b
+    result = results.read_result(tmp_path / "three" / "result.json")
+    assert result["fairness"]["strategy"].startswith("not applicable")
+    assert result["fairness"]["steps_per_call"] == result["summary"]["steps_per_call"] == 3
+
+
+def test_tf_default_strategy_trains_as_mirrored_on_one_device(tmp_path, tf_two_cpus):
+    _train(tf_two_cpus, _config(tmp_path, "tf", "mirrored"))
+    _train(tf_two_cpus, _config(tmp_path, "tf", "default", strategy="default"))
+    a, b = _steps(tmp_path / "mirrored"), _steps(tmp_path / "default")
+    np.testing.assert_allclose([float(r["loss"]) for r in b], [float(r["loss"]) for r in a],
+                               rtol=1e-6)
+    fairness = results.read_result(tmp_path / "default" / "result.json")["fairness"]
+    assert fairness["strategy"] == "default"
+    assert fairness["distribution"] == "default strategy (no distribution) on /cpu:0"
+    mirrored = results.read_result(tmp_path / "mirrored" / "result.json")["fairness"]
+    assert mirrored["strategy"] == "mirrored" and "MirroredStrategy" in mirrored["distribution"]
+
+
+class CountingTrainer(FakeTrainer):
+    """10 steps an epoch in calls of 3; each step costs 10 ms of a fake clock."""
+
+    steps_per_epoch = 10
+    steps_per_call = 3
+
+    def __init__(self, clock):
+        super().__init__(fail_at_epoch=99, failure=None)
+        self.clock, self.calls = clock, []
+
+    def train_steps(self, batches, lrs):
+        self.calls.append(len(lrs))
+        self.clock.now += 0.010 * len(lrs)
+        return super().train_steps(batches, lrs)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def _run_counting(tmp_path, monkeypatch, **changes):
+    clock = FakeClock()
+    monkeypatch.setattr(loop, "time", clock)  # the loop's clock only
+    config = tiny_config(tmp_path, epochs=3, schedule="onecycle", **changes)
+    trainer = CountingTrainer(clock)
+    record = recorder_module.Recorder(config, trainer, specs.lenet(), {}, {}, {})
+    assert loop.train_epochs(trainer, config, record) == 0
+    return trainer, record, config
+
+
+def test_calls_take_k_steps_and_the_epochs_last_call_the_rest(tmp_path, monkeypatch):
+    trainer, record, config = _run_counting(tmp_path, monkeypatch, timing_window=4)
+    assert trainer.calls == [3, 3, 3, 1] * 3
+    steps = record.steps  # one row per step, its own learning rate, in order
+    assert [row[0] for row in steps] == list(range(30))
+    assert [row[2] for row in steps] == [learning_rate(config, s, 30) for s in range(30)]
+    # timing_window 4 steps: 2 whole calls per window, the epoch's end closes one too
+    assert [w["steps"] for w in record.windows] == [6, 4] * 3
+    assert [w["first_step"] for w in record.windows[:2]] == [0, 6]
+
+
+def test_windows_are_sized_by_time_in_the_first_epoch_then_held(tmp_path, monkeypatch):
+    """A call of 3 steps takes 30 ms here; a 0.06 s target makes windows of 2 calls, once the
+    first window (tracing, compilation) is behind."""
+    _, record, _ = _run_counting(tmp_path, monkeypatch, timing_window_s=0.06)
+    sizes = [(w["epoch"], w["steps"]) for w in record.windows]
+    assert sizes == [(1, 3), (1, 3), (1, 4),  # sizing: 1 call, 1 call, then 2 (3 + the last 1)
+                     (2, 6), (2, 4), (3, 6), (3, 4)]
+    steady = record.result["summary"]["steady_step_time_ms"]
+    assert steady["window_target_s"] == 0.06
+    assert steady["median"] == pytest.approx(10.0) and steady["windows"] == 4
+    assert steady["steps_per_window"] == 5  # median of 6, 4, 6, 4
+
+
+def test_sweep_varies_steps_per_call_and_strategy():
+    varies = [sweep.parse_vary("steps_per_call=1,8"), sweep.parse_vary("strategy=mirrored,default")]
+    assert varies == [("steps-per-call", [1, 8]), ("strategy", ["mirrored", "default"])]
+    rows = sweep.combinations(RunConfig(), varies, ["tf"])
+    assert [(c.steps_per_call, c.strategy) for _, _, c in rows] == [
+        (1, "mirrored"), (1, "default"), (8, "mirrored"), (8, "default")]
+    with pytest.raises(Exception, match="--strategy default trains on one device"):
+        sweep.combinations(RunConfig(devices=2, batch_size=32), varies, ["tf"])
