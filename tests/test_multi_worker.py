@@ -359,3 +359,28 @@ def test_doctor_forgets_the_launch_so_its_framework_processes_wait_for_no_peer(m
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert sorted(cluster.forget_launch()) == ["RANK", "TF_CONFIG", "WORLD_SIZE"]
     assert cluster.launch("tf").launcher is None and cluster.launch("torch").launcher is None
+
+
+def test_several_processes_keep_one_window_size_until_they_agree_on_the_slowest():
+    """Each window's losses are all-reduced in PyTorch, so processes must close the same
+    windows: while measuring, the size stays fixed; after the first epoch it comes from the
+    slowest process's time per call (what every process's agree() returns)."""
+    from compare import loop
+    from compare.config import RunConfig
+    asked = []
+
+    def agree(own_s):
+        asked.append(own_s)
+        return 0.05  # the slowest process: 50 ms per call
+
+    windows = loop._Windows(RunConfig(timing_window_s=0.5), steps_per_call=2, agree=agree)
+    assert windows.calls == 5  # FIRST_WINDOW_STEPS (10) in calls of 2 steps
+    for seconds in (0.9, 0.01, 0.02, 0.03):  # this process alone would resize after each
+        windows.observe(seconds, windows.calls)
+        assert windows.calls == 5
+    windows.end_epoch()
+    assert asked == [pytest.approx(0.004)]  # its own median seconds per call: 0.02 / 5
+    assert windows.calls == 10  # 0.5 s / 0.05 s per call
+    windows.observe(1.0, 10)
+    windows.end_epoch()
+    assert windows.calls == 10 and len(asked) == 1  # held for the rest of the session
