@@ -67,7 +67,8 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
             else gpu_metrics.NoSampler("not the chief process"))
 
     def slowest(own_s: float) -> float:  # the slowest process's time per call, on all of them
-        return float(np.nanmax([row[0] for row in trainer.gather_figures([own_s])]))
+        measured = [row[0] for row in trainer.gather_figures([own_s]) if math.isfinite(row[0])]
+        return max(measured) if measured else math.nan  # nan: none measured, the size holds
 
     windows = _Windows(config, trainer.steps_per_call,  # sized in the session's first epoch
                        slowest if trainer.choice.processes > 1 else None)

@@ -464,12 +464,16 @@ def _train_process(config: RunConfig, dataset: Dataset, resume: bool) -> int:
     if not config.quiet and choice.is_chief:
         print(f"{FRAMEWORK}: training on {choice.description}", flush=True)
     grouped = make_strategy(config, choice) is not None
+    code = None
     try:
         trainer = Trainer(config, dataset, choice)
         environment = {**describe_environment(), "device_used": choice.description}
-        return loop.train_and_record(trainer, config, environment, dataset.info(), resume)
+        code = loop.train_and_record(trainer, config, environment, dataset.info(), resume)
+        return code
     finally:
         if grouped:
+            if code == 0:  # every process got here: leave together, with no collective or
+                dist.barrier()  # gloo thread of a peer still running (an abort at exit)
             dist.destroy_process_group()
 
 
