@@ -67,6 +67,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--steps-per-call", type=int,
                         help="the tool's --steps-per-call [default: the tool's own]")
     parser.add_argument("--pipeline", help="the tool's --pipeline [default: the tool's own]")
+    parser.add_argument("--strategy", help="the tool's --strategy (TensorFlow: mirrored or "
+                        "default) [default: the tool's own]")
     parser.add_argument("--keras-steps-per-execution", type=int, default=32,
                         help="model.compile(steps_per_execution=) of the Keras loop "
                              "[default: 32]")
@@ -121,6 +123,7 @@ def tool_run(framework: str, job: dict, args: argparse.Namespace) -> dict:
         command += (["--steps-per-call", str(args.steps_per_call)]
                     if args.steps_per_call else [])
         command += ["--pipeline", args.pipeline] if args.pipeline else []
+        command += ["--strategy", args.strategy] if args.strategy else []
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=_environment(),
                        cwd=REPO)
         result = json.loads((Path(out) / "result.json").read_text())

@@ -22,14 +22,15 @@ SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")
 STRATEGIES = ("mirrored", "default")  # TensorFlow's tf.distribute strategy (--strategy)
 # Training steps per call of a framework's step function when --steps-per-call is not given
-# (see steps_per_call below). CPU: 1. A CPU step of lenet at batch 32 is milliseconds of
-# compute (about 5 ms on 2 cores: the README's benchmark, 15.4 s for 3,125 steps), so the
-# host work of one call per step (a tf.function dispatch, a Python loop turn) is a small
-# share of it, and windows and profiles keep step granularity. GPU: 8. A lenet step there
-# is tens of microseconds of GPU work (issue 13), so per-call host work would be the figure;
-# 8 steps per call divide it by 8 while a call stays a small part of a timing window (a
-# window holds whole calls). benchmarks/tool_overhead.py measures what K is worth.
-DEFAULT_STEPS_PER_CALL = {"cpu": 1, "gpu": 8}
+# (see steps_per_call below). Measured on 2 CPU cores (lenet, fp32, 10,000 synthetic images,
+# TensorFlow, MirroredStrategy, the second epoch's training time, medians of 3 alternated
+# runs): K = 32 trains in 1.37 s where K = 1 takes 1.83 s at batch 32 (5.30 s against
+# 7.51 s at batch 4): one tf.function call per step costs about 1 ms of host work here. On
+# a GPU, where a lenet step is tens of microseconds of compute, that host work per call
+# matters more still. A call of 32 resnet9 steps at batch 512 stays within a timing window
+# of about 0.5 s on a GPU (a window holds whole calls). PyTorch's K steps per call run as
+# K eager steps (no CUDA graphs yet), so K changes only how often the loop calls it.
+DEFAULT_STEPS_PER_CALL = {"cpu": 32, "gpu": 32}
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,8 @@ def shown_default(field_name: str) -> str:
     """A RunConfig field's default as --help shows it: one value, or one per model recipe
     when the recipes differ (e.g. "lenet 32, resnet9 512")."""
     if field_name == "steps_per_call":  # a default per device, not per model
+        if len(set(DEFAULT_STEPS_PER_CALL.values())) == 1:
+            return f"[default: {DEFAULT_STEPS_PER_CALL['cpu']} on every device]"
         return ("[default: " + ", ".join(f"{k} on {d.upper()}"
                                           for d, k in DEFAULT_STEPS_PER_CALL.items()) + "]")
     base = getattr(RunConfig(), field_name)

@@ -47,10 +47,10 @@ def _config(tmp_path, framework: str, name: str, **changes):
 
 
 def test_steps_per_call_resolves_per_device_in_one_place():
-    assert steps_per_call(RunConfig(), on_gpu=False) == DEFAULT_STEPS_PER_CALL["cpu"] == 1
-    assert steps_per_call(RunConfig(), on_gpu=True) == DEFAULT_STEPS_PER_CALL["gpu"] == 8
+    assert steps_per_call(RunConfig(), on_gpu=False) == DEFAULT_STEPS_PER_CALL["cpu"] == 32
+    assert steps_per_call(RunConfig(), on_gpu=True) == DEFAULT_STEPS_PER_CALL["gpu"] == 32
     assert steps_per_call(RunConfig(steps_per_call=3), on_gpu=True) == 3
-    assert shown_default("steps_per_call") == "[default: 1 on CPU, 8 on GPU]"
+    assert shown_default("steps_per_call") == "[default: 32 on every device]"
     outcome = CliRunner().invoke(cli, ["run", "--help"])
     assert "--steps-per-call" in outcome.output and "--strategy" in outcome.output
     assert "--timing-window-s" in outcome.output
