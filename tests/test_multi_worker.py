@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_reliability import REPO, _wait_for, _wait_until_gone
+from test_reliability import REPO, _wait_for, _wait_until_gone
 
 pytestmark = pytest.mark.slow
 
@@ -203,6 +203,16 @@ def _lose_worker_mid_run(tmp_path, starts: list[list[str]], envs: list[dict], lo
     return done, stopped_after, _result(out)
 
 
+def _check_the_chief_stopped(done: list[tuple[int, str]], stopped_after: float,
+                             result: dict) -> None:
+    (code, output), = done
+    assert code != 0, output[-3000:]
+    # bounded: the collective timeout, the wait for peers' answers, and writing the result
+    assert stopped_after < 90, f"the chief took {stopped_after:.0f} s to stop"
+    assert result["summary"]["status"] == "failed"
+    assert result["epochs"], "the finished epochs are kept"
+
+
 LOST = pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP],
                                ids=["killed", "hung"])
 
@@ -215,12 +225,7 @@ def test_multi_worker_tf_lost_worker_stops_the_chief_naming_it(tmp_path, signum)
     done, stopped_after, result = _lose_worker_mid_run(
         tmp_path, [argv, argv], [_env(TF_CONFIG=_tf_config(ports, i)) for i in range(2)], 1,
         signum)
-    (code, output), = done
-    assert code != 0, output[-3000:]
-    # bounded: the collective timeout, the wait for peers' answers, and writing the result
-    assert stopped_after < 90, f"the chief took {stopped_after:.0f} s to stop"
-    assert result["summary"]["status"] == "failed"
-    assert result["epochs"], "the finished epochs are kept"
+    _check_the_chief_stopped(done, stopped_after, result)
     assert "1" in result.get("peer_failures", {}), result.get("error")
 
 
@@ -231,12 +236,7 @@ def test_multi_worker_torch_lost_worker_stops_the_chief_naming_it(tmp_path, sign
                         TIMEOUT_S, "--out", str(tmp_path / "run")) for node in range(2)]
     done, stopped_after, result = _lose_worker_mid_run(tmp_path, starts, [_env(), _env()], 1,
                                                        signum)
-    (code, output), = done
-    assert code != 0, output[-3000:]
-    # bounded: the collective timeout, the wait for peers' answers, and writing the result
-    assert stopped_after < 90, f"the chief took {stopped_after:.0f} s to stop"
-    assert result["summary"]["status"] == "failed"
-    assert result["epochs"], "the finished epochs are kept"
+    _check_the_chief_stopped(done, stopped_after, result)
     assert result["peer_failures"]["1"].startswith("no answer"), result.get("error")
 
 
