@@ -206,7 +206,7 @@ class Trainer:
         return done
 
     def read_steps(self, pending) -> tuple[list[float], float]:
-        losses = tf.concat([losses for losses, _ in pending], 0)
+        losses = self._sum_over_workers(tf.concat([losses for losses, _ in pending], 0))
         waited = tf.add_n([waited for _, waited in pending])  # host tensors: no device sync
         return losses.numpy().astype(float).tolist(), float(waited)  # one transfer per window
 
@@ -214,7 +214,22 @@ class Trainer:
         return self._train_step(batch, tf.constant(lr, tf.float32))
 
     def losses(self, pending) -> list[float]:
-        return tf.stack(pending).numpy().astype(float).tolist()  # one transfer per window
+        stacked = self._sum_over_workers(tf.stack(pending))
+        return stacked.numpy().astype(float).tolist()  # one transfer per window
+
+    def _sum_over_workers(self, local_losses):
+        """The global-batch losses from each worker's share (see _distributed_step): one
+        collective per window under MultiWorkerMirroredStrategy, in which the first local
+        replica of each worker brings the worker's values and the others zeros."""
+        if self.choice.processes == 1:
+            return local_losses
+        local = len(self.choice.names)
+
+        def share():
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            return tf.where(replica % local == 0, local_losses, tf.zeros_like(local_losses))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, self.strategy.run(share),
+                                    axis=None)
 
     def sync(self) -> None:
         """Wait for this process's replicas' queued work (tf.test.experimental.sync_devices
@@ -396,8 +411,14 @@ class Trainer:
         return loss
 
     def _distributed_step(self, batch, lr):
+        """One step over all replicas: the global-batch loss, or under several workers this
+        worker's share of it, summed over its own replicas only (a cross-worker reduction of
+        the loss every step would be one more collective per step, which PyTorch does not
+        pay: _sum_over_workers adds the shares once per window)."""
         self.optimizer.learning_rate.assign(lr)
         per_replica = self.strategy.run(self._replica_step, args=batch)
+        if self.choice.processes > 1:
+            return tf.add_n(self.strategy.experimental_local_results(per_replica))
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     def _distributed_steps(self, iterator, lrs):
