@@ -210,8 +210,9 @@ def run(framework: str | None, resume_dir: str | None, **options):
     launched = cluster.launch(config.framework)
     # Under TF_CONFIG or torchrun only rank 0 writes the result; the others keep their
     # config and log apart, so processes sharing a filesystem never write the same file.
-    files = Path(config.out) / "workers" / f"rank-{launched.rank}" if not launched.is_chief \
-        else Path(config.out)
+    files = Path(config.out)
+    if not launched.is_chief:
+        files = files / "workers" / f"rank-{launched.rank}"
     with lock.hold(files, orchestrate.replay_command()), shutdown.forwarding() as stop:
         outcome = runner.run_framework(config, resume=resume_dir is not None, files=files)
         if outcome.code != 0:

@@ -213,7 +213,9 @@ def _finish(ds: tf.data.Dataset, config: RunConfig) -> tf.data.Dataset:
         ds = ds.prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.deterministic = True  # keep the plan's order under parallel map
-    # The test set: each replica gets its slice of every batch (no files to shard).
+    # For experimental_distribute_dataset (the test set): each replica gets its slice of every
+    # batch (no files to shard). distribute_datasets_from_function (training) shards nothing
+    # itself: TrainBatches slices each worker's share.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return ds.with_options(options)
 
