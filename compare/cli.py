@@ -100,8 +100,10 @@ def run_options(f):
                 "always computes NHWC). [default: channels_last on GPU, contiguous on CPU]"),
         _option("--shared-init/--no-shared-init", "shared_init", "Start both frameworks from the "
                 "same numpy-generated weights."),
-        _option("--profile", "profile_steps", "Record this many steps of the last epoch with each "
-                "framework's profiler (TensorBoard profile plugin / Perfetto trace).",
+        _option("--profile", "profile_steps", "After the last epoch, train this many more "
+                "steps under each framework's profiler and split a step's time into its "
+                "phases (input, copy, forward, backward, all-reduce, update); 0: off. They "
+                "count in no other figure.",
                 dest="profile_steps", type=int),
         _option("--target-accuracy", "target_accuracy", "Report the training time to reach "
                 "this test accuracy (fraction).", type=float),

@@ -141,7 +141,9 @@ class RunConfig:
     # fixes them at that many steps instead (rounded up to whole calls).
     timing_window_s: float = 0.5  # seconds
     timing_window: int | None = None  # steps
-    profile_steps: int = 0  # steps of the last epoch to record with the framework's profiler
+    # Training steps recorded by each framework's profiler after the last epoch (rounded up
+    # to whole calls), split into the step's phases (compare.phases); 0: none.
+    profile_steps: int = 32
     target_accuracy: float | None = None  # fraction; reports time-to-accuracy when set
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     tensorboard_dir: str | None = None  # TensorBoard root; None: <out>/tensorboard

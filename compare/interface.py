@@ -23,7 +23,7 @@ from compare.config import RunConfig
 if TYPE_CHECKING:  # annotations only
     import numpy as np
 
-    from compare import specs
+    from compare import phases, specs
     from compare.datasets import Dataset
 
 
@@ -85,7 +85,8 @@ class Trainer(Protocol):
     def is_out_of_memory(self, exc: BaseException) -> bool: ...
     def manifest(self) -> dict[str, Any]: ...  # this framework's half of the fairness manifest
     def start_profile(self, directory: Path) -> None: ...  # the framework's own profiler
-    def stop_profile(self) -> str: ...  # the file or folder written
+    # The trace written and the recorded steps' phases read from it (compare.phases).
+    def stop_profile(self) -> "phases.Capture": ...
     def scalar_writer(self, directory: Path) -> Any: ...  # .scalar(tag, value, step), .flush(),
     # .close(): TensorBoard events through the framework's own summary writer
     # Every process's `figures`, one row per process in rank order: a collective that all

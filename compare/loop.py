@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from compare import checkpoint, fairness, gpu_metrics, shutdown
+from compare import checkpoint, fairness, gpu_metrics, phases, shutdown
 from compare.config import RunConfig, learning_rate
 from compare.errors import (EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM,
                             Diverged, OutOfMemory)
@@ -87,6 +87,8 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                             recorder.summarise("running")
                             recorder.write()
                     display.end_epoch(record)
+                if config.profile_steps and first_epoch < config.epochs:
+                    profile_phases(trainer, config, recorder, global_step)
         except KeyboardInterrupt as exc:
             status, code = "interrupted", getattr(exc, "exit_code", EXIT_INTERRUPTED)
             _interrupted(trainer, recorder, str(exc))
@@ -132,7 +134,6 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     steps = trainer.steps_per_epoch
     epoch_losses: list[float] = []
     wait_s = 0.0
-    profile = _Profile(trainer, config, recorder, epoch, windows.calls * trainer.steps_per_call)
     trainer.sync()  # nothing queued from before may land in this epoch's clock
     nvml.begin_epoch()
     start = window_start = time.perf_counter()
@@ -142,21 +143,18 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     calls, step, first_in_window = 0, 0, global_step
     while step < steps:
         count = min(trainer.steps_per_call, steps - step)
-        profile.before(step)
         # The schedule stays per step: each step of the call gets its own learning rate.
         call_lrs = [learning_rate(config, global_step + i, total_steps) for i in range(count)]
         pending.append(trainer.train_steps(batches, call_lrs))
         lrs.extend(call_lrs)
         step, global_step, calls = step + count, global_step + count, calls + 1
-        profile.after(step)
         if calls == windows.calls or step == steps:
             trainer.sync()  # the window ends when the device has finished its work
             now = time.perf_counter()
             losses, waited = trainer.read_steps(pending)  # one transfer per window
             wait_s += waited
             if recorder is not None:
-                recorder.add_window(epoch, first_in_window, len(lrs), now - window_start,
-                                    waited, profiled=profile.overlaps(step - len(lrs), step - 1))
+                recorder.add_window(epoch, first_in_window, len(lrs), now - window_start, waited)
                 recorder.add_steps(first_in_window, epoch, lrs, losses)
             bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
             if bad is not None:
@@ -260,43 +258,49 @@ class _Windows:
             self.calls = max(1, round(self.target_s / per_call_s))
 
 
-class _Profile:
-    """`--profile N`: N steps of the last epoch recorded by the framework's own profiler
-    (TensorBoard's profile plugin for TF, a Perfetto/Chrome trace for PyTorch), rounded up
-    to whole calls. They start at the epoch's second timing window, after a device sync;
-    the windows they touch are flagged and left out of the step-time statistics (the
-    profiler slows them)."""
+def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
+                   global_step: int) -> None:
+    """`--profile N`: after the last epoch, N more training steps (whole calls, at most an
+    epoch's) under the framework's own profiler, split into the step's phases
+    (compare.phases) into result["profile"]. They take the data plan's next epoch of
+    batches, after one unrecorded warm call that starts its pipeline, at the last step's
+    learning rate; every process runs them (their collectives pair up), the chief records.
+    They count in no other figure: the result's epochs and model were final before them.
+    A profiler that fails leaves a note, not a failed run."""
+    per_call, steps = trainer.steps_per_call, trainer.steps_per_epoch
+    profiled = min(math.ceil(config.profile_steps / per_call) * per_call, steps)
+    warm = min(per_call, steps - profiled)
+    total = steps * config.epochs
+    lr = learning_rate(config, min(global_step, total) - 1, total)
+    batches = trainer.batches(config.epochs)  # 0-based: the epoch after the last
 
-    def __init__(self, trainer: Trainer, config: RunConfig, recorder: Recorder | None,
-                 epoch: int, first_window_steps: int):
-        steps = trainer.steps_per_epoch
-        self.trainer, self.recorder = trainer, recorder
-        self.active = recorder is not None and config.profile_steps > 0 and epoch == config.epochs
-        self.first = first_window_steps if steps > first_window_steps else 0
-        self.last = min(steps - 1, self.first + config.profile_steps - 1)
-        self.running = False
+    def run(count: int) -> None:
+        done = 0
+        while done < count:
+            calls = min(per_call, count - done)
+            trainer.train_steps(batches, [lr] * calls)  # losses unread: no figure uses them
+            done += calls
 
-    def before(self, step: int) -> None:
-        """Before the call that starts at `step` (0-based in the epoch)."""
-        if self.active and step == self.first:
-            self.trainer.sync()
-            self.trainer.start_profile(self.recorder.out / "profile")
-            self.running = True
-
-    def after(self, done: int) -> None:
-        """After a call, `done` steps of the epoch done."""
-        if self.running and done > self.last:
-            self.trainer.sync()
-            self.running = False
-            self.last = done - 1  # the call's steps were all recorded
-            written = self.trainer.stop_profile()
-            self.recorder.result["files"]["profile"] = written
-            self.recorder.result["profile"] = {"steps": self.last - self.first + 1,
-                                               "first_step_of_epoch": self.first + 1,
-                                               "files": written}
-
-    def overlaps(self, first: int, last: int) -> bool:
-        return self.active and first <= self.last and last >= self.first
+    run(warm)
+    trainer.sync()
+    if recorder is None:  # another process: its steps pair the chief's collectives
+        run(profiled)
+        trainer.sync()
+        return
+    try:
+        trainer.start_profile(recorder.out / "profile")
+        start = time.perf_counter()
+        run(profiled)
+        trainer.sync()
+        wall_s = time.perf_counter() - start
+        capture = trainer.stop_profile()
+    except Exception as exc:  # noqa: BLE001 - the epochs are final: a profile is extra
+        recorder.result["profile"] = {"error": f"{exc.__class__.__name__}: {exc}"}
+        _say(True, f"{trainer.framework}: the phase profile failed ({exc}); "
+                   "the run's figures are unaffected")
+        return
+    recorder.result["files"]["profile"] = capture.files
+    recorder.result["profile"] = {"warm_steps": warm, **phases.split(capture, profiled, wall_s)}
 
 
 def host_rss() -> int | None:

@@ -24,7 +24,7 @@ STEP_COLUMNS = ("global_step", "epoch", "lr", "loss")
 # The scalars every run writes for TensorBoard, the same tags in both frameworks.
 TENSORBOARD_TAGS = ("train/loss", "train/lr", "train/step_time_ms", "train/images_per_s",
                     "test/accuracy", "test/loss")
-WINDOW_COLUMNS = ("epoch", "first_step", "steps", "seconds", "input_wait_s", "profiled")
+WINDOW_COLUMNS = ("epoch", "first_step", "steps", "seconds", "input_wait_s")
 
 
 class Recorder:
@@ -86,10 +86,9 @@ class Recorder:
             self.steps.append([first_step + i, epoch, lr, loss])
 
     def add_window(self, epoch: int, first_step: int, steps: int, seconds: float,
-                   input_wait_s: float, profiled: bool = False) -> None:
+                   input_wait_s: float) -> None:
         self.windows.append({"epoch": epoch, "first_step": first_step, "steps": steps,
-                             "seconds": seconds, "input_wait_s": input_wait_s,
-                             "profiled": profiled})
+                             "seconds": seconds, "input_wait_s": input_wait_s})
 
     def add_epoch(self, record: dict[str, Any], model_file: str) -> None:
         self.epochs.append({**record, "session": len(self.result["sessions"]) - 1})
@@ -143,8 +142,7 @@ class Recorder:
         results.write_json_atomic(self.out / "result.json", self.result)
         _write_csv(self.out / "steps.csv", STEP_COLUMNS, self.steps)
         _write_csv(self.out / "windows.csv", WINDOW_COLUMNS,
-                   [[int(w.get(c, 0)) if c == "profiled" else w[c] for c in WINDOW_COLUMNS]
-                 for w in self.windows])  # numeric columns only: profiled is 0 or 1
+                   [[w[c] for c in WINDOW_COLUMNS] for w in self.windows])
 
 
 def _tail(rows: list, belongs) -> list:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from compare import results, stats
+from compare import phases, results, stats
 from compare.config import FRAMEWORK_NAMES
 
 COLOURS = {"tf": "#e8710a", "torch": "#1f5fbf"}
@@ -391,8 +391,6 @@ def window_step_ms(run: dict) -> np.ndarray:
     later = windows["epoch"] > windows["epoch"].min()
     if not later.any():
         later = np.arange(len(windows["epoch"])) > 0
-    if "profiled" in windows:  # --profile slows its windows: left out, as in the summary
-        later &= windows["profiled"] == 0
     return 1000 * windows["seconds"][later] / windows["steps"][later]
 
 
@@ -682,9 +680,40 @@ def _per_run(runs: list[dict]) -> list[dict[str, str]]:
                      "train_time": fmt(s.get("train_time_s") if r["epochs"] else None, "s"),
                      "throughput": fmt(s.get("images_per_s"), "ips"),
                      "error": r.get("error") or "", "path": r["path"],
-                     "tensorboard": (r.get("files") or {}).get("tensorboard") or "",
-                     "profile": (r.get("files") or {}).get("profile") or "",
-                     "profile_steps": (r.get("profile") or {}).get("steps")})
+                     "tensorboard": (r.get("files") or {}).get("tensorboard") or ""})
+    return rows
+
+
+PHASE_HEADINGS = {"input": "Input", "host_to_device": "Host to device", "forward": "Forward",
+                  "backward": "Backward", "all_reduce": "All-reduce", "update": "Update"}
+
+
+def _phases(runs: list[dict]) -> list[dict[str, Any]]:
+    """Where a step's time goes, per run with a phase profile (compare.phases): each
+    phase's milliseconds per profiled step and share of the step, the rest, and on a GPU the
+    device's idle time."""
+    rows = []
+    for r in sorted((r for r in runs if not r.get("unreadable") and r.get("profile")),
+                    key=lambda r: (r["framework"], _seed(r) or 0)):
+        profile = r["profile"]
+        row = {"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]),
+               "seed": _seed(r), "error": profile.get("error") or ""}
+        if "phases_ms" in profile:
+            step = profile["step_ms"]
+
+            def cell(ms: float | None) -> str:
+                if ms is None:
+                    return "n/a"
+                return fmt(ms, "ms") + (f" ({ms / step:.0%})" if step else "")
+            row.update({"steps": profile["steps"], "clock": profile["clock"],
+                        "step": fmt(step, "ms"), "other": cell(profile["other_ms"]),
+                        "device_idle": cell(profile["device_idle_ms"]),
+                        "input_stall": cell(profile["input_stall_ms"]),
+                        "files": profile.get("files") or "",
+                        "notes": "; ".join(profile.get("notes") or []),
+                        "cells": [cell(profile["phases_ms"].get(name))
+                                  for name in phases.PHASES]})
+        rows.append(row)
     return rows
 
 
@@ -737,6 +766,7 @@ def _group_context(group: Group, index: int) -> dict[str, Any]:
             "plots": plots(group.runs) if group.runs is not None else None,
             "per_run": _per_run(group.runs) if group.runs is not None else _summary_runs(summary),
             "per_process": _per_process(group.runs) if group.runs is not None else [],
+            "phases": _phases(group.runs) if group.runs is not None else [],
             "machine": summary.get("machine") or machine_of(summary.get("environment") or {})}
 
 
@@ -782,6 +812,7 @@ def render(groups: list[Group], out_dir: Path) -> list[Path]:
     contexts = [_group_context(g, i) for i, g in enumerate(groups)]
     skipped = [s for g in groups for s in g.summary.get("skipped") or []]
     context = {"groups": contexts, "combined": len(groups) > 1, "names": FRAMEWORK_NAMES,
+               "phase_names": PHASE_HEADINGS, "phase_legend": phases.PHASES,
                "overview": overview_rows(groups), "machine_identity": MACHINE_IDENTITY,
                "skipped": skipped, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     written = []

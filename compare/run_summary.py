@@ -100,13 +100,12 @@ def steady_step_times(epochs: list[dict[str, Any]], windows: list[dict[str, floa
     steady = [w for w in windows if w["epoch"] in numbers]
     if len(epochs) == 1:
         steady = steady[1:]  # a one-epoch run: its first window carries tracing/compilation
-    used = [w for w in steady if not w.get("profiled")]  # the profiler slows its windows
-    per_step_ms = np.array([1000.0 * w["seconds"] / w["steps"] for w in used])
+    per_step_ms = np.array([1000.0 * w["seconds"] / w["steps"] for w in steady])
     if not per_step_ms.size:
         return {"median": None, "p90": None, "windows": 0, "steps_per_window": None}
     return {"median": float(np.median(per_step_ms)), "p90": float(np.percentile(per_step_ms, 90)),
             "windows": int(per_step_ms.size),
-            "steps_per_window": int(np.median([w["steps"] for w in used]))}
+            "steps_per_window": int(np.median([w["steps"] for w in steady]))}
 
 
 def energy(epochs: list[dict[str, Any]]) -> dict[str, Any]:

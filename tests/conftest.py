@@ -149,11 +149,12 @@ def image_folder(tmp_path) -> Path:
 
 def tiny_config(tmp_path: Path, **changes) -> RunConfig:
     """A fast run on the CPU (also on a GPU host): tiny synthetic data, float32, no workers,
-    one step per call (so windows and profiles fall on single steps; tests of step
-    batching set steps_per_call themselves, and the CLI tests run the default)."""
+    one step per call (so windows fall on single steps; tests of step batching set
+    steps_per_call themselves, and the CLI tests run the default), no phase profile (tests
+    of --profile set profile_steps)."""
     fields = dict(dataset="synthetic", synthetic_train_size=256, synthetic_test_size=64, epochs=1,
                   batch_size=32, precision="fp32", quiet=True, out=str(tmp_path / "run"),
-                  device="cpu", steps_per_call=1,
+                  device="cpu", steps_per_call=1, profile_steps=0,
                   pipeline=PipelineConfig(workers=0, persistent_workers=False))
     fields.update(changes)
     return RunConfig(**fields)

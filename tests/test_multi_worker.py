@@ -142,6 +142,16 @@ def test_multi_worker_tf_matches_one_process_with_two_replicas(multi_runs):
     assert manifest["processes"] == 2 and manifest["launcher"] == "TF_CONFIG"
 
 
+@pytest.mark.parametrize("framework", ["tf", "torch"])
+def test_multi_worker_phase_profile_shows_the_all_reduce(multi_runs, framework):
+    """The default --profile runs its steps on every process (their collectives pair up);
+    the chief's split shows gradients averaged over the two replicas, in one process or two."""
+    for layout in ("single", "multi"):
+        profile = _result(multi_runs / framework / layout)["profile"]
+        assert profile["phases_ms"]["all_reduce"] > 0, (layout, profile)
+        assert profile["phases_ms"]["backward"] > 0
+
+
 def test_multi_worker_torch_matches_one_process_with_two_replicas(multi_runs):
     _check_same_experiment(multi_runs / "torch" / "single", multi_runs / "torch" / "multi")
     manifest = _result(multi_runs / "torch" / "multi")["fairness"]

@@ -48,32 +48,6 @@ def test_event_files_hold_the_runs_scalars(tmp_path, framework, tf_two_cpus):
     assert all(v > 0 for _, v in events["train/step_time_ms"])
 
 
-@pytest.mark.parametrize("framework", ["tf", "torch"])
-def test_profile_records_steady_steps_with_the_frameworks_profiler(tmp_path, framework,
-                                                                   tf_two_cpus):
-    import json
-    module = tf_two_cpus if framework == "tf" else __import__("torch_impl.train").train
-    config = tiny_config(tmp_path, framework=framework, epochs=2, timing_window=2,
-                         profile_steps=3)
-    trainer = module.Trainer(config, datasets.config_dataset(config), module.select_device(config))
-    record = recorder.Recorder(config, trainer, trainer.spec, {}, {}, {})
-    assert loop.train_epochs(trainer, config, record) == 0
-    profile = record.result["profile"]
-    assert profile["steps"] == 3 and profile["first_step_of_epoch"] == 3
-    written = Path(profile["files"])
-    if framework == "torch":  # a Chrome/Perfetto trace with the steps' operators in it
-        events = json.loads(written.read_text())["traceEvents"]
-        assert any("conv2d" in str(e.get("name", "")) for e in events)
-    else:  # TensorBoard's profile plugin layout
-        assert list(written.glob("plugins/profile/*/*.xplane.pb"))
-    profiled = [w for w in record.windows if w["profiled"]]
-    assert [w["first_step"] for w in profiled] == [10, 12]  # epoch 2: steps 2-4 of 8
-    steady = record.result["summary"]["steady_step_time_ms"]
-    assert steady["windows"] == 2  # epoch 2's four windows less the two profiled
-    from compare import report  # the report reads windows.csv the same way
-    assert len(report.window_step_ms({"path": str(tmp_path / "run" / "result.json")})) == 2
-
-
 def test_the_pytorch_writer_never_loads_tensorflow(tmp_path):
     """In a PyTorch process, TensorFlow loaded by tensorboard would bring a second LLVM
     beside torch's compiler (an abort): the writer keeps tensorboard on its own stub."""

@@ -148,8 +148,8 @@ class _EpochBatches:
         """`count` batches were taken from `iterator`."""
         self.check(count)
         self.left -= count
-        if not self.left:  # taken whole: the next epoch continues the iterator here
-            self.batches._continues_at = self.epoch + 1
+        if not self.left and self.epoch + 1 < self.batches.config.epochs:
+            self.batches._continues_at = self.epoch + 1  # taken whole: the next continues
 
 
 def train_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> TrainBatches:

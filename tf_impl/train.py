@@ -24,8 +24,10 @@ from compare.config import RunConfig, steps_per_call  # noqa: E402
 from compare.datasets import Dataset  # noqa: E402
 from compare.errors import DeviceError  # noqa: E402
 from compare.interface import DeviceChoice  # noqa: E402
+from compare.phases import Capture, scope  # noqa: E402
 from compare.validate import check_split  # noqa: E402
 from tf_impl import data as tf_data  # noqa: E402
+from tf_impl import profile as tf_profile  # noqa: E402
 from tf_impl.model import (build_model, export_gradients, export_weights,  # noqa: E402
                            load_weights)
 
@@ -324,10 +326,11 @@ class Trainer:
         self.profile_directory = Path(directory)
         tf.profiler.experimental.start(str(self.profile_directory))
 
-    def stop_profile(self) -> str:
-        """TensorBoard's profile plugin reads the folder (plugins/profile/<run>/)."""
+    def stop_profile(self) -> Capture:
+        """A folder TensorBoard's profile plugin reads (plugins/profile/<run>/), read back
+        into the recorded steps' phases."""
         tf.profiler.experimental.stop()
-        return str(self.profile_directory)
+        return tf_profile.read_capture(self.profile_directory, self.choice.on_gpu)
 
     def scalar_writer(self, directory: Path) -> ScalarWriter:
         return ScalarWriter(directory)
@@ -396,18 +399,23 @@ class Trainer:
         return tf.nn.softmax_cross_entropy_with_logits(targets, tf.cast(logits, tf.float32))
 
     def _forward_backward(self, images, labels):
-        with tf.GradientTape() as tape:
+        # The name scopes mark the step's phases in the profiler's op names (compare.phases).
+        with tf.GradientTape() as tape, tf.name_scope(scope("forward")):
             logits = self.model(images, training=True)
             per_example = self._loss(labels, logits, self.config.label_smoothing)
             # Scaled by the global batch: the all-reduce SUM then gives the global mean.
             loss = tf.nn.compute_average_loss(per_example,
                                               global_batch_size=self.config.batch_size)
             scaled = self.optimizer.scale_loss(loss)
-        return loss, tape.gradient(scaled, self.model.trainable_variables)
+        with tf.name_scope(scope("backward")):
+            return loss, tape.gradient(scaled, self.model.trainable_variables)
 
     def _replica_step(self, *batch):
-        loss, grads = self._gradients(*self._load(batch))
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        with tf.name_scope(scope("input")):
+            images, labels = self._load(batch)
+        loss, grads = self._gradients(images, labels)
+        with tf.name_scope(scope("update")):  # with the all-reduce, which Keras does here
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         return loss
 
     def _distributed_step(self, batch, lr):
@@ -415,7 +423,8 @@ class Trainer:
         worker's share of it, summed over its own replicas only (a cross-worker reduction of
         the loss every step would be one more collective per step, which PyTorch does not
         pay: _sum_over_workers adds the shares once per window)."""
-        self.optimizer.learning_rate.assign(lr)
+        with tf.name_scope(scope("update")):
+            self.optimizer.learning_rate.assign(lr)
         per_replica = self.strategy.run(self._replica_step, args=batch)
         if self.choice.processes > 1:
             return tf.add_n(self.strategy.experimental_local_results(per_replica))
@@ -429,14 +438,15 @@ class Trainer:
         count = tf.shape(lrs)[0]
         losses = tf.TensorArray(tf.float32, size=count)
         waited = tf.constant(0.0, tf.float64)
+        begins, ends = tf_profile.WAIT_STAMPS  # their names: the profile reads them too
         for i in tf.range(count):
-            with tf.device("/cpu:0"):
-                before = tf.timestamp()
-            with tf.control_dependencies([before]):
+            with tf.device("/cpu:0"), tf.name_scope(scope("input")):
+                before = tf.timestamp(name=begins)
+            with tf.control_dependencies([before]), tf.name_scope(scope("input")):
                 batch = iterator.get_next()
             with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
-                with tf.device("/cpu:0"):
-                    waited += tf.timestamp() - before
+                with tf.device("/cpu:0"), tf.name_scope(scope("input")):
+                    waited += tf.timestamp(name=ends) - before
             losses = losses.write(i, self._distributed_step(batch, lrs[i]))
         return losses.stack(), waited
 

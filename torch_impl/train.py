@@ -27,8 +27,10 @@ from compare.config import RunConfig, steps_per_call
 from compare.datasets import Dataset
 from compare.errors import DeviceError
 from compare.interface import DeviceChoice
+from compare.phases import Capture, scope
 from compare.validate import check_split
 from torch_impl import data as torch_data
+from torch_impl import profile as torch_profile
 from torch_impl.model import build_model, export_gradients, export_weights, load_weights
 
 FRAMEWORK = "torch"
@@ -38,6 +40,7 @@ DDP_STOP_GRACE_S = 30.0
 # After a failure, how long the chief waits for each other process to say why it stopped (s):
 # a peer still blocked in a collective answers when that collective times out.
 PEER_ANSWER_S = 15.0
+NOT_PROFILING = nullcontext()  # the step's phase ranges when no profiler records them
 TF32_DEFAULT = {"matmul": torch.backends.cuda.matmul.allow_tf32,
                 "cudnn": torch.backends.cudnn.allow_tf32}  # before we set them
 
@@ -160,6 +163,7 @@ class Trainer:
         self.test_batches = torch_data.test_pipeline(dataset, config, choice)
         self.steps_per_epoch = self.train_batches.steps_per_epoch
         self.epoch_events = None
+        self.profiling = False  # a profiler records: the step marks its phases
         self.gpu_indices = (gpu_metrics.nvml_indices(_pci_bus_ids(choice), choice.names)
                             if choice.on_gpu else None)
 
@@ -178,7 +182,8 @@ class Trainer:
         losses, waited = [], 0.0
         for lr in lrs:
             before = time.perf_counter()
-            batch = next(batches)  # blocks only when the loader has nothing ready
+            with self._phase("input"):
+                batch = next(batches)  # blocks only when the loader has nothing ready
             waited += time.perf_counter() - before
             losses.append(self.train_step(batch, lr))
         return torch.stack(losses), waited
@@ -187,19 +192,27 @@ class Trainer:
         return self.losses([losses for losses, _ in pending]), sum(w for _, w in pending)
 
     def train_step(self, batch, lr: float) -> torch.Tensor:
-        images, labels = self._to_device(batch)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        with self._autocast():
+        with self._phase("host_to_device"):
+            images, labels = self._to_device(batch)
+        with self._phase("forward"), self._autocast():
             logits = self.train_model(images)
-        # The loss in float32, as Keras computes it from its float32 logits layer.
-        loss = F.cross_entropy(logits.float(), labels,
-                               label_smoothing=self.config.label_smoothing)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+            # The loss in float32, as Keras computes it from its float32 logits layer.
+            loss = F.cross_entropy(logits.float(), labels,
+                                   label_smoothing=self.config.label_smoothing)
+        with self._phase("backward"):  # DDP all-reduces gradient buckets as they are ready
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+        with self._phase("update"):
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         return loss.detach()
+
+    def _phase(self, name: str):
+        """A profiler range marking one phase of the step (compare.phases), opened only
+        while a profiler records: otherwise it would cost microseconds every step."""
+        return torch.profiler.record_function(scope(name)) if self.profiling else NOT_PROFILING
 
     def losses(self, pending: list[torch.Tensor]) -> list[float]:
         stacked = torch.cat([loss.reshape(-1) for loss in pending]).float()
@@ -308,16 +321,19 @@ class Trainer:
         if self.choice.on_gpu:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self.profile_directory = Path(directory)
-        self.profiler = torch.profiler.profile(activities=activities, record_shapes=True)
+        self.profiler = torch.profiler.profile(activities=activities)
         self.profiler.start()
+        self.profiling = True
 
-    def stop_profile(self) -> str:
-        """A Chrome/Perfetto trace (ui.perfetto.dev opens it) of the recorded steps."""
+    def stop_profile(self) -> Capture:
+        """A Chrome/Perfetto trace (ui.perfetto.dev opens it) of the recorded steps, read
+        back into their phases."""
         self.profiler.stop()
+        self.profiling = False
         self.profile_directory.mkdir(parents=True, exist_ok=True)
         path = self.profile_directory / f"trace-rank{self.choice.rank}.json"
         self.profiler.export_chrome_trace(str(path))
-        return str(path)
+        return torch_profile.read_capture(path, self.choice.on_gpu)
 
     def scalar_writer(self, directory: Path) -> ScalarWriter:
         return ScalarWriter(directory)
