@@ -72,6 +72,10 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--keras-steps-per-execution", type=int, default=32,
                         help="model.compile(steps_per_execution=) of the Keras loop "
                              "[default: 32]")
+    parser.add_argument("--keras-strategy", choices=("default", "mirrored"), default="default",
+                        help="the Keras loop's distribution: default (none: the fastest) or "
+                             "mirrored (MirroredStrategy on its one device, as the tool's "
+                             "default: the tool's own cost at equal strategy) [default: default]")
     parser.add_argument("--out", default="runs/overhead", help="[default: runs/overhead]")
     parser.add_argument("--bare-child", help=argparse.SUPPRESS)  # a bare loop's own process
     return parser.parse_args()
@@ -116,7 +120,8 @@ def tool_run(framework: str, job: dict, args: argparse.Namespace) -> dict:
                    "--lr", str(job["lr"]), "--schedule", "constant", "--momentum", "0.9",
                    "--weight-decay", str(job["weight_decay"]), "--label-smoothing", "0",
                    "--no-augment", "--precision", job["precision"], "--device", job["device"],
-                   "--seed", "0", "--dataset", job["dataset"], "--quiet", "--out", out]
+                   "--seed", "0", "--dataset", job["dataset"], "--profile", "0", "--quiet",
+                   "--out", out]
         command += ["--data-dir", job["data_dir"]] if job["data_dir"] else []
         command += (["--synthetic-size", str(job["synthetic_size"])]
                     if job["dataset"] == "synthetic" else [])
@@ -221,15 +226,18 @@ def bare_keras(job: dict) -> dict:
     if job["precision"] == "mixed":  # Keras wraps the optimizer in LossScaleOptimizer itself
         keras.mixed_precision.set_global_policy("mixed_float16" if gpu else "mixed_bfloat16")
     train_x, train_y, test_x, test_y, classes = _arrays(job)
+    strategy = (tf.distribute.MirroredStrategy(["/gpu:0" if gpu else "/cpu:0"])
+                if job["keras_strategy"] == "mirrored" else tf.distribute.get_strategy())
     train = (tf.data.Dataset.from_tensor_slices((train_x, train_y))
              .shuffle(len(train_y), seed=0, reshuffle_each_iteration=True)
              .batch(job["batch"], drop_remainder=True).prefetch(tf.data.AUTOTUNE))
-    model = build_model(specs.get_spec(job["model"], classes))
-    model.compile(optimizer=keras.optimizers.SGD(job["lr"], momentum=0.9,
-                                                 nesterov=job["nesterov"],
-                                                 weight_decay=job["weight_decay"] or None),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  steps_per_execution=job["keras_steps_per_execution"], jit_compile=False)
+    with strategy.scope():  # build and compile in the scope (the Keras guide)
+        model = build_model(specs.get_spec(job["model"], classes))
+        model.compile(optimizer=keras.optimizers.SGD(job["lr"], momentum=0.9,
+                                                     nesterov=job["nesterov"],
+                                                     weight_decay=job["weight_decay"] or None),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      steps_per_execution=job["keras_steps_per_execution"], jit_compile=False)
 
     class EpochClock(keras.callbacks.Callback):
         """Each epoch's wall time, the device synchronised at both ends."""
@@ -270,7 +278,8 @@ def jobs(args: argparse.Namespace, device: str) -> list[dict]:
                       "epochs": args.epochs, "precision": precision, "device": device,
                       "dataset": args.dataset, "data_dir": args.data_dir,
                       "synthetic_size": args.synthetic_size,
-                      "keras_steps_per_execution": args.keras_steps_per_execution})
+                      "keras_steps_per_execution": args.keras_steps_per_execution,
+                      "keras_strategy": args.keras_strategy})
     return found
 
 
@@ -304,7 +313,10 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def markdown(document: dict) -> str:
-    names = {"tf": "TensorFlow/Keras (fit)", "torch": "PyTorch (permutation loop)"}
+    strategy = document["rows"][0]["job"].get("keras_strategy", "default") if document[
+        "rows"] else "default"
+    names = {"tf": f"TensorFlow/Keras (fit, {strategy} strategy)",
+             "torch": "PyTorch (permutation loop)"}
     lines = [f"# Tool overhead ({document['device'].upper()}, medians of "
              f"{document['repeats']} alternated run(s))", "",
              f"Figure: {document['figure']}.", "", f"    {document['command']}", "",

@@ -108,6 +108,25 @@ def test_torch_run_records_device_time_peak_memory_energy_and_mfu(tmp_path, torc
         assert 0 < summary["mfu"] < 1
 
 
+def _check_device_phases(profile: dict) -> None:
+    """A phase split read on the GPU's own clock: kernels placed in their phases."""
+    assert profile["clock"] == "device", profile.get("notes")
+    took = profile["phases_ms"]
+    assert took["forward"] > 0 and took["backward"] > 0 and took["update"] > 0
+    assert 0 <= profile["device_idle_ms"] <= profile["step_ms"]
+    assert 0 <= profile["input_stall_ms"] <= profile["device_idle_ms"] + 1e-9
+
+
+def test_torch_phase_profile_reads_the_gpu_kernels(tmp_path, torch_gpu):
+    config = _gpu_config(tmp_path, epochs=1, precision="mixed", steps_per_call=4,
+                         profile_steps=8, pipeline=PipelineConfig(kind="tuned", workers=0))
+    trainer = _torch_trainer(torch_gpu, config)
+    recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
+    assert loop.train_epochs(trainer, config, recorder) == 0
+    _check_device_phases(recorder.result["profile"])
+    assert recorder.result["profile"]["phases_ms"]["host_to_device"] > 0  # the batch's copy
+
+
 def test_torch_ddp_over_the_gpus_there_are(tmp_path, torch_gpu):
     import torch
     if torch.cuda.device_count() < 2:
@@ -138,6 +157,7 @@ def test_tf_trains_on_the_gpu(tmp_path, tf_gpus, precision):
         assert fairness["precision_policy"] == "mixed_float16"
         assert "LossScaleOptimizer" in fairness["loss_scaling"]
     assert all(math.isfinite(e["train_loss"]) for e in result["epochs"])
+    _check_device_phases(result["profile"])  # the default --profile, read on GPU:0
 
 
 def test_tf_device_pipeline_gathers_on_the_gpu(tf_gpus):

@@ -14,7 +14,7 @@ import pytest
 from compare import interface
 
 REPO = Path(__file__).resolve().parent.parent
-MIRRORED_MODULES = ("model", "data", "train")
+MIRRORED_MODULES = ("model", "data", "train", "profile")
 
 
 def _public(module) -> dict[str, object]:

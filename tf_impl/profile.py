@@ -27,11 +27,11 @@ _OP_EVENT = re.compile(r"^([^:]+):([A-Za-z0-9_]+)$")  # "op_name:op_type"
 WAIT_STAMPS = ("input_wait_begins", "input_wait_ends")
 
 
-def read_capture(directory: Path, on_gpu: bool) -> phases.Capture:
-    """The phases of the steps recorded in `directory` (the newest profiling session)."""
-    files = sorted(Path(directory).glob("plugins/profile/*/*.xplane.pb"))
+def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
+    """The phases of the steps recorded in the folder `trace` (its newest profiling session)."""
+    files = sorted(Path(trace).glob("plugins/profile/*/*.xplane.pb"))
     if not files:
-        raise FileNotFoundError(f"no TensorFlow profile (*.xplane.pb) in {directory}")
+        raise FileNotFoundError(f"no TensorFlow profile (*.xplane.pb) in {trace}")
     newest = max(files, key=lambda path: path.parent.name)
     space = xplane_pb2.XSpace()
     space.ParseFromString(newest.read_bytes())
@@ -48,7 +48,7 @@ def read_capture(directory: Path, on_gpu: bool) -> phases.Capture:
                 if stamp in stamps:
                     stamps[stamp].append(end if stamp == WAIT_STAMPS[0] else start)
                     continue
-                phase = phase_of_op(*op.groups())
+                phase = _phase_of_op(*op.groups())
                 if phase is not None:
                     host[phase].append((start, end))
         elif on_gpu and plane.name == "/device:GPU:0":  # replica 0's device, as its memory
@@ -63,14 +63,14 @@ def read_capture(directory: Path, on_gpu: bool) -> phases.Capture:
                      "the host clock (kernel launches), device idle from the GPU's events")
         device = None
     return phases.Capture(
-        host=host, device=device, device_busy=busy, files=str(directory), notes=notes,
+        host=host, device=device, device_busy=busy, files=str(trace), notes=notes,
         source=("TensorFlow profiler (tf.profiler.experimental), XSpace " + newest.name + ": "
                 + ("kernels and copies on GPU:0 by the op that launched them"
                    if device is not None else "op events on the host's executor threads")
                 + ", phases by name scope"))
 
 
-def phase_of_op(op_name: str, op_type: str) -> str | None:
+def _phase_of_op(op_name: str, op_type: str) -> str | None:
     """The phase of one TensorFlow op, or None for the loop's own control ops."""
     if op_type in ALL_REDUCE_OPS:
         return "all_reduce"
@@ -115,7 +115,7 @@ def _device_phases(plane):
                 continue
             launched = _stat_text(event, tf_op, stat_names)  # "op_name:op_type"
             op = _OP_EVENT.match(launched) if launched else None
-            phase = phase_of_op(*op.groups()) if op else None
+            phase = _phase_of_op(*op.groups()) if op else None
             if phase is not None:
                 device[phase].append(interval)
     return device, busy

@@ -20,10 +20,10 @@ DEVICE_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCHES = ("cuda_runtime", "cuda_driver")
 
 
-def read_capture(path: Path, on_gpu: bool) -> phases.Capture:
-    """The phases of the steps in the trace at `path`."""
-    trace = json.loads(Path(path).read_text())
-    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
+    """The phases of the steps in the trace file `trace`."""
+    recorded = json.loads(Path(trace).read_text())
+    events = [e for e in recorded.get("traceEvents", []) if e.get("ph") == "X"]
     host: dict[str, list[phases.Interval]] = {name: [] for name in phases.PHASES}
     for event in events:
         if event.get("cat") == "user_annotation":
@@ -43,8 +43,8 @@ def read_capture(path: Path, on_gpu: bool) -> phases.Capture:
                          "host clock")
             device = busy = None
     return phases.Capture(
-        host=host, device=device, device_busy=busy, files=str(path), notes=notes,
-        source=("torch.profiler trace " + Path(path).name + ": "
+        host=host, device=device, device_busy=busy, files=str(trace), notes=notes,
+        source=("torch.profiler trace " + Path(trace).name + ": "
                 + ("kernels and copies by the phase range that launched them"
                    if device is not None else "record_function ranges on the host")
                 + ", phases by record_function"))
