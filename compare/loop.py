@@ -272,22 +272,22 @@ def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | Non
     warm = min(per_call, steps - profiled)
     total = steps * config.epochs
     lr = learning_rate(config, min(global_step, total) - 1, total)
-    batches = trainer.batches(config.epochs)  # 0-based: the epoch after the last
 
     def run(count: int) -> None:
         done = 0
         while done < count:
-            calls = min(per_call, count - done)
-            trainer.train_steps(batches, [lr] * calls)  # losses unread: no figure uses them
-            done += calls
+            size = min(per_call, count - done)
+            trainer.train_steps(batches, [lr] * size)  # losses unread: no figure uses them
+            done += size
 
-    run(warm)
-    trainer.sync()
-    if recorder is None:  # another process: its steps pair the chief's collectives
-        run(profiled)
-        trainer.sync()
-        return
     try:
+        batches = trainer.batches(config.epochs)  # 0-based: the epoch after the last
+        run(warm)
+        trainer.sync()
+        if recorder is None:  # another process: its steps pair the chief's collectives
+            run(profiled)
+            trainer.sync()
+            return
         trainer.start_profile(recorder.out / "profile")
         start = time.perf_counter()
         run(profiled)
@@ -295,9 +295,10 @@ def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | Non
         wall_s = time.perf_counter() - start
         capture = trainer.stop_profile()
     except Exception as exc:  # noqa: BLE001 - the epochs are final: a profile is extra
-        recorder.result["profile"] = {"error": f"{exc.__class__.__name__}: {exc}"}
-        _say(True, f"{trainer.framework}: the phase profile failed ({exc}); "
-                   "the run's figures are unaffected")
+        if recorder is not None:
+            recorder.result["profile"] = {"error": f"{exc.__class__.__name__}: {exc}"}
+            _say(True, f"{trainer.framework}: the phase profile failed ({exc}); "
+                       "the run's figures are unaffected")
         return
     recorder.result["files"]["profile"] = capture.files
     recorder.result["profile"] = {"warm_steps": warm, **phases.split(capture, profiled, wall_s)}
