@@ -74,6 +74,7 @@ class Capture:
     files: str = ""
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    origin_s: float = 0.0  # the intervals' zero, seconds since the epoch (where known)
 
 
 def union_seconds(intervals: Iterable[Interval]) -> float:

@@ -110,12 +110,13 @@ def test_tf_reads_gpu_kernels_by_the_op_in_their_tf_op_stat(tmp_path, tf_two_cpu
 
     from tf_impl import profile as tf_profile
     space = xplane_pb2.XSpace()
+    task = space.planes.add(name="Task Environment")
+    task.stat_metadata[1].name = "profile_start_time"
+    task.stats.add(metadata_id=1, uint64_value=1_795_000_000_000_000_000)  # ns since 1970
     host = space.planes.add(name="/host:CPU")
-    host.event_metadata[1].name = "while/cnncompare.input/input_wait_begins:Timestamp"
-    host.event_metadata[2].name = "while/cnncompare.input/input_wait_ends:Timestamp"
+    host.event_metadata[1].name = "while/cnncompare.update/AssignVariableOp:AssignVariableOp"
     line = host.lines.add(name="tf_Compute", timestamp_ns=1000)
-    line.events.add(metadata_id=1, offset_ps=0, duration_ps=1_000_000)  # ends at 1 us
-    line.events.add(metadata_id=2, offset_ps=5_000_000, duration_ps=1_000_000)  # starts at 5
+    line.events.add(metadata_id=1, offset_ps=1_000_000, duration_ps=4_000_000)  # 2 to 6 us
     gpu = space.planes.add(name="/device:GPU:0")
     gpu.stat_metadata[1].name = "tf_op"
     ops = {10: "while/StatefulPartitionedCall/cnncompare.forward/lenet/conv1/Conv2D:Conv2D",
@@ -141,7 +142,8 @@ def test_tf_reads_gpu_kernels_by_the_op_in_their_tf_op_stat(tmp_path, tf_two_cpu
     us = {name: phases.union_seconds(spans) * 1e6 for name, spans in capture.device.items()}
     assert us == pytest.approx({"input": 0, "host_to_device": 1, "forward": 4, "backward": 5,
                                 "all_reduce": 2, "update": 1})
-    assert phases.union_seconds(capture.host["input"]) * 1e6 == pytest.approx(4.0)  # 1 to 5 us
+    assert phases.union_seconds(capture.host["update"]) * 1e6 == pytest.approx(4.0)
+    assert capture.origin_s == pytest.approx(1_795_000_000.0)
     assert not capture.notes
 
 
@@ -200,3 +202,22 @@ def test_a_failing_profiler_leaves_a_note_and_a_completed_run(tmp_path, monkeypa
     assert record.result["profile"] == {"error": "RuntimeError: trace export failed"}
     assert record.result["summary"]["status"] == "completed"
     assert len(record.epochs) == 2
+
+
+def test_tf_input_waits_land_on_the_profile_clock(tmp_path, tf_two_cpus):
+    """TensorFlow's profiler leaves get_next out once its cost model finds it cheap, so the
+    input phase comes from the step function's own stamps, placed on the trace's clock."""
+    config = tiny_config(tmp_path, steps_per_call=4)
+    trainer = tf_two_cpus.Trainer(config, datasets.config_dataset(config),
+                                  tf_two_cpus.select_device(config))
+    batches = trainer.batches(0)
+    trainer.train_steps(batches, [0.01] * 4)  # traced before the profile starts
+    trainer.start_profile(tmp_path / "profile")
+    trainer.train_steps(batches, [0.01] * 4)
+    trainer.sync()
+    capture = trainer.stop_profile()
+    waits = capture.host["input"]
+    work = capture.host["forward"] + capture.host["backward"]
+    assert len(waits) >= 4 and work and not capture.notes
+    first, last = min(s for s, _ in work), max(e for _, e in work)
+    assert all(first - 0.05 <= s <= e <= last + 0.05 for s, e in waits)  # seconds, one clock

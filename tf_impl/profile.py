@@ -22,9 +22,6 @@ from compare import phases
 ALL_REDUCE_OPS = {"NcclAllReduce", "CollectiveReduce", "CollectiveReduceV2",
                   "CollectiveReduceV3", "CollectiveReduceScatterV2", "CollectiveAllReduce"}
 _OP_EVENT = re.compile(r"^([^:]+):([A-Za-z0-9_]+)$")  # "op_name:op_type"
-# The stamps around the iterator's get_next in the step function (train.py): the time
-# between them is the step's wait for its batch, as the loop's input-wait figure.
-WAIT_STAMPS = ("input_wait_begins", "input_wait_ends")
 
 
 def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
@@ -36,24 +33,19 @@ def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
     space = xplane_pb2.XSpace()
     space.ParseFromString(newest.read_bytes())
     host: dict[str, list[phases.Interval]] = {name: [] for name in phases.PHASES}
-    stamps: dict[str, list[float]] = {name: [] for name in WAIT_STAMPS}
     device = busy = None
+    origin_s = 0.0
     for plane in space.planes:
         if plane.name == "/host:CPU":
             for start, end, name in _events(plane):
                 op = _OP_EVENT.match(name)
-                if op is None:
-                    continue
-                stamp = op.group(1).rsplit("/", 1)[-1]
-                if stamp in stamps:
-                    stamps[stamp].append(end if stamp == WAIT_STAMPS[0] else start)
-                    continue
-                phase = _phase_of_op(*op.groups())
+                phase = _phase_of_op(*op.groups()) if op else None
                 if phase is not None:
                     host[phase].append((start, end))
         elif on_gpu and plane.name == "/device:GPU:0":  # replica 0's device, as its memory
             device, busy = _device_phases(plane)
-    host["input"] += list(zip(sorted(stamps[WAIT_STAMPS[0]]), sorted(stamps[WAIT_STAMPS[1]])))
+        elif plane.name == "Task Environment":  # the lines' times count from the start
+            origin_s = _profile_start_s(plane)
     notes = []
     if on_gpu and device is None:
         notes.append("no /device:GPU:0 plane in the profile (CUPTI unavailable?): phases "
@@ -64,6 +56,7 @@ def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
         device = None
     return phases.Capture(
         host=host, device=device, device_busy=busy, files=str(trace), notes=notes,
+        origin_s=origin_s,
         source=("TensorFlow profiler (tf.profiler.experimental), XSpace " + newest.name + ": "
                 + ("kernels and copies on GPU:0 by the op that launched them"
                    if device is not None else "op events on the host's executor threads")
@@ -119,6 +112,15 @@ def _device_phases(plane):
             if phase is not None:
                 device[phase].append(interval)
     return device, busy
+
+
+def _profile_start_s(plane) -> float:
+    """When the profile started, seconds since the epoch (the zero of its lines' times)."""
+    names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+    for stat in plane.stats:
+        if names.get(stat.metadata_id) == "profile_start_time":
+            return (stat.uint64_value or stat.int64_value) * 1e-9
+    return 0.0
 
 
 def _stat_text(event, key, stat_names) -> str | None:

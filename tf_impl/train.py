@@ -195,22 +195,28 @@ class Trainer:
         # steps_per_epoch is not a multiple of it.
         self._train_steps = tf.function(self._distributed_steps)
         self._eval_step = tf.function(self._distributed_eval)
+        self.profiling = False  # a profiler records: train_steps keeps the input waits
+        self.profiled_waits: list = []
 
     def batches(self, epoch: int):
         return self.train_batches.epoch(epoch)
 
     def train_steps(self, batches, lrs: list[float]):
         """len(lrs) steps in one call of the step function, which reads their batches from
-        the distributed iterator inside the graph: (losses, seconds get_next waited)."""
+        the distributed iterator inside the graph: (losses, each step's host clock before and
+        after get_next)."""
         batches.check(len(lrs))
         done = self._train_steps(batches.iterator, tf.constant(lrs, tf.float32))
         batches.took(len(lrs))
+        if self.profiling:
+            self.profiled_waits.append(done[1])
         return done
 
     def read_steps(self, pending) -> tuple[list[float], float]:
         losses = self._sum_over_workers(tf.concat([losses for losses, _ in pending], 0))
-        waited = tf.add_n([waited for _, waited in pending])  # host tensors: no device sync
-        return losses.numpy().astype(float).tolist(), float(waited)  # one transfer per window
+        waits = np.concatenate([stamps.numpy() for _, stamps in pending])  # host: no sync
+        return (losses.numpy().astype(float).tolist(),  # one transfer per window
+                float(np.sum(waits[:, 1] - waits[:, 0])))
 
     def train_step(self, batch, lr: float):
         return self._train_step(batch, tf.constant(lr, tf.float32))
@@ -325,12 +331,24 @@ class Trainer:
     def start_profile(self, directory: Path) -> None:
         self.profile_directory = Path(directory)
         tf.profiler.experimental.start(str(self.profile_directory))
+        self.profiling, self.profiled_waits = True, []
 
     def stop_profile(self) -> Capture:
         """A folder TensorBoard's profile plugin reads (plugins/profile/<run>/), read back
-        into the recorded steps' phases."""
+        into the recorded steps' phases. The input phase is the steps' own waits for their
+        batches (train_steps): TensorFlow's profiler leaves out ops its cost model has found
+        cheap, get_next and the stamps among them."""
         tf.profiler.experimental.stop()
-        return tf_profile.read_capture(self.profile_directory, self.choice.on_gpu)
+        self.profiling = False
+        capture = tf_profile.read_capture(self.profile_directory, self.choice.on_gpu)
+        if self.profiled_waits:
+            if not capture.origin_s:
+                capture.notes.append("the profile has no start time: the input waits are "
+                                     "not placed on its clock")
+            waits = np.concatenate([w.numpy() for w in self.profiled_waits])
+            capture.host["input"] += [(b - capture.origin_s, e - capture.origin_s)
+                                      for b, e in waits]
+        return capture
 
     def scalar_writer(self, directory: Path) -> ScalarWriter:
         return ScalarWriter(directory)
@@ -432,23 +450,25 @@ class Trainer:
 
     def _distributed_steps(self, iterator, lrs):
         """len(lrs) steps of _distributed_step in one graph, each on the iterator's next
-        batch (a tf.while_loop, as Keras' steps_per_execution): the steps' losses and the
-        seconds the iterator's get_next blocked, timed in the graph with tf.timestamp (the
-        control dependencies pin the two stamps around it)."""
+        batch (a tf.while_loop, as Keras' steps_per_execution): the steps' losses and, for
+        each step, the host clock (tf.timestamp, seconds since the epoch) before and after
+        the iterator's get_next, pinned around it by control dependencies: the step's wait
+        for its batch, kept in host memory so reading it never waits for the device."""
         count = tf.shape(lrs)[0]
         losses = tf.TensorArray(tf.float32, size=count)
-        waited = tf.constant(0.0, tf.float64)
-        begins, ends = tf_profile.WAIT_STAMPS  # their names: the profile reads them too
+        with tf.device("/cpu:0"):
+            waits = tf.TensorArray(tf.float64, size=count, element_shape=(2,))
         for i in tf.range(count):
             with tf.device("/cpu:0"), tf.name_scope(scope("input")):
-                before = tf.timestamp(name=begins)
+                before = tf.timestamp()
             with tf.control_dependencies([before]), tf.name_scope(scope("input")):
                 batch = iterator.get_next()
             with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
                 with tf.device("/cpu:0"), tf.name_scope(scope("input")):
-                    waited += tf.timestamp(name=ends) - before
+                    waits = waits.write(i, tf.stack([before, tf.timestamp()]))
             losses = losses.write(i, self._distributed_step(batch, lrs[i]))
-        return losses.stack(), waited
+        with tf.device("/cpu:0"):
+            return losses.stack(), waits.stack()
 
     def _replica_eval(self, images, labels):
         logits = self.model(images, training=False)
