@@ -80,6 +80,9 @@ def run_options(f):
                 "naming it.", dest="collective_timeout_s", type=float),
         _option("--compile/--no-compile", "compile", "XLA jit_compile (tf) and torch.compile "
                 "(torch)."),
+        _option("--cuda-graphs/--no-cuda-graphs", "cuda_graphs", "PyTorch on a GPU: replay "
+                "the model's forward and backward as CUDA graphs (torch.compile mode "
+                "reduce-overhead); TensorFlow ignores it."),
         _option("--steps-per-call", "steps_per_call", "Training steps per call of the step "
                 "function: TF runs them in one tf.function that reads the iterator inside the "
                 "graph (as Keras' steps_per_execution); PyTorch in one trainer call.", type=int),
@@ -218,8 +221,10 @@ def run(framework: str | None, resume_dir: str | None, **options):
     with lock.hold(files, orchestrate.replay_command()), shutdown.forwarding() as stop:
         outcome = runner.run_framework(config, resume=resume_dir is not None, files=files)
         if outcome.code != 0:
-            click.echo(f"{config.framework} run {outcome.status} (exit {outcome.code}); what "
-                       f"finished is in {outcome.result_path}", err=True)
+            kept = (f"what finished is in {outcome.result_path}"
+                    if Path(outcome.result_path).exists() else "it trained nothing")
+            click.echo(f"{config.framework} run {outcome.status} (exit {outcome.code}); {kept}",
+                       err=True)
         elif launched.is_chief:
             click.echo(f"result: {outcome.result_path}")
         else:

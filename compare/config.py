@@ -123,6 +123,11 @@ class RunConfig:
     # a dead machine does not hold the others for TensorFlow's and NCCL's default 30 min.
     collective_timeout_s: float = 300.0
     compile: bool = False  # XLA jit_compile (tf) / torch.compile (torch)
+    # PyTorch on a GPU: replay the model's forward and backward as CUDA graphs
+    # (torch.compile mode "reduce-overhead"), PyTorch's counterpart of TensorFlow's in-graph
+    # step batching (steps_per_call). Off by default until measured on a GPU; TensorFlow
+    # ignores it.
+    cuda_graphs: bool = False
     cudnn_benchmark: bool = True  # cuDNN autotuning (torch; TF autotunes always)
     deterministic: bool = False  # framework determinism flags
     shared_init: bool = True  # load the same numpy-generated initial weights in both

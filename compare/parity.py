@@ -68,7 +68,8 @@ def probe_learning_rate(config: RunConfig, step: int, total_steps: int) -> float
 def probe_config(config: RunConfig) -> RunConfig:
     """The run's config as the probe runs it: float32, TF32 off, one replica, no compiler,
     shared initial weights, the naive pipeline."""
-    return config.replace(precision="fp32", devices=1, tf32=False, compile=False, shared_init=True,
+    return config.replace(precision="fp32", devices=1, tf32=False, compile=False,
+                          cuda_graphs=False, shared_init=True,
                           pipeline=PipelineConfig.preset("naive"))
 
 
@@ -80,7 +81,7 @@ def timed_config(config: RunConfig) -> RunConfig:
 
 def differs_numerically(config: RunConfig) -> bool:
     """Whether the timed configuration computes differently from the float32 gate's."""
-    return config.precision != "fp32" or config.tf32 or config.compile
+    return config.precision != "fp32" or config.tf32 or config.compile or config.cuda_graphs
 
 
 def compute_epsilon(manifest: dict) -> float | None:
@@ -245,7 +246,7 @@ def _timed_record(config: RunConfig, directory: Path, steps: int,
     """The timed configuration's TF-vs-PyTorch figures, its noise floor, and the verdict."""
     timed = timed_config(config)
     described = {"precision": timed.precision, "tf32": timed.tf32, "compile": timed.compile,
-                 "replicas_probed": 1}
+                 "cuda_graphs": timed.cuda_graphs, "replicas_probed": 1}
     probes, errors = _probes(timed, directory, steps, perturbed=("torch",))
     if errors:
         return {"configuration": described,

@@ -59,6 +59,8 @@ VARIABLES: dict[str, Variable] = {
     "pipeline": Variable(_choice(PIPELINES),
                          lambda c, v: c.replace(pipeline=PipelineConfig.preset(v))),
     "compile": Variable(_bool, lambda c, v: c.replace(compile=v)),
+    # PyTorch's alone (TensorFlow's rows repeat its baseline)
+    "cuda-graphs": Variable(_bool, lambda c, v: c.replace(cuda_graphs=v)),
     "devices": Variable(_positive_int, lambda c, v: c.replace(devices=v)),
     "device": Variable(_choice(DEVICE_CHOICES), lambda c, v: c.replace(device=v)),
     "model": Variable(_choice(tuple(specs.MODELS)), lambda c, v: c.replace(model=v)),

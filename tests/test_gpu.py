@@ -127,6 +127,23 @@ def test_torch_phase_profile_reads_the_gpu_kernels(tmp_path, torch_gpu):
     assert recorder.result["profile"]["phases_ms"]["host_to_device"] > 0  # the batch's copy
 
 
+def test_torch_cuda_graphs_train_as_the_eager_step_does(tmp_path, torch_gpu):
+    """--cuda-graphs replays the compiled forward and backward: the same data plan and
+    updates, so float32 losses follow the eager run's step for step, and it is recorded."""
+    losses = {}
+    for graphs in (False, True):
+        config = _gpu_config(tmp_path / str(graphs), epochs=2, cuda_graphs=graphs,
+                             steps_per_call=4, tf32=False, cudnn_benchmark=False)
+        trainer = _torch_trainer(torch_gpu, config)
+        recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
+        assert loop.train_epochs(trainer, config, recorder) == 0
+        losses[graphs] = [row[3] for row in recorder.steps]
+        if graphs:
+            assert "CUDA graphs" in trainer.manifest()["step_batching"]
+    assert len(losses[True]) == len(losses[False]) == 16
+    assert losses[True] == pytest.approx(losses[False], rel=1e-3, abs=1e-4)
+
+
 def test_torch_ddp_over_the_gpus_there_are(tmp_path, torch_gpu):
     import torch
     if torch.cuda.device_count() < 2:

@@ -179,3 +179,20 @@ def test_sweep_varies_steps_per_call_and_strategy():
         (1, "mirrored"), (1, "default"), (8, "mirrored"), (8, "default")]
     with pytest.raises(Exception, match="--strategy default trains on one device"):
         sweep.combinations(RunConfig(devices=2, batch_size=32), varies, ["tf"])
+
+
+def test_cuda_graphs_on_the_cpu_are_one_clear_line_and_exit_2(tmp_path):
+    """--cuda-graphs (PyTorch's graph replay) needs a CUDA GPU: a CPU run says so and
+    trains nothing; the GPU run is tests/test_gpu.py's."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", "from compare.cli import main; main()", "run",
+                           "--framework", "torch", "--device", "cpu", "--cuda-graphs",
+                           "--dataset", "synthetic", "--synthetic-size", "64", "--quiet",
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "--cuda-graphs: CUDA graphs need a CUDA GPU" in done.stderr
+    assert "Traceback" not in done.stderr and "it trained nothing" in done.stderr
+    assert not (tmp_path / "run" / "result.json").exists()
+    assert sweep.parse_vary("cuda-graphs=off,on") == ("cuda-graphs", [False, True])

@@ -319,7 +319,9 @@ class Trainer:
             "strategy": self.config.strategy,
             "step_batching": (f"{self.steps_per_call} step(s) per tf.function call, which reads "
                               "the distributed iterator inside the graph (tf.while_loop over "
-                              "get_next, as Keras' steps_per_execution)"),
+                              "get_next, as Keras' steps_per_execution)" + (
+                                  "; --cuda-graphs is PyTorch's alone" if self.config.cuda_graphs
+                                  else "")),
             "input_wait": "tf.timestamp before and after the iterator's get_next inside the "
                           "step function (in the graph: no host next() to time)",
             "compile": "XLA jit_compile (forward+backward)" if self.config.compile else "off",
