@@ -260,48 +260,64 @@ class _Windows:
 
 def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                    global_step: int) -> None:
-    """`--profile N`: after the last epoch, N more training steps (whole calls, at most an
-    epoch's) under the framework's own profiler, split into the step's phases
-    (compare.phases) into result["profile"]. They take the data plan's next epoch of
+    """`--profile N`: after the last epoch, N more training steps (whole calls, and at most
+    an epoch's less one warm call) under the framework's own profiler, split into the step's
+    phases (compare.phases) into result["profile"]. They take the data plan's next epoch of
     batches, after one unrecorded warm call that starts its pipeline, at the last step's
-    learning rate; every process runs them (their collectives pair up), the chief records.
-    They count in no other figure: the result's epochs and model were final before them.
-    A profiler that fails leaves a note, not a failed run."""
+    learning rate. Every process runs every step, profiled or not, so that the collectives
+    pair up; the chief alone records. They count in no other figure: the result's epochs
+    and model were final before them. A profiler that fails, or a stop during the profile,
+    leaves a note in result["profile"], not a failed or interrupted run."""
     per_call, steps = trainer.steps_per_call, trainer.steps_per_epoch
-    profiled = min(math.ceil(config.profile_steps / per_call) * per_call, steps)
+    whole_calls = steps // per_call
+    if whole_calls:  # whole calls of the traced length, one left for the warm call
+        profiled = per_call * max(1, min(math.ceil(config.profile_steps / per_call),
+                                         whole_calls - 1))
+    else:  # an epoch shorter than one call: its one (traced) call
+        profiled = steps
     warm = min(per_call, steps - profiled)
     total = steps * config.epochs
     lr = learning_rate(config, min(global_step, total) - 1, total)
 
-    def run(count: int) -> None:
+    def run(batches, count: int) -> None:
         done = 0
         while done < count:
             size = min(per_call, count - done)
             trainer.train_steps(batches, [lr] * size)  # losses unread: no figure uses them
             done += size
 
+    failure, capture, started, wall_s = None, None, False, math.nan
     try:
         batches = trainer.batches(config.epochs)  # 0-based: the epoch after the last
-        run(warm)
+        run(batches, warm)
         trainer.sync()
-        if recorder is None:  # another process: its steps pair the chief's collectives
-            run(profiled)
-            trainer.sync()
-            return
-        trainer.start_profile(recorder.out / "profile")
+        if recorder is not None:
+            try:
+                trainer.start_profile(recorder.out / "profile")
+                started = True
+            except Exception as exc:  # noqa: BLE001 - the steps still run: peers wait on them
+                failure = exc
         start = time.perf_counter()
-        run(profiled)
+        run(batches, profiled)
         trainer.sync()
         wall_s = time.perf_counter() - start
-        capture = trainer.stop_profile()
+        if started:
+            capture = trainer.stop_profile()
+            split = phases.split(capture, profiled, wall_s)
+    except KeyboardInterrupt:  # the epochs are final: a stop ends the extra steps only
+        failure = "interrupted"
     except Exception as exc:  # noqa: BLE001 - the epochs are final: a profile is extra
-        if recorder is not None:
-            recorder.result["profile"] = {"error": f"{exc.__class__.__name__}: {exc}"}
-            _say(True, f"{trainer.framework}: the phase profile failed ({exc}); "
-                       "the run's figures are unaffected")
+        failure = exc
+    if recorder is None:
+        return
+    if failure is not None or capture is None:
+        why = failure if isinstance(failure, str) else f"{failure.__class__.__name__}: {failure}"
+        recorder.result["profile"] = {"error": why}
+        _say(True, f"{trainer.framework}: the phase profile failed ({why}); "
+                   "the run's figures are unaffected")
         return
     recorder.result["files"]["profile"] = capture.files
-    recorder.result["profile"] = {"warm_steps": warm, **phases.split(capture, profiled, wall_s)}
+    recorder.result["profile"] = {"warm_steps": warm, **split}
 
 
 def host_rss() -> int | None:

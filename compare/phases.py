@@ -29,7 +29,8 @@ import numpy as np
 PHASES = {
     "input": "waiting for the next batch (the loader or iterator, and for the device "
              "pipeline the gather of the batch from the resident images)",
-    "host_to_device": "copying the batch from host to device memory (GPU runs only)",
+    "host_to_device": "copying the batch from host to device memory (on a CPU run only "
+                      "PyTorch's .to() call, which copies nothing)",
     "forward": "the forward pass and the loss",
     "backward": "the backward pass (gradients)",
     "all_reduce": "averaging gradients over replicas (several devices or processes only)",

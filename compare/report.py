@@ -693,8 +693,9 @@ def _phases(runs: list[dict]) -> list[dict[str, Any]]:
     phase's milliseconds per profiled step and share of the step, the rest, and on a GPU the
     device's idle time."""
     rows = []
-    for r in sorted((r for r in runs if not r.get("unreadable") and r.get("profile")),
-                    key=lambda r: (r["framework"], _seed(r) or 0)):
+    profiled = [r for r in runs if not r.get("unreadable")
+                and {"phases_ms", "error"} & set(r.get("profile") or {})]
+    for r in sorted(profiled, key=lambda r: (r["framework"], _seed(r) or 0)):
         profile = r["profile"]
         row = {"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]),
                "seed": _seed(r), "error": profile.get("error") or ""}

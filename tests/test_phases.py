@@ -115,10 +115,21 @@ def test_tf_reads_gpu_kernels_by_the_op_in_their_tf_op_stat(tmp_path, tf_two_cpu
     task.stats.add(metadata_id=1, uint64_value=1_795_000_000_000_000_000)  # ns since 1970
     host = space.planes.add(name="/host:CPU")
     host.event_metadata[1].name = "while/cnncompare.update/AssignVariableOp:AssignVariableOp"
-    line = host.lines.add(name="tf_Compute", timestamp_ns=1000)
+    host.event_metadata[2].name = ("while/gradient_tape/cnncompare.forward/lenet/fc1/MatMul:"
+                                   "MatMul")
+    host.event_metadata[3].name = "cuLaunchKernel"  # CUPTI's record of a launch
+    host.stat_metadata[1].name = "correlation_id"
+    line = host.lines.add(id=77, name="tf_Compute", timestamp_ns=1000)
     line.events.add(metadata_id=1, offset_ps=1_000_000, duration_ps=4_000_000)  # 2 to 6 us
+    line.events.add(metadata_id=2, offset_ps=19_000_000, duration_ps=10_000_000)  # 20 to 30
+    launch = line.events.add(metadata_id=3, offset_ps=24_000_000, duration_ps=1_000_000)
+    launch.stats.add(metadata_id=1, uint64_value=42)
     gpu = space.planes.add(name="/device:GPU:0")
     gpu.stat_metadata[1].name = "tf_op"
+    gpu.stat_metadata[2].name = "correlation_id"
+    # The outermost annotation of a launch may be the tf.function's, not the op's: such a
+    # kernel goes to the op that launched it (the launch with its correlation id).
+    gpu.stat_metadata[13].name = "__inference__distributed_steps_1131"
     ops = {10: "while/StatefulPartitionedCall/cnncompare.forward/lenet/conv1/Conv2D:Conv2D",
            11: "while/StatefulPartitionedCall/gradient_tape/cnncompare.forward/lenet/conv1/"
                "Conv2DBackpropFilter:Conv2DBackpropFilter",
@@ -127,7 +138,8 @@ def test_tf_reads_gpu_kernels_by_the_op_in_their_tf_op_stat(tmp_path, tf_two_cpu
         gpu.stat_metadata[key].name = op
     kernels = [(1, "volta_scudnn_128x64_relu", 10, 6, 4), (2, "wgrad_kernel", 11, 10, 5),
                (3, "axpy_kernel", 12, 15, 1), (4, "MemcpyH2D", None, 2, 1),
-               (5, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", None, 16, 2)]
+               (5, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", None, 16, 2),
+               (6, "gemm_kernel", 13, 40, 3)]
     stream = gpu.lines.add(name="Stream #14(Compute,MemcpyH2D)", timestamp_ns=1000)
     for key, name, op, start_us, length_us in kernels:
         gpu.event_metadata[key].name = name
@@ -135,12 +147,14 @@ def test_tf_reads_gpu_kernels_by_the_op_in_their_tf_op_stat(tmp_path, tf_two_cpu
                                   duration_ps=length_us * 1_000_000)
         if op is not None:
             event.stats.add(metadata_id=1, ref_value=op)
+        if key == 6:
+            event.stats.add(metadata_id=2, uint64_value=42)
     folder = tmp_path / "plugins" / "profile" / "2026_11_21_00_00_00"
     folder.mkdir(parents=True)
     (folder / "gpu-host.xplane.pb").write_bytes(space.SerializeToString())
     capture = tf_profile.read_capture(tmp_path, on_gpu=True)
     us = {name: phases.union_seconds(spans) * 1e6 for name, spans in capture.device.items()}
-    assert us == pytest.approx({"input": 0, "host_to_device": 1, "forward": 4, "backward": 5,
+    assert us == pytest.approx({"input": 0, "host_to_device": 1, "forward": 4, "backward": 8,
                                 "all_reduce": 2, "update": 1})
     assert phases.union_seconds(capture.host["update"]) * 1e6 == pytest.approx(4.0)
     assert capture.origin_s == pytest.approx(1_795_000_000.0)
@@ -148,7 +162,8 @@ def test_tf_reads_gpu_kernels_by_the_op_in_their_tf_op_stat(tmp_path, tf_two_cpu
 
 
 def _profiled_run(tmp_path, module, **changes):
-    config = tiny_config(tmp_path, epochs=2, steps_per_call=2, profile_steps=3, **changes)
+    settings = {"epochs": 2, "steps_per_call": 2, "profile_steps": 3, **changes}
+    config = tiny_config(tmp_path, **settings)
     trainer = module.Trainer(config, datasets.config_dataset(config), module.select_device(config))
     manifest = fairness.manifest(config, trainer.choice, trainer.replicas, trainer.manifest())
     record = recorder.Recorder(config, trainer, trainer.spec, {}, manifest, {})
@@ -202,6 +217,16 @@ def test_a_failing_profiler_leaves_a_note_and_a_completed_run(tmp_path, monkeypa
     assert record.result["profile"] == {"error": "RuntimeError: trace export failed"}
     assert record.result["summary"]["status"] == "completed"
     assert len(record.epochs) == 2
+    from click.testing import CliRunner
+
+    from compare.cli import cli
+    outcome = CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--out",
+                                       str(tmp_path / "report")])
+    assert outcome.exit_code == 0, outcome.output
+    text = (tmp_path / "report" / "report.md").read_text()
+    table = text.split("Where a step's time goes")[1].split("\n\n")[2].splitlines()
+    assert "profile failed: RuntimeError: trace export failed" in table[2]
+    assert len({row.count("|") for row in table}) == 1  # every row has the header's cells
 
 
 def test_tf_input_waits_land_on_the_profile_clock(tmp_path, tf_two_cpus):
@@ -221,3 +246,31 @@ def test_tf_input_waits_land_on_the_profile_clock(tmp_path, tf_two_cpus):
     assert len(waits) >= 4 and work and not capture.notes
     first, last = min(s for s, _ in work), max(e for _, e in work)
     assert all(first - 0.05 <= s <= e <= last + 0.05 for s, e in waits)  # seconds, one clock
+
+
+def test_a_stop_during_the_profile_keeps_the_run_completed(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM in the extra steps: every epoch was final, so the run stays
+    completed (exit 0) and the profile says it was interrupted."""
+    from torch_impl import train as torch_train
+    original = torch_train.Trainer.train_steps
+
+    def stopped(self, batches, lrs):
+        if self.profiling:
+            raise KeyboardInterrupt
+        return original(self, batches, lrs)
+    monkeypatch.setattr(torch_train.Trainer, "train_steps", stopped)
+    config, record = _profiled_run(tmp_path, torch_train)
+    assert record.result["profile"] == {"error": "interrupted"}
+    assert record.result["summary"]["status"] == "completed" and len(record.epochs) == 2
+
+
+@pytest.mark.parametrize("steps_per_call, expected", [(2, (4, 2)), (8, (8, 0)), (3, (3, 3)),
+                                                      (16, (8, 0))])
+def test_the_profile_takes_whole_calls_and_leaves_one_to_warm_up(tmp_path, steps_per_call,
+                                                                 expected):
+    """8 steps an epoch, --profile 3: whole calls of the traced length, one left for the
+    warm call when the epoch holds two; an epoch shorter than a call gives its one call."""
+    from torch_impl import train as torch_train
+    _, record = _profiled_run(tmp_path, torch_train, steps_per_call=steps_per_call)
+    profile = record.result["profile"]
+    assert (profile["steps"], profile["warm_steps"]) == expected

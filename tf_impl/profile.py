@@ -11,6 +11,7 @@ gradients are TensorFlow's own "gradient_tape/" ops.
 
 from __future__ import annotations
 
+import bisect
 import re
 from pathlib import Path
 
@@ -33,26 +34,35 @@ def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
     space = xplane_pb2.XSpace()
     space.ParseFromString(newest.read_bytes())
     host: dict[str, list[phases.Interval]] = {name: [] for name in phases.PHASES}
-    device = busy = None
-    origin_s = 0.0
+    ops: dict[int, list[tuple[float, float, str]]] = {}  # per host thread: its phase ops
+    launches: dict[int, tuple[int, float]] = {}  # CUDA correlation id: (thread, launch time)
+    gpu, origin_s = None, 0.0
     for plane in space.planes:
-        if plane.name == "/host:CPU":
-            for start, end, name in _events(plane):
+        if plane.name.startswith("/host:"):  # the executor's ops; CUPTI's kernel launches
+            correlation = _stat_key(plane, "correlation_id")
+            for line, start, end, name, event in _events(plane):
                 op = _OP_EVENT.match(name)
                 phase = _phase_of_op(*op.groups()) if op else None
                 if phase is not None:
                     host[phase].append((start, end))
+                    ops.setdefault(line.id, []).append((start, end, phase))
+                launched = _stat_number(event, correlation)
+                if launched is not None:
+                    launches[launched] = (line.id, start)
         elif on_gpu and plane.name == "/device:GPU:0":  # replica 0's device, as its memory
-            device, busy = _device_phases(plane)
+            gpu = plane
         elif plane.name == "Task Environment":  # the lines' times count from the start
             origin_s = _profile_start_s(plane)
+    device = busy = None
+    if gpu is not None:
+        device, busy = _device_phases(gpu, _launching_phase(ops, launches))
     notes = []
-    if on_gpu and device is None:
+    if on_gpu and gpu is None:
         notes.append("no /device:GPU:0 plane in the profile (CUPTI unavailable?): phases "
                      "on the host clock")
     elif device is not None and not (device["forward"] or device["backward"]):
-        notes.append("the GPU's kernels name no op of a phase in their tf_op stat: phases on "
-                     "the host clock (kernel launches), device idle from the GPU's events")
+        notes.append("no GPU kernel could be tied to an op of a phase (tf_op stat or launch "
+                     "correlation): phases on the host clock, device idle from the GPU")
         device = None
     return phases.Capture(
         host=host, device=device, device_busy=busy, files=str(trace), notes=notes,
@@ -72,8 +82,26 @@ def _phase_of_op(op_name: str, op_type: str) -> str | None:
     return phases.phase_of_scope(op_name)
 
 
+def _launching_phase(ops, launches):
+    """A kernel's phase from its CUDA launch: the phase op running on the launching thread
+    when the launch happened (for kernels whose tf_op names no phase op)."""
+    starts = {thread: [start for start, _, _ in sorted(spans)] for thread, spans in ops.items()}
+    ordered = {thread: sorted(spans) for thread, spans in ops.items()}
+
+    def phase(correlation: int | None) -> str | None:
+        thread, at = launches.get(correlation, (None, 0.0))
+        if thread not in ordered:
+            return None
+        i = bisect.bisect_right(starts[thread], at) - 1
+        if i >= 0 and ordered[thread][i][1] >= at:
+            return ordered[thread][i][2]
+        return None
+    return phase
+
+
 def _events(plane):
-    """(start s, end s, name) of every event of a plane, on the profile's clock."""
+    """(line, start s, end s, name, event) of every event of a plane, on the profile's
+    clock."""
     names = {key: meta.name for key, meta in plane.event_metadata.items()}
     for line in plane.lines:
         if line.name == "CUPTI overhead":
@@ -81,50 +109,59 @@ def _events(plane):
         origin_ps = line.timestamp_ns * 1000
         for event in line.events:
             start = (origin_ps + event.offset_ps) * 1e-12
-            yield start, start + event.duration_ps * 1e-12, names.get(event.metadata_id, "")
+            yield (line, start, start + event.duration_ps * 1e-12,
+                   names.get(event.metadata_id, ""), event)
 
 
-def _device_phases(plane):
-    """Per phase, the intervals of the kernels and copies on a GPU plane, and all of them."""
+def _device_phases(plane, launching_phase):
+    """Per phase, the intervals of the kernels and copies on a GPU plane, and all of them:
+    a kernel's phase is that of the op in its tf_op stat, else of the op that launched it."""
+    tf_op, correlation = _stat_key(plane, "tf_op"), _stat_key(plane, "correlation_id")
     stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-    tf_op = next((key for key, name in stat_names.items() if name == "tf_op"), None)
-    names = {key: meta.name for key, meta in plane.event_metadata.items()}
     device: dict[str, list[phases.Interval]] = {name: [] for name in phases.PHASES}
     busy: list[phases.Interval] = []
-    for line in plane.lines:
-        if line.name == "CUPTI overhead":
+    for _, start, end, name, event in _events(plane):
+        interval = (start, end)
+        busy.append(interval)
+        if name == "MemcpyH2D":
+            device["host_to_device"].append(interval)
             continue
-        origin_ps = line.timestamp_ns * 1000
-        for event in line.events:
-            start = (origin_ps + event.offset_ps) * 1e-12
-            interval = (start, start + event.duration_ps * 1e-12)
-            busy.append(interval)
-            name = names.get(event.metadata_id, "")
-            if name == "MemcpyH2D":
-                device["host_to_device"].append(interval)
-                continue
-            if name.startswith("nccl") and "AllReduce" in name:
-                device["all_reduce"].append(interval)
-                continue
-            launched = _stat_text(event, tf_op, stat_names)  # "op_name:op_type"
-            op = _OP_EVENT.match(launched) if launched else None
-            phase = _phase_of_op(*op.groups()) if op else None
-            if phase is not None:
-                device[phase].append(interval)
+        if name.startswith("nccl") and "AllReduce" in name:
+            device["all_reduce"].append(interval)
+            continue
+        launched = _stat_text(event, tf_op, stat_names)  # "op_name:op_type"
+        op = _OP_EVENT.match(launched) if launched else None
+        phase = _phase_of_op(*op.groups()) if op else None
+        if phase is None:
+            phase = launching_phase(_stat_number(event, correlation))
+        if phase is not None:
+            device[phase].append(interval)
     return device, busy
+
+
+def _stat_key(plane, name: str) -> int | None:
+    """The id under which a plane's events carry the stat called `name`."""
+    return next((key for key, meta in plane.stat_metadata.items() if meta.name == name), None)
+
+
+def _stat_number(event, key) -> int | None:
+    for stat in event.stats:
+        if key is not None and stat.metadata_id == key:
+            return stat.uint64_value or stat.int64_value
+    return None
 
 
 def _profile_start_s(plane) -> float:
     """When the profile started, seconds since the epoch (the zero of its lines' times)."""
-    names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+    key = _stat_key(plane, "profile_start_time")
     for stat in plane.stats:
-        if names.get(stat.metadata_id) == "profile_start_time":
+        if stat.metadata_id == key:
             return (stat.uint64_value or stat.int64_value) * 1e-9
     return 0.0
 
 
 def _stat_text(event, key, stat_names) -> str | None:
     for stat in event.stats:
-        if stat.metadata_id == key:
+        if key is not None and stat.metadata_id == key:
             return stat_names.get(stat.ref_value) if stat.ref_value else stat.str_value
     return None

@@ -343,10 +343,10 @@ class Trainer:
         tf.profiler.experimental.stop()
         self.profiling = False
         capture = tf_profile.read_capture(self.profile_directory, self.choice.on_gpu)
-        if self.profiled_waits:
-            if not capture.origin_s:
-                capture.notes.append("the profile has no start time: the input waits are "
-                                     "not placed on its clock")
+        if self.profiled_waits and not capture.origin_s:
+            capture.notes.append("the profile has no start time: its input phase is empty "
+                                 "(the input waits cannot be placed on its clock)")
+        elif self.profiled_waits:
             waits = np.concatenate([w.numpy() for w in self.profiled_waits])
             capture.host["input"] += [(b - capture.origin_s, e - capture.origin_s)
                                       for b, e in waits]
