@@ -308,6 +308,11 @@ def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | Non
         failure = "interrupted"
     except Exception as exc:  # noqa: BLE001 - the epochs are final: a profile is extra
         failure = exc
+    if started and capture is None:  # a profiler left running records all that follows
+        try:
+            trainer.stop_profile()
+        except Exception:  # noqa: BLE001 - the failure above is the one to report
+            pass
     if recorder is None:
         return
     if failure is not None or capture is None:
