@@ -286,7 +286,7 @@ def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | Non
             trainer.train_steps(batches, [lr] * size)  # losses unread: no figure uses them
             done += size
 
-    failure, capture, started, wall_s = None, None, False, math.nan
+    failure, capture, started = None, None, False
     try:
         batches = trainer.batches(config.epochs)  # 0-based: the epoch after the last
         run(batches, warm)
