@@ -185,6 +185,15 @@ def _machine_has_gpu() -> bool:
         return False
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Free the trainers the tests made in this process now, while the interpreter is whole.
+    Left to its shutdown, a tf.data iterator's destructor waited minutes for its worker
+    threads (gdb: the main thread in RootDataset::Iterator::~Iterator; CI's pytest printed
+    its summary, then took 3 minutes and more to exit)."""
+    import gc
+    gc.collect()
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests skip, with the reason, on a machine without a GPU."""
     if _machine_has_gpu():

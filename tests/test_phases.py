@@ -168,6 +168,7 @@ def _profiled_run(tmp_path, module, **changes):
     manifest = fairness.manifest(config, trainer.choice, trainer.replicas, trainer.manifest())
     record = recorder.Recorder(config, trainer, trainer.spec, {}, manifest, {})
     assert loop.train_epochs(trainer, config, record) == 0
+    trainer.close()  # the profile's part-read epoch: its pipeline is freed here, as runs do
     return config, record
 
 
@@ -241,6 +242,7 @@ def test_tf_input_waits_land_on_the_profile_clock(tmp_path, tf_two_cpus):
     trainer.train_steps(batches, [0.01] * 4)
     trainer.sync()
     capture = trainer.stop_profile()
+    trainer.close()
     waits = capture.host["input"]
     work = capture.host["forward"] + capture.host["backward"]
     assert len(waits) >= 4 and work and not capture.notes
