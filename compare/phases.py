@@ -18,12 +18,11 @@ computes), so they need not add up to the step: `other_ms` is the time in which 
 
 from __future__ import annotations
 
-import math
+import bisect
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-import numpy as np
 
 # The phases of a training step, in order, and what each holds (the report's legend).
 PHASES = {
@@ -80,13 +79,7 @@ class Capture:
 
 def union_seconds(intervals: Iterable[Interval]) -> float:
     """Seconds covered by at least one interval."""
-    spans = sorted((start, end) for start, end in intervals if end > start)
-    total, reach = 0.0, -math.inf
-    for start, end in spans:
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
+    return sum(end - start for start, end in merged(intervals))
 
 
 def merged(intervals: Iterable[Interval]) -> list[Interval]:
@@ -98,6 +91,19 @@ def merged(intervals: Iterable[Interval]) -> list[Interval]:
         else:
             out.append([start, end])
     return [(s, e) for s, e in out]
+
+
+class Ranges:
+    """Phase ranges, (start, end, phase), that do not overlap one another (a thread's ops,
+    a step's record_function ranges), to ask which one holds an instant."""
+
+    def __init__(self, ranges: Iterable[tuple[float, float, str]]):
+        self.ranges = sorted(ranges)
+        self.starts = [start for start, _, _ in self.ranges]
+
+    def phase_at(self, at: float) -> str | None:
+        i = bisect.bisect_right(self.starts, at) - 1
+        return self.ranges[i][2] if i >= 0 and self.ranges[i][1] >= at else None
 
 
 def overlap_seconds(a: Iterable[Interval], b: Iterable[Interval]) -> float:
@@ -150,8 +156,8 @@ def split(capture: Capture, steps: int, wall_s: float) -> dict[str, Any]:
         "steps": steps, "step_ms": step_ms, "clock": "device" if on_device else "host",
         "phases_ms": phases_ms,
         "other_ms": max(0.0, step_ms - union_seconds(busy) * per_step),
-        "host_phases_ms": {name: union_seconds(capture.host.get(name, ())) * per_step
-                           for name in PHASES},
+        "host_phases_ms": ({name: union_seconds(capture.host.get(name, ())) * per_step
+                            for name in PHASES} if on_device else None),  # CPU: phases_ms
         "device_idle_ms": None, "input_stall_ms": phases_ms["input"],
         "source": capture.source, "files": capture.files, "notes": list(capture.notes),
     }
@@ -169,12 +175,12 @@ def split(capture: Capture, steps: int, wall_s: float) -> dict[str, Any]:
     return result
 
 
-def shares(split_result: dict[str, Any]) -> dict[str, float]:
-    """Each phase's and `other`'s fraction of the profiled step (can add to over 1 where
-    phases overlap)."""
+def shares(split_result: dict[str, Any]) -> dict[str, float | None]:
+    """Each figure's fraction of the profiled step: the phases (which can add to over 1
+    where they overlap), other, device idle and input stall; None where not measured."""
     step = split_result["step_ms"]
-    if not step or not np.isfinite(step):
-        return {}
-    out = {name: ms / step for name, ms in split_result["phases_ms"].items()}
-    out["other"] = split_result["other_ms"] / step
-    return out
+    figures = {**split_result["phases_ms"], "other": split_result["other_ms"],
+               "device_idle": split_result["device_idle_ms"],
+               "input_stall": split_result["input_stall_ms"]}
+    return {name: ms / step if ms is not None and step else None
+            for name, ms in figures.items()}

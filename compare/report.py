@@ -700,19 +700,21 @@ def _phases(runs: list[dict]) -> list[dict[str, Any]]:
         row = {"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]),
                "seed": _seed(r), "error": profile.get("error") or ""}
         if "phases_ms" in profile:
-            step = profile["step_ms"]
+            share = phases.shares(profile)
 
-            def cell(ms: float | None) -> str:
+            def cell(name: str, ms: float | None) -> str:
                 if ms is None:
                     return "n/a"
-                return fmt(ms, "ms") + (f" ({ms / step:.0%})" if step else "")
+                return fmt(ms, "ms") + (f" ({share[name]:.0%})" if share[name] is not None
+                                        else "")
             row.update({"steps": profile["steps"], "clock": profile["clock"],
-                        "step": fmt(step, "ms"), "other": cell(profile["other_ms"]),
-                        "device_idle": cell(profile["device_idle_ms"]),
-                        "input_stall": cell(profile["input_stall_ms"]),
+                        "step": fmt(profile["step_ms"], "ms"),
+                        "other": cell("other", profile["other_ms"]),
+                        "device_idle": cell("device_idle", profile["device_idle_ms"]),
+                        "input_stall": cell("input_stall", profile["input_stall_ms"]),
                         "files": profile.get("files") or "",
                         "notes": "; ".join(profile.get("notes") or []),
-                        "cells": [cell(profile["phases_ms"].get(name))
+                        "cells": [cell(name, profile["phases_ms"].get(name))
                                   for name in phases.PHASES]})
         rows.append(row)
     return rows

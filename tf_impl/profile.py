@@ -11,7 +11,6 @@ gradients are TensorFlow's own "gradient_tape/" ops.
 
 from __future__ import annotations
 
-import bisect
 import re
 from pathlib import Path
 
@@ -85,17 +84,11 @@ def _phase_of_op(op_name: str, op_type: str) -> str | None:
 def _launching_phase(ops, launches):
     """A kernel's phase from its CUDA launch: the phase op running on the launching thread
     when the launch happened (for kernels whose tf_op names no phase op)."""
-    starts = {thread: [start for start, _, _ in sorted(spans)] for thread, spans in ops.items()}
-    ordered = {thread: sorted(spans) for thread, spans in ops.items()}
+    threads = {thread: phases.Ranges(spans) for thread, spans in ops.items()}
 
     def phase(correlation: int | None) -> str | None:
         thread, at = launches.get(correlation, (None, 0.0))
-        if thread not in ordered:
-            return None
-        i = bisect.bisect_right(starts[thread], at) - 1
-        if i >= 0 and ordered[thread][i][1] >= at:
-            return ordered[thread][i][2]
-        return None
+        return threads[thread].phase_at(at) if thread in threads else None
     return phase
 
 

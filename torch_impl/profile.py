@@ -10,7 +10,6 @@ which lies inside the host range of the phase that launched it.
 
 from __future__ import annotations
 
-import bisect
 import json
 from pathlib import Path
 
@@ -55,9 +54,8 @@ def _device_phases(events, host):
     belongs to the phase whose host range holds the runtime call that launched it."""
     launched_at = {e["args"]["correlation"]: e["ts"] for e in events
                    if e.get("cat") in LAUNCHES and "correlation" in e.get("args", {})}
-    ranges = sorted((start, end, phase) for phase, spans in host.items()
-                    for start, end in spans if phase != "all_reduce")
-    starts = [start for start, _, _ in ranges]
+    ranges = phases.Ranges((start, end, phase) for phase, spans in host.items()
+                           for start, end in spans if phase != "all_reduce")
     device: dict[str, list[phases.Interval]] = {name: [] for name in phases.PHASES}
     busy: list[phases.Interval] = []
     for event in events:
@@ -72,11 +70,9 @@ def _device_phases(events, host):
             device["all_reduce"].append(interval)
         else:
             at = launched_at.get(event.get("args", {}).get("correlation"))
-            if at is not None:
-                at *= 1e-6
-                i = bisect.bisect_right(starts, at) - 1
-                if i >= 0 and ranges[i][1] >= at:
-                    device[ranges[i][2]].append(interval)
+            phase = ranges.phase_at(at * 1e-6) if at is not None else None  # us -> s
+            if phase is not None:
+                device[phase].append(interval)
     return device, busy
 
 
