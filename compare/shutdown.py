@@ -81,6 +81,20 @@ def install_trainer(parent_pid: int | None = None) -> None:
         stop(signal.SIGTERM, f"the parent process {_state.parent_pid} ended")
     sys.stdout = GuardedStream(sys.stdout, _output_lost)
     sys.stderr = GuardedStream(sys.stderr, _output_lost)
+    sys.excepthook = quiet_lost_reader  # inherited by forked DataLoader workers
+
+
+def quiet_lost_reader(exc_type: type, exc: BaseException, traceback: Any) -> None:
+    """sys.excepthook of trainer processes. A DataLoader worker hands each batch's shared
+    memory to the trainer through multiprocessing.resource_sharer, whose server thread
+    reports its own errors to sys.excepthook; a reader that vanished mid-handover because
+    the trainer stopped is the stop working, not an error: no traceback. Everything else
+    prints as usual."""
+    first = traceback.tb_frame.f_code if traceback is not None else None
+    if (issubclass(exc_type, (ConnectionError, EOFError)) and first is not None
+            and first.co_name == "_serve" and first.co_filename.endswith("resource_sharer.py")):
+        return
+    sys.__excepthook__(exc_type, exc, traceback)
 
 
 def stop(signum: int, reason: str) -> None:

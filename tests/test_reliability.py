@@ -454,3 +454,24 @@ def test_a_stale_lock_is_taken_over_with_a_note(tmp_path, capsys):
         assert json.loads(path.read_text())["pid"] == os.getpid()
     assert f"was locked by pid {holder.pid} on " in capsys.readouterr().err
     assert not (tmp_path / lock.LOCK_FILE).exists()
+
+
+def test_a_lost_reader_of_a_workers_fd_server_prints_nothing(capsys):
+    """A DataLoader worker hands a batch's shared memory over multiprocessing.resource_sharer,
+    whose server thread reports errors to sys.excepthook; when the trainer stops
+    mid-handover that thread's reader is gone: the stop working, no traceback. Any other
+    error still prints, from that thread too."""
+    def raised(exc: BaseException, function: str, filename: str) -> str:
+        namespace: dict = {}
+        exec(compile(f"def {function}(e):\n    raise e\n", filename, "exec"), namespace)
+        try:
+            namespace[function](exc)
+        except BaseException as caught:  # noqa: BLE001 - handed to the hook as Python would
+            shutdown.quiet_lost_reader(type(caught), caught, caught.__traceback__.tb_next)
+        return capsys.readouterr().err
+    sharer = "/usr/lib/python3.11/multiprocessing/resource_sharer.py"
+    assert raised(ConnectionResetError(104, "Connection reset by peer"), "_serve", sharer) == ""
+    assert raised(EOFError(), "_serve", sharer) == ""
+    assert "ValueError: a real bug" in raised(ValueError("a real bug"), "_serve", sharer)
+    assert "ConnectionResetError" in raised(ConnectionResetError(104, "reset"), "_serve",
+                                            "/work/elsewhere.py")
