@@ -1,176 +1,660 @@
-"""The GPU battery: one command that checks a GPU machine end to end and writes one summary.
+"""The GPU battery: everything the product measures on a GPU, in stages sized for a short rental.
 
-    PYTHONPATH=. python benchmarks/gpu_battery.py --out /tmp/battery [--epochs 2]
+A GPU rental here is short: about 30 minutes of GPU time, commands of at most 10 minutes, a
+few files copied back per command, and TensorFlow arriving in parts while PyTorch is there
+from the start. So the battery is a list of stages, each run for one framework at a time
+(PyTorch's core stages first, then TensorFlow's, then the sweeps), each under its own time
+limit, each rewriting the summary when it ends:
 
-1. `cnncompare doctor --json`: versions, the GPUs each framework sees, the CUDA/cuDNN it
-   loaded, a few real steps per device kind and precision, the verdict;
-2. `pytest -m gpu`: the GPU test suite;
-3. a short run of lenet and resnet9 in fp32 and mixed on synthetic data: `compare` (parity
-   check, both frameworks) when both frameworks can train on the GPU, otherwise `run` for
-   each framework that can (the other is marked missing, with the doctor's reason).
+    python benchmarks/gpu_battery.py --plan                  # the stages, limits, estimates
+    python benchmarks/gpu_battery.py --framework torch --stage doctor --stage lenet-fp32 \\
+        --data-dir /tmp/cifar10-jpeg --out /tmp/battery --pack "$OUT"
+    python benchmarks/gpu_battery.py --device cpu --tiny --out /tmp/b --pack /tmp/p  # plumbing
 
-Writes OUT/battery.json and OUT/battery.md (plus each step's own files under OUT/). Runs
-from a checkout without `pip install` (PYTHONPATH=.), with one framework or both.
+Stages: `doctor`; `gpu-tests` (pytest -m gpu); the core comparisons `lenet-fp32`,
+`lenet-mixed` (the PyTorch tutorial's recipe: batch 4, lr 0.001, 2 epochs), `resnet9-mixed`
+and `resnet9-fp32` (the DAWNBench recipe, 24 epochs, --target-accuracy 0.94); then
+`cpu-vs-gpu` (sweep --vary device=cpu,gpu), `tool-overhead` (benchmarks/tool_overhead.py) and
+the open GPU questions as short sweeps: `cuda-graphs` (PyTorch), `tf-strategy` (TensorFlow)
+and `steps-per-call`. A comparison's frameworks may run in different commands: PyTorch's
+stage runs `compare --framework torch`, TensorFlow's then `compare --resume` in the same
+directory (the parity check, TensorFlow's seeds, the report of both). The battery passes
+--ignore-parity: a float32 parity failure on the GPU (tolerances were set on CPU; cuDNN
+picks other algorithms) is recorded and shown in the report, and the timings stay.
+
+Each stage's output is streamed to OUT/logs/<stage>-<framework>.log while it runs, so a stage
+cut by a time limit leaves what it did. OUT/battery.json and OUT/battery.md are rewritten
+after every stage; `--pack DIR` then also leaves at most 8 files directly in DIR: the battery
+summary (json, md), one `cnncompare report` over all its comparisons (summary.json or
+combined.json, report.md, report.html) and one tar.gz of the logs and results (no model
+files, checkpoints or traces).
+
+Estimates (GPU seconds on one H100 SXM) are made from FLOPs and CPU runs: the fixed cost of a
+training process (start-up, imports, building, the first call's tracing) measured on this
+project's CPU (`--calibrate` measures it again and writes benchmarks/gpu_battery_calibration.json),
+plus per epoch the larger of the compute time (analytic training FLOPs x images / the H100's
+dense peak x an assumed utilisation) and the host time (steps x an assumed host cost per
+step), plus the evaluation. The assumptions are named in each stage's `how`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
+import math
+import os
+import platform
+import shutil
+import signal
 import subprocess
 import sys
+import tarfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from compare import gpu_metrics, specs  # noqa: E402
+
 CLI = [sys.executable, "-c", "from compare.cli import main; main()"]
-MODELS = ("lenet", "resnet9")
-PRECISIONS = ("fp32", "mixed")
+FRAMEWORKS = ("torch", "tf")  # the plan's order: PyTorch can start before TensorFlow arrives
+CALIBRATION = Path(__file__).with_name("gpu_battery_calibration.json")
+STAGE_LIMIT_S = 570  # every stage's time limit stays under a 10-minute command
+RENTAL_CORE_S = 25 * 60  # the core stages fit this much of one rental's GPU time
+RENTAL_S = 27 * 60  # a rental's GPU time left after the machine's start and the transfers
+PACK_FILES = 8  # files that come back from one command
+PACK_TAR_BYTES = 15 * 2**20  # one file that comes back: at most 16 MiB
+# What the estimate assumes where no CPU run can tell: the share of the H100's dense peak a
+# CIFAR-10 network reaches (small convolutions keep tensor cores far from full), and the
+# host's cost of one training step on a GPU (PyTorch: each step's kernel launches from
+# Python, ~5 us each; TensorFlow: the step's ops inside one graph call of 32 steps).
+ASSUMED_UTILISATION = {"fp16": 0.25, "fp32": 0.5}
+ASSUMED_HOST_STEP_MS = {("torch", "lenet"): 0.4, ("torch", "resnet9"): 0.9,
+                        ("tf", "lenet"): 0.25, ("tf", "resnet9"): 0.5}
+CUDA_START_S = 5.0  # assumed on top of the CPU's fixed cost: CUDA context, cuDNN, autotuning
+CIFAR10 = (50_000, 10_000)  # training and test images
 
 
-def _run(argv: list[str], log: Path, timeout: int) -> tuple[int, float, str]:
-    """(exit code, seconds, output) of a command, its output also in `log`."""
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-        code, output = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as exc:
-        code, output = 124, f"timed out after {timeout} s\n{exc.stdout or ''}{exc.stderr or ''}"
-    log.write_text(output)
-    return code, time.perf_counter() - start, output
+@dataclass(frozen=True)
+class Recipe:
+    """One comparison's training: what the command says and what the estimate uses."""
+
+    model: str
+    precision: str
+    batch: int
+    epochs: int
+    seeds: int
+    lr: float | None = None
+    target: float | None = None
+
+    def options(self) -> list[str]:
+        out = ["--model", self.model, "--precision", self.precision, "--batch-size",
+               str(self.batch), "--epochs", str(self.epochs)]
+        if self.lr is not None:
+            out += ["--lr", str(self.lr)]
+        if self.target is not None:
+            out += ["--target-accuracy", str(self.target)]
+        return out
 
 
-def doctor(out: Path) -> dict:
-    code, seconds, output = _run([*CLI, "doctor", "--json"], out / "doctor.log", 1200)
-    try:
-        report = json.loads(output[output.index("{"):])
-    except ValueError:
-        report = {"verdict": f"doctor failed (exit {code})", "frameworks": {}, "ready": False}
-    (out / "doctor.json").write_text(json.dumps(report, indent=2))
-    return {"exit_code": code, "seconds": seconds, "verdict": report.get("verdict"),
-            "frameworks": {fw: {"verdict": e.get("verdict"), "kinds": e.get("kinds", [])}
-                           for fw, e in report.get("frameworks", {}).items()}}
+# The PyTorch CIFAR-10 tutorial's recipe (the seed's Net) and the DAWNBench ResNet-9's, whose
+# 24 epochs are what its 94% needs.
+LENET = dict(model="lenet", batch=4, epochs=2, lr=0.001, seeds=2)
+RESNET9 = dict(model="resnet9", batch=512, epochs=24, target=0.94)
 
 
-def gpu_tests(out: Path) -> dict:
-    argv = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rs", "-p", "no:cacheprovider",
-            "--junitxml", str(out / "pytest-gpu.xml")]
-    code, seconds, output = _run(argv, out / "pytest-gpu.log", 1800)
-    closing = [ln for ln in output.splitlines() if re.search(r"\d+ (passed|failed|skipped)", ln)]
-    return {"exit_code": code, "seconds": seconds,
-            "summary": closing[-1] if closing else output[-300:]}
+@dataclass
+class Context:
+    """Where and how this invocation runs its stages."""
+
+    out: Path
+    device: str  # gpu, or cpu for the tiny plumbing run
+    tiny: bool
+    data: list[str]  # --dataset/--data-dir options of every training command
+    train_images: int
+    test_images: int
+    calibration: dict
 
 
-def short_runs(out: Path, doctor_result: dict, epochs: int) -> list[dict]:
-    frameworks = doctor_result["frameworks"]
-    on_gpu = [fw for fw, e in frameworks.items() if "gpu" in e.get("kinds", [])]
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    core: bool
+    frameworks: tuple[str, ...]
+    what: str
+    commands: Callable[[str, Context], list[list[str]]]  # (framework, context) -> argv list
+    estimate: Callable[[str, Context], tuple[float, str]]  # (framework, context) -> (s, how)
+    comparison: bool = False  # leaves a `compare` directory OUT/<name>
+
+
+# --------------------------------------------------------------------------- estimates
+
+def run_seconds(framework: str, recipe: Recipe, ctx: Context, epochs: int | None = None,
+                train_images: int | None = None) -> tuple[float, str]:
+    """One training process: (GPU seconds on an H100 SXM, how that was estimated)."""
+    spec = specs.get_spec(recipe.model)
+    mode = "fp16" if recipe.precision == "mixed" else "fp32"
+    peak = gpu_metrics.PEAK_TFLOPS["H100"][mode] * 1e12 * ASSUMED_UTILISATION[mode]
+    images = train_images or ctx.train_images
+    steps = math.ceil(images / recipe.batch)
+    compute = steps * recipe.batch * specs.train_flops(spec) / peak
+    host_step = ASSUMED_HOST_STEP_MS[(framework, recipe.model)] / 1000
+    host = steps * host_step
+    evaluation = max(ctx.test_images * specs.forward_flops(spec) / peak,  # a third of the
+                     math.ceil(ctx.test_images / recipe.batch) * host_step / 3)  # host's step
+    epochs = epochs or recipe.epochs
+    fixed = fixed_seconds(framework, recipe.model, ctx)
+    total = fixed + epochs * (max(compute, host) + evaluation)
+    bound = "compute" if compute >= host else "host"
+    how = (f"{fixed:.0f} s fixed ({fixed - CUDA_START_S:.1f} s measured on "
+           f"{ctx.calibration.get('cpu', 'a CPU')} + {CUDA_START_S:.0f} s assumed for CUDA) + "
+           f"{epochs} epochs x ({bound}-bound {max(compute, host):.2f} s: {steps} steps, "
+           f"{specs.train_flops(spec) / 1e9:.3g} GFLOP/image at "
+           f"{ASSUMED_UTILISATION[mode]:.0%} of the {mode} peak, host "
+           f"{ASSUMED_HOST_STEP_MS[(framework, recipe.model)]} ms/step assumed)")
+    return total, how
+
+
+def fixed_seconds(framework: str, model: str, ctx: Context) -> float:
+    """A training process's cost outside its epochs: the CPU's measured start-up (import,
+    build, the first call's tracing), plus the CUDA start assumed on a GPU."""
+    measured = ctx.calibration.get("fixed_s", {}).get(f"{framework}/{model}", 6.0)
+    return measured + (CUDA_START_S if ctx.device == "gpu" else 0.0)
+
+
+def comparison_estimate(recipe: Recipe) -> Callable[[str, Context], tuple[float, str]]:
+    def estimate(framework: str, ctx: Context) -> tuple[float, str]:
+        one, how = run_seconds(framework, recipe, ctx)
+        total, note = recipe.seeds * one, f"{recipe.seeds} seed(s) x [{how}]"
+        if framework == "tf":  # the parity check runs with the second framework
+            probes = 4 + (3 if recipe.precision != "fp32" else 0)
+            total += probes * fixed_seconds("tf", recipe.model, ctx)
+            note += f" + {probes} parity probes x the fixed cost"
+        return total, note
+    return estimate
+
+
+def fixed_estimate(seconds: float, how: str) -> Callable[[str, Context], tuple[float, str]]:
+    return lambda framework, ctx: (seconds, how)
+
+
+# --------------------------------------------------------------------------- commands
+
+def recipe_for(recipe: Recipe, ctx: Context) -> Recipe:
+    """The recipe as this invocation runs it: a few steps on tiny data with --tiny."""
+    if not ctx.tiny:
+        return recipe
+    return Recipe(recipe.model, recipe.precision, min(recipe.batch, 32), 1, 1, recipe.lr,
+                  recipe.target)
+
+
+def compare_commands(name: str, recipe: Recipe) -> Callable[[str, Context], list[list[str]]]:
+    """PyTorch's part of the comparison, or (its directory already there) TensorFlow's: the
+    rest of it (`compare --resume`: the parity check, TensorFlow's seeds, the report)."""
+    def commands(framework: str, ctx: Context) -> list[list[str]]:
+        out = ctx.out / name
+        if (out / "compare.json").exists():  # everything not yet done, parity check included
+            return [[*CLI, "compare", "--resume", str(out), "--quiet"]]
+        r = recipe_for(recipe, ctx)
+        return [[*CLI, "compare", "--framework", framework, *r.options(), "--seeds",
+                 str(r.seeds), "--device", ctx.device, "--ignore-parity", *ctx.data,
+                 "--quiet", "--out", str(out)]]
+    return commands
+
+
+def doctor_commands(framework: str, ctx: Context) -> list[list[str]]:
+    return [[*CLI, "doctor", "--json", "--framework", framework]]
+
+
+def test_commands(framework: str, ctx: Context) -> list[list[str]]:
+    # GPU tests are named test_torch_*, test_tf_* or test_both_* (tests/test_gpu.py)
+    chosen = "test_torch_" if framework == "torch" else "test_tf_ or test_both_"
+    return [[sys.executable, "-m", "pytest", "-m", "gpu", "-k", chosen, "-q", "-rs",
+             "-p", "no:cacheprovider", "--junitxml", str(ctx.out / f"pytest-gpu-{framework}.xml")]]
+
+
+def sweep_commands(name: str, varies: list[str], options: list[str],
+                   tiny_varies: list[str] | None = None) -> Callable[[str, Context], list]:
+    def commands(framework: str, ctx: Context) -> list[list[str]]:
+        chosen = tiny_varies if ctx.tiny and tiny_varies is not None else varies
+        epochs = ["--epochs", "1"] if ctx.tiny else []
+        batch = ["--batch-size", "32"] if ctx.tiny and "resnet9" in options else []
+        device = [] if any(v.startswith("device=") for v in chosen) else ["--device", ctx.device]
+        return [[*CLI, "sweep", "--framework", framework, *options, *epochs, *batch, *device,
+                 *[x for v in chosen for x in ("--vary", v)], *ctx.data, "--quiet",
+                 "--out", str(ctx.out / name / framework)]]
+    return commands
+
+
+def overhead_commands(framework: str, ctx: Context) -> list[list[str]]:
+    configs = "lenet:32" if ctx.tiny else "lenet:4,lenet:32,resnet9:512"
+    data = ["--dataset", "synthetic", "--synthetic-size", "256"] if ctx.tiny else ctx.data
+    return [[sys.executable, str(REPO / "benchmarks" / "tool_overhead.py"), "--frameworks",
+             framework, "--configs", configs, "--repeats", "1" if ctx.tiny else "2",
+             "--device", ctx.device, *data, "--out", str(ctx.out / "tool-overhead" / framework)]]
+
+
+def sweep_estimate(runs: int, recipe: Recipe, epochs: int,
+                   train_images: int | None = None) -> Callable[[str, Context], tuple]:
+    def estimate(framework: str, ctx: Context) -> tuple[float, str]:
+        one, how = run_seconds(framework, recipe, ctx, epochs, train_images)
+        return runs * one, f"{runs} runs x [{how}]"
+    return estimate
+
+
+def overhead_estimate(framework: str, ctx: Context) -> tuple[float, str]:
+    total, parts = 0.0, []
+    for model, batch in (("lenet", 4), ("lenet", 32), ("resnet9", 512)):
+        one, _ = run_seconds(framework, Recipe(model, "mixed", batch, 2, 1), ctx)
+        total += 2 * 2 * one  # the tool and the bare loop, twice each
+        parts.append(f"{model} b{batch} {one:.0f} s")
+    return total, ("4 runs (tool and bare loop, 2 repeats) of 2 epochs per configuration: "
+                   + ", ".join(parts))
+
+
+STAGES: list[Stage] = [
+    Stage("doctor", True, FRAMEWORKS, "cnncompare doctor: versions, the CUDA libraries each "
+          "framework loaded, a few real steps per precision on the GPU alone",
+          doctor_commands, lambda fw, ctx: (2 * fixed_seconds(fw, "lenet", ctx) + 10.0,
+                                            "two processes' fixed cost + 10 s of steps")),
+    *[Stage(f"lenet-{p}", True, FRAMEWORKS, f"LeNet, the PyTorch tutorial's recipe (batch 4, "
+            f"lr 0.001, 2 epochs), {p}, 2 seeds", compare_commands(f"lenet-{p}", recipe),
+            comparison_estimate(recipe), comparison=True)
+      for p in ("fp32", "mixed") for recipe in [Recipe(precision=p, **LENET)]],
+    Stage("resnet9-mixed", True, FRAMEWORKS, "ResNet-9 (DAWNBench), mixed precision, 24 "
+          "epochs, time to 94%, 2 seeds",
+          compare_commands("resnet9-mixed", Recipe(precision="mixed", seeds=2, **RESNET9)),
+          comparison_estimate(Recipe(precision="mixed", seeds=2, **RESNET9)), comparison=True),
+    Stage("resnet9-fp32", True, FRAMEWORKS, "ResNet-9 (DAWNBench), float32 (TF32 off), 24 "
+          "epochs, time to 94%, 1 seed",
+          compare_commands("resnet9-fp32", Recipe(precision="fp32", seeds=1, **RESNET9)),
+          comparison_estimate(Recipe(precision="fp32", seeds=1, **RESNET9)), comparison=True),
+    Stage("gpu-tests", False, FRAMEWORKS, "pytest -m gpu: each GPU claim of the README",
+          test_commands, lambda fw, ctx: ((240.0 if fw == "tf" else 180.0),
+                                          "the GPU tests' runs and processes, counted by hand")),
+    Stage("cpu-vs-gpu", False, FRAMEWORKS, "sweep --vary device=cpu,gpu: LeNet (the "
+          "tutorial's recipe), 1 epoch, the GPU's speed-up over this machine's CPU",
+          sweep_commands("cpu-vs-gpu", ["device=cpu,gpu"],
+                         ["--model", "lenet", "--batch-size", "4", "--lr", "0.001",
+                          "--precision", "fp32"], tiny_varies=["device=cpu"]),
+          lambda fw, ctx: (2 * run_seconds(fw, Recipe("lenet", "fp32", 4, 1, 1), ctx)[0]
+                           + 1.0 * ctx.train_images / 4 * 1.5e-3,
+                           "the GPU run + the CPU run (1.5 ms a step on the host, assumed)")),
+    Stage("cuda-graphs", False, ("torch",), "sweep --vary cuda-graphs=off,on: ResNet-9 "
+          "(mixed, 3 epochs): speed and losses against eager; the default",
+          sweep_commands("cuda-graphs", ["cuda-graphs=off,on"],
+                         ["--model", "resnet9", "--precision", "mixed"],
+                         tiny_varies=["cuda-graphs=off"]),  # a CPU refuses CUDA graphs
+          sweep_estimate(2, Recipe("resnet9", "mixed", 512, 3, 1), 3)),
+    Stage("tf-strategy", False, ("tf",), "sweep --vary strategy: MirroredStrategy against no "
+          "wrapper on one GPU (LeNet, batch 32, 3 epochs)",
+          sweep_commands("tf-strategy", ["strategy=mirrored,default"],
+                         ["--model", "lenet", "--batch-size", "32", "--precision", "mixed"]),
+          sweep_estimate(2, Recipe("lenet", "mixed", 32, 3, 1), 3)),
+    Stage("steps-per-call", False, FRAMEWORKS, "sweep --vary steps-per-call=1,8,32 (LeNet, "
+          "batch 32, 3 epochs): what a call per step costs on a GPU",
+          sweep_commands("steps-per-call", ["steps-per-call=1,8,32"],
+                         ["--model", "lenet", "--batch-size", "32", "--precision", "mixed"]),
+          sweep_estimate(3, Recipe("lenet", "mixed", 32, 3, 1), 3)),
+    Stage("tool-overhead", False, FRAMEWORKS, "benchmarks/tool_overhead.py: the tool against "
+          "each framework's fastest bare loop (LeNet b4 and b32, ResNet-9 b512)",
+          overhead_commands, overhead_estimate),
+]
+
+
+# --------------------------------------------------------------------------- the plan
+
+def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list[dict]:
+    """Every (stage, framework) to run, in order: PyTorch's core stages, TensorFlow's, then
+    the rest; each with its command, limit, estimate and the rental it fits in."""
     rows = []
-    for model in MODELS:
-        for precision in PRECISIONS:
-            common = ["--model", model, "--dataset", "synthetic", "--synthetic-size", "5120",
-                      "--epochs", str(epochs), "--precision", precision, "--device", "gpu",
-                      "--quiet"]
-            if len(on_gpu) == 2:
-                target = out / f"compare-{model}-{precision}"
-                code, seconds, _ = _run([*CLI, "compare", *common, "--out", str(target)],
-                                        out / f"compare-{model}-{precision}.log", 1800)
-                rows.append(_compare_row(model, precision, code, seconds, target))
-                continue
-            for framework in ("tf", "torch"):
-                if framework not in on_gpu:
-                    rows.append({"model": model, "precision": precision, "framework": framework,
-                                 "status": "missing", "note": frameworks.get(framework, {}).get(
-                                     "verdict", "not installed")})
-                    continue
-                target = out / f"run-{framework}-{model}-{precision}"
-                code, seconds, _ = _run([*CLI, "run", "--framework", framework, *common, "--out",
-                                         str(target)], out / f"{target.name}.log", 1800)
-                rows.append(_run_row(model, precision, framework, code, seconds,
-                                     target / "result.json"))
+    order = ([(s, fw) for fw in FRAMEWORKS for s in stages if s.core and fw in s.frameworks]
+             + [(s, fw) for s in stages if not s.core for fw in FRAMEWORKS
+                if fw in s.frameworks])
+    used, rental = 0.0, 1
+    for stage, framework in order:
+        if framework not in frameworks:
+            continue
+        seconds, how = stage.estimate(framework, ctx)
+        limit = min(STAGE_LIMIT_S, max(120, math.ceil(2 * seconds / 30) * 30))
+        capacity = RENTAL_CORE_S if stage.core and rental == 1 else RENTAL_S
+        if used + seconds > capacity:  # the next rental
+            rental, used = rental + 1, 0.0
+        used += seconds
+        rows.append({"stage": stage.name, "framework": framework, "core": stage.core,
+                     "what": stage.what, "limit_s": limit, "estimate_s": round(seconds),
+                     "estimated_how": how, "rental": rental,
+                     "commands": [" ".join(_shown(a) for a in argv)
+                                  for argv in stage.commands(framework, ctx)]})
     return rows
 
 
-def _run_row(model: str, precision: str, framework: str, code: int, seconds: float,
-             path: Path) -> dict:
-    row = {"model": model, "precision": precision, "framework": framework, "exit_code": code,
-           "seconds": seconds}
+def _shown(arg: str) -> str:
+    if arg == sys.executable:
+        return "python"
+    return arg if arg and " " not in arg and ";" not in arg else json.dumps(arg)
+
+
+# --------------------------------------------------------------------------- running
+
+def run_command(argv: list[str], log: Path, limit_s: float, stdout: Path | None = None) -> dict:
+    """Run argv with its output streamed to `log` (stdout to `stdout` when given, e.g.
+    doctor's JSON), in its own process group, killed at `limit_s`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with open(log, "a") as err, (open(stdout, "w") if stdout else open(log, "a")) as out:
+        err.write(f"$ {' '.join(_shown(a) for a in argv)}\n")
+        err.flush()
+        process = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err,
+                                   start_new_session=True, env=_environment())
+        try:
+            code = process.wait(timeout=limit_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _stop(process)
+            code = process.returncode
+    return {"exit_code": code, "seconds": time.perf_counter() - started, "timed_out": timed_out}
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                     else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the process group (trainers write what they finished), SIGKILL after 30 s."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
+    log = ctx.out / "logs" / f"{stage.name}-{framework}.log"
+    done = {"stage": stage.name, "framework": framework, "core": stage.core,
+            "comparison": stage.comparison,
+            "limit_s": row["limit_s"], "estimate_s": row["estimate_s"],
+            "log": str(log.relative_to(ctx.out)), "commands": []}
+    deadline = time.perf_counter() + row["limit_s"]
+    for argv in stage.commands(framework, ctx):
+        left = deadline - time.perf_counter()
+        stdout = ctx.out / f"doctor-{framework}.json" if stage.name == "doctor" else None
+        outcome = run_command(argv, log, max(1.0, left), stdout)
+        done["commands"].append({"argv": " ".join(_shown(a) for a in argv), **outcome})
+        if outcome["timed_out"]:
+            break
+    codes = [c["exit_code"] for c in done["commands"]]
+    done["seconds"] = sum(c["seconds"] for c in done["commands"])
+    done["status"] = ("timed out" if any(c["timed_out"] for c in done["commands"])
+                      else "ok" if all(code == 0 for code in codes) else "failed")
+    done["figures"] = figures(stage, framework, ctx)
+    return done
+
+
+def figures(stage: Stage, framework: str, ctx: Context) -> dict:
+    """The stage's headline figures, read from what it wrote."""
+    if stage.name == "doctor":
+        found = _read_json(ctx.out / f"doctor-{framework}.json")
+        entry = (found.get("frameworks") or {}).get(framework) or {}
+        return {"verdict": found.get("verdict") or "no JSON on doctor's stdout",
+                "kinds": entry.get("kinds"), "libraries": sorted(
+                    ((entry.get("runs") or {}).get("gpu") or {}).get("libraries") or [])}
+    if stage.comparison:
+        summary = _read_json(ctx.out / stage.name / "summary.json")
+        per_framework = {}
+        for fw, entry in (summary.get("frameworks") or {}).items():
+            per_framework[fw] = {key: (entry.get(key) or {}).get("centre") for key in (
+                "images_per_s", "steady_step_time_ms", "final_test_accuracy", "time_to_target_s",
+                "peak_device_memory_bytes", "energy_per_image_j", "mfu", "train_time_s")}
+            per_framework[fw]["completed"] = entry.get("completed")
+        return {"parity_passed": (summary.get("parity") or {}).get("passed"),
+                "frameworks": per_framework, "verdict": summary.get("verdict")}
+    if stage.name == "gpu-tests":
+        log = (ctx.out / "logs" / f"gpu-tests-{framework}.log")
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        closing = [ln for ln in lines if " passed" in ln or " failed" in ln or " skipped" in ln]
+        return {"summary": closing[-1] if closing else None}
+    if stage.name == "tool-overhead":
+        found = _read_json(ctx.out / "tool-overhead" / framework / "overhead.json")
+        return {"ratios": {r["config"]: r.get("ratio") for r in found.get("rows") or []}}
+    sweep = _read_json(ctx.out / stage.name / framework / "sweep.json")
+    return {"rows": [{"settings": r.get("settings"), "status": r.get("status"),
+                      "images_per_s": (r.get("summary") or {}).get("images_per_s"),
+                      "speedup": r.get("speedup")} for r in sweep.get("rows") or []]}
+
+
+def _read_json(path: Path) -> dict:
     try:
-        result = json.loads(path.read_text())
+        found = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {**row, "status": "failed", "note": "no result.json"}
-    s = result["summary"]
-    return {**row, "status": s.get("status"), "images_per_s": s.get("images_per_s"),
-            "step_ms": (s.get("steady_step_time_ms") or {}).get("median"),
-            "input_wait": s.get("input_wait_fraction"), "mfu": s.get("mfu"),
-            "peak_memory_bytes": s.get("peak_device_memory_bytes"),
-            "energy_per_image_j": s.get("energy_per_image_j"),
-            "accuracy": s.get("final_test_accuracy"), "error": result.get("error")}
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
-def _compare_row(model: str, precision: str, code: int, seconds: float, target: Path) -> dict:
-    runs = sorted(target.glob("runs/*/result.json"))
-    parity = {}
-    try:
-        parity = json.loads((target / "summary.json").read_text()).get("parity") or {}
-    except (OSError, ValueError):
-        pass
-    return {"model": model, "precision": precision, "framework": "both", "exit_code": code,
-            "seconds": seconds, "status": "completed" if code == 0 else "failed",
-            "parity_passed": parity.get("passed"),
-            "runs": [_run_row(model, precision, p.parent.name.split("-")[0], code, seconds, p)
-                     for p in runs]}
-
-
-def _cell(value, fmt: str) -> str:
-    return "n/a" if value is None else fmt.format(value)
-
+# --------------------------------------------------------------------------- summary and pack
 
 def markdown(battery: dict) -> str:
-    """battery.md: the doctor's verdicts, the GPU tests' closing line, one row per run."""
-    lines = [f"# GPU battery, {battery['date']}", "", f"Machine: {battery['machine']}", "",
-             f"**Doctor:** {battery['doctor']['verdict']}", ""]
-    for fw, entry in battery["doctor"]["frameworks"].items():
-        lines.append(f"- {fw}: {entry['verdict']}")
-    lines += ["", f"**pytest -m gpu:** {battery['gpu_tests']['summary']} "
-                  f"(exit {battery['gpu_tests']['exit_code']})", "",
-              "| model | precision | framework | status | img/s | step ms | input wait | MFU | "
-              "peak MiB | J/img | accuracy |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for row in battery["runs"]:
-        for r in row.get("runs") or [row]:
-            memory = r.get("peak_memory_bytes")
-            cells = [r["model"], r["precision"], r["framework"], str(r.get("status")),
-                     _cell(r.get("images_per_s"), "{:,.0f}"), _cell(r.get("step_ms"), "{:.2f}"),
-                     _cell(r.get("input_wait"), "{:.1%}"), _cell(r.get("mfu"), "{:.1%}"),
-                     _cell(memory / 2**20 if memory else None, "{:,.0f}"),
-                     _cell(r.get("energy_per_image_j"), "{:.4f}"),
-                     _cell(r.get("accuracy"), "{:.4f}")]
-            lines.append("| " + " | ".join(cells) + " |")
+    lines = [f"# GPU battery, {battery['started_at']}", "",
+             f"Machine: {battery['machine']}; device: {battery['device']}"
+             + (" (tiny plumbing run)" if battery["tiny"] else ""), "",
+             "| stage | framework | status | seconds | estimate | limit | figures |",
+             "|---|---|---|---|---|---|---|"]
+    for s in battery["stages"]:
+        lines.append(f"| {s['stage']} | {s['framework']} | {s['status']} | "
+                     f"{s.get('seconds', 0):.0f} | {s['estimate_s']} | {s['limit_s']} | "
+                     f"{_brief(s)} |")
+    latest = {s["stage"]: s for s in battery["stages"] if s.get("comparison")}
+    for s in latest.values():  # a comparison's figures once, as its latest part left them
+        for fw, f in ((s.get("figures") or {}).get("frameworks") or {}).items():
+            lines.append(f"- {s['stage']} {fw}: " + ", ".join(
+                f"{k} {v:.4g}" for k, v in f.items() if isinstance(v, (int, float))))
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="directory for the summary")
-    parser.add_argument("--epochs", type=int, default=2, help="epochs of each short run")
-    parser.add_argument("--skip-tests", action="store_true", help="leave out pytest -m gpu")
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    import platform
-    battery = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": platform.node(),
-               "python": platform.python_version()}
-    print("doctor ...", flush=True)
-    battery["doctor"] = doctor(args.out)
-    print(f"  {battery['doctor']['verdict']}", flush=True)
-    battery["gpu_tests"] = ({"exit_code": None, "summary": "skipped (--skip-tests)"}
-                            if args.skip_tests else gpu_tests(args.out))
-    print(f"pytest -m gpu: {battery['gpu_tests']['summary']}", flush=True)
-    battery["runs"] = short_runs(args.out, battery["doctor"], args.epochs)
-    (args.out / "battery.json").write_text(json.dumps(battery, indent=2))
-    (args.out / "battery.md").write_text(markdown(battery))
-    print((args.out / "battery.md").read_text())
-    failed = battery["gpu_tests"]["exit_code"] not in (None, 0) or any(
-        r.get("status") not in ("completed", "missing") for r in battery["runs"])
+def _brief(stage: dict) -> str:
+    f = stage.get("figures") or {}
+    if "verdict" in f and isinstance(f["verdict"], str):
+        return f["verdict"].replace("|", "/")[:120]
+    if "summary" in f:
+        return str(f["summary"])[:120]
+    if "parity_passed" in f:
+        return f"parity {'passed' if f['parity_passed'] else f['parity_passed']}"
+    if "rows" in f:
+        return "; ".join(f"{r.get('settings')} {r.get('status')}" for r in f["rows"])[:120]
+    if "ratios" in f:
+        return "; ".join(f"{k}: tool/bare {v:.3f}" if v else f"{k}: n/a"
+                         for k, v in f["ratios"].items())
+    return ""
+
+
+def write_summary(battery: dict, out: Path) -> None:
+    (out / "battery.json").write_text(json.dumps(battery, indent=2))
+    (out / "battery.md").write_text(markdown(battery))
+
+
+def pack(out: Path, target: Path) -> list[Path]:
+    """At most PACK_FILES files directly in `target`: the summary, one report over every
+    comparison, and a tar.gz of logs and results (no models, checkpoints or traces)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for old in target.iterdir():  # a pack replaces the previous one
+        if old.is_file():
+            old.unlink()
+    written = [shutil.copy(out / name, target / name) for name in ("battery.json", "battery.md")]
+    comparisons = sorted(p.parent for p in out.glob("*/compare.json"))
+    if comparisons:
+        report_dir = out / "report"
+        shutil.rmtree(report_dir, ignore_errors=True)  # one report of what is there now
+        run_command([*CLI, "report", *map(str, comparisons), "--out", str(report_dir)],
+                    out / "logs" / "report.log", 300)
+        for name in ("summary.json", "combined.json", "report.md", "report.html"):
+            if (report_dir / name).exists():
+                written.append(shutil.copy(report_dir / name, target / name))
+    archive = target / "battery-results.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(out.rglob("*")):
+            if path.is_file() and _packed(path.relative_to(out)):
+                tar.add(path, arcname=str(path.relative_to(out)))
+    if archive.stat().st_size > PACK_TAR_BYTES:  # the logs and summaries alone
+        with tarfile.open(archive, "w:gz") as tar:
+            for path in sorted(out.rglob("*")):
+                if path.is_file() and path.suffix in (".log", ".json", ".md", ".xml"):
+                    tar.add(path, arcname=str(path.relative_to(out)))
+    written.append(archive)
+    return [Path(p) for p in written][:PACK_FILES]
+
+
+def _packed(relative: Path) -> bool:
+    parts = set(relative.parts)
+    return not (parts & {"checkpoint", "tensorboard", "profile", "parity", "report"}
+                or relative.suffix in (".pt", ".keras", ".npz", ".pb")
+                or relative.name.startswith(".cnncompare"))
+
+
+# --------------------------------------------------------------------------- calibration
+
+def calibrate() -> dict:
+    """The fixed cost of a training process on this CPU, per framework and model: a tiny
+    run's wall time less its training and evaluation; written to CALIBRATION."""
+    import tempfile
+    found = {}
+    for framework in FRAMEWORKS:
+        for model in ("lenet", "resnet9"):
+            with tempfile.TemporaryDirectory() as tmp:
+                start = time.perf_counter()
+                subprocess.run([*CLI, "run", "--framework", framework, "--model", model,
+                                "--dataset", "synthetic", "--synthetic-size", "64",
+                                "--batch-size", "32", "--epochs", "1", "--profile", "0",
+                                "--precision", "fp32", "--device", "cpu", "--quiet", "--out",
+                                tmp], check=True, cwd=REPO, capture_output=True,
+                               env=_environment())
+                wall = time.perf_counter() - start
+                s = json.loads((Path(tmp) / "result.json").read_text())["summary"]
+                found[f"{framework}/{model}"] = round(
+                    wall - s["train_time_s"] - s["eval_time_s"], 2)
+    calibration = {"cpu": _cpu_name(), "measured_at": time.strftime("%Y-%m-%d"),
+                   "method": "benchmarks/gpu_battery.py --calibrate: wall time of `cnncompare "
+                             "run` on 64 synthetic images, 1 epoch, less its training and "
+                             "evaluation time", "fixed_s": found}
+    CALIBRATION.write_text(json.dumps(calibration, indent=2) + "\n")
+    return calibration
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# --------------------------------------------------------------------------- main
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plan", action="store_true",
+                        help="print the stages as JSON and run nothing")
+    parser.add_argument("--stage", action="append", choices=[s.name for s in STAGES],
+                        help="run this stage (repeatable) [default: all]")
+    parser.add_argument("--framework", choices=FRAMEWORKS, action="append",
+                        help="only this framework's part of each stage [default: both]")
+    parser.add_argument("--out", type=Path, default=Path("runs/battery"),
+                        help="all results, logs and the summary [default: runs/battery]")
+    parser.add_argument("--pack", type=Path, help="after every stage, at most 8 files here")
+    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
+                        help="gpu, or cpu with --tiny to prove the plumbing [default: gpu]")
+    parser.add_argument("--tiny", action="store_true",
+                        help="every stage on 256 synthetic images, 1 epoch, 1 seed")
+    parser.add_argument("--dataset", default="synthetic",
+                        help="cnncompare --dataset of every run [default: synthetic]")
+    parser.add_argument("--data-dir", help="cnncompare --data-dir (e.g. the extracted CIFAR-10)")
+    parser.add_argument("--time-left", type=float,
+                        help="seconds this command may take: a stage whose estimate no longer "
+                             "fits is skipped and said so")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure the fixed cost per training process on this CPU into "
+                             f"{CALIBRATION.name}, then exit")
+    return parser.parse_args(argv)
+
+
+def context(args: argparse.Namespace) -> Context:
+    calibration = _read_json(CALIBRATION)
+    if args.tiny:
+        data = ["--dataset", "synthetic", "--synthetic-size", "256"]
+        sizes = (256, 51)
+    elif args.dataset == "synthetic":
+        data, sizes = ["--dataset", "synthetic", "--synthetic-size", str(CIFAR10[0])], CIFAR10
+    else:
+        data = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir
+                                              else [])
+        sizes = CIFAR10
+    return Context(args.out.resolve(), args.device, args.tiny, data, *sizes, calibration)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    if args.calibrate:
+        print(json.dumps(calibrate(), indent=2))
+        return 0
+    ctx = context(args)
+    frameworks = tuple(args.framework or FRAMEWORKS)
+    stages = [s for s in STAGES if not args.stage or s.name in args.stage]
+    rows = plan(stages, frameworks, ctx)
+    if args.plan:
+        print(json.dumps({"stages": rows, "assumptions": {
+            "utilisation": ASSUMED_UTILISATION,
+            "host_step_ms": {f"{fw}/{m}": v for (fw, m), v in ASSUMED_HOST_STEP_MS.items()},
+            "cuda_start_s": CUDA_START_S, "calibration": ctx.calibration},
+            "core_estimate_s": sum(r["estimate_s"] for r in rows if r["core"]),
+            "core_budget_s": RENTAL_CORE_S}, indent=2))
+        return 0
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    previous = _read_json(ctx.out / "battery.json")
+    battery = {"started_at": previous.get("started_at") or time.strftime("%Y-%m-%d %H:%M:%S %z"),
+               "machine": platform.node(), "python": platform.python_version(),
+               "device": ctx.device, "tiny": ctx.tiny, "data": ctx.data,
+               "stages": list(previous.get("stages") or [])}
+    begun = time.perf_counter()
+    by_name = {s.name: s for s in STAGES}
+    failed = False
+    for row in rows:
+        stage = by_name[row["stage"]]
+        left = None if args.time_left is None else args.time_left - (time.perf_counter() - begun)
+        print(f"{row['stage']} ({row['framework']}): estimate {row['estimate_s']} s, "
+              f"limit {row['limit_s']} s", flush=True)
+        if left is not None and row["estimate_s"] > left:
+            done = {"stage": row["stage"], "framework": row["framework"], "core": row["core"],
+                    "status": "skipped", "limit_s": row["limit_s"],
+                    "estimate_s": row["estimate_s"],
+                    "note": f"its estimate ({row['estimate_s']} s) exceeds the {left:.0f} s left"}
+        else:
+            done = run_stage(stage, row["framework"], {**row, "limit_s": min(
+                row["limit_s"], left if left is not None else row["limit_s"])}, ctx)
+        failed |= done["status"] not in ("ok", "skipped")
+        print(f"  {done['status']}" + (f" in {done['seconds']:.0f} s" if "seconds" in done
+                                       else f": {done.get('note')}"), flush=True)
+        battery["stages"] = [s for s in battery["stages"]
+                             if (s["stage"], s["framework"]) != (row["stage"], row["framework"])]
+        battery["stages"].append(done)
+        battery["updated_at"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+        write_summary(battery, ctx.out)
+        if args.pack:
+            pack(ctx.out, args.pack)
     return 1 if failed else 0
 
 

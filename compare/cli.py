@@ -149,7 +149,7 @@ def _refuse_options_with_resume(directory: str) -> None:
     """--resume continues a run as it was set up; any other setting would make it another."""
     ctx = click.get_current_context()
     given = [p.opts[0] for p in ctx.command.params
-             if p.name not in ("resume_dir", "quiet", "debug")
+             if p.name not in ("resume_dir", "quiet", "debug", "frameworks")
              and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
     if given:
         raise UserError(f"--resume {directory} continues with the settings saved there: "
@@ -260,8 +260,12 @@ def _refuse_launchers(command: str) -> None:
               metavar="DIR", help="Finish the interrupted comparison in DIR with the settings "
               "saved there: keep its passed parity check and completed runs, continue the "
               "others from their checkpoints.")
+@click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
+              help="Run only this framework's runs of the comparison now (repeatable), e.g. "
+                   "on a GPU machine whose TensorFlow arrives later; the parity check waits "
+                   "for both, and --resume DIR runs the rest. [default: both]")
 def compare(seeds: int, parity_steps: int, ignore_parity: bool, resume_dir: str | None,
-            **options):
+            frameworks: tuple[str, ...], **options):
     """Parity check, then both frameworks over several seeds, then the side-by-side report.
 
     Runs alternate tf, torch, torch, tf, ... so machine drift hits both. Writes
@@ -285,7 +289,8 @@ def compare(seeds: int, parity_steps: int, ignore_parity: bool, resume_dir: str 
     prepare_data(config)
     with lock.hold(out, orchestrate.replay_command()), shutdown.forwarding() as stop:
         code = orchestrate.compare_frameworks(config, seeds, Path(out), parity_steps,
-                                              ignore_parity, resume=resume_dir is not None)
+                                              ignore_parity, resume=resume_dir is not None,
+                                              frameworks=frameworks or FRAMEWORKS)
     sys.exit(stop.exit_code(code))
 
 
@@ -379,7 +384,10 @@ def env(as_json: bool):
 @click.option("--model", type=click.Choice(list(specs.MODELS)), default=RunConfig.model,
               show_default=True, help="Network to train a few steps of.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def doctor(model: str, as_json: bool):
+@click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
+              help="Examine only this framework (repeatable); exit 0 when it can train. "
+                   "[default: both]")
+def doctor(model: str, as_json: bool, frameworks: tuple[str, ...]):
     """Can each framework train here, on which device, and can the two be compared?
 
     For each framework in its own processes: versions, the GPUs it sees, the CUDA/cuDNN it
@@ -398,7 +406,7 @@ def doctor(model: str, as_json: bool):
     if dropped:
         click.echo(f"note: doctor examines this machine alone; ignoring {', '.join(dropped)}",
                    err=True)
-    found = doctor_module.examine(model)
+    found = doctor_module.examine(model, frameworks or FRAMEWORKS)
     if as_json:
         click.echo(json.dumps(found, indent=2))
     else:

@@ -43,3 +43,34 @@ def check_same_device(configs: list[RunConfig]) -> dict[str, str]:
                         f"the GPU in both, or pass --device cpu; --allow-mixed-devices runs "
                         f"anyway (the report says so)")
     return kinds
+
+
+def hardware(kind: str, model: str | None, replicas: int, nodes: int) -> dict:
+    """The machine a run trained on, recorded the same way by both frameworks: the device
+    kind, model and count (every replica over every process and machine) and the machines.
+    `label` is what reports group runs by (with the host platform): on a GPU the model and
+    count, e.g. "GPU: 8x NVIDIA H100 80GB HBM3"; on a CPU only "CPU" (the logical devices or
+    processes a CPU run is split into are a setting, not the machine). The machines are
+    recorded, not labelled: the launchers count them differently (torchrun its node groups,
+    TF_CONFIG its hosts)."""
+    if kind != "gpu":
+        label = "CPU"
+    else:
+        label = f"GPU: {replicas}x {model}" if replicas > 1 else f"GPU: {model}"
+    return {"device_kind": kind, "device_model": model, "device_count": replicas,
+            "nodes": nodes, "label": label}
+
+
+def label_of(environment: dict | None) -> str | None:
+    """A result environment's hardware label (see `hardware`); for results written before it
+    was recorded, derived from the framework's own words in `device_used`."""
+    environment = environment or {}
+    if (environment.get("hardware") or {}).get("label"):
+        return environment["hardware"]["label"]
+    used = environment.get("device_used")
+    if not used:
+        return None
+    if not used.startswith("GPU"):
+        return "CPU"
+    names = used[len("GPU: "):].split(", worker")[0].split(" on ")[0].split(", ")
+    return f"GPU: {len(names)}x {names[0]}" if len(names) > 1 else f"GPU: {names[0]}"

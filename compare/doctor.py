@@ -116,11 +116,12 @@ def _major(version: str) -> int:
         return 0
 
 
-def examine(model: str) -> dict[str, Any]:
-    """The whole check: per framework its environment and trained steps; the verdicts."""
+def examine(model: str, frameworks: tuple[str, ...] = FRAMEWORKS) -> dict[str, Any]:
+    """The whole check: per framework its environment and trained steps; the verdicts.
+    With one framework, its own verdict is the whole one."""
     machine = environment.machine()
     report: dict[str, Any] = {"machine": machine, "model": model, "frameworks": {}}
-    for framework in FRAMEWORKS:
+    for framework in (fw for fw in FRAMEWORKS if fw in frameworks):
         entry: dict[str, Any] = {"name": FRAMEWORK_NAMES[framework]}
         try:
             runner.check_installed(framework)
@@ -130,13 +131,20 @@ def examine(model: str) -> dict[str, Any]:
             continue
         env = runner.framework_environment(framework)
         entry.update(installed=True, environment=env, gpu_diagnosis=gpu_diagnosis(env, machine))
-        kinds = ["gpu", "cpu"] if env.get("gpus") else ["cpu"]
+        # A framework that sees a GPU is examined on it alone: a GPU machine is leased for
+        # its GPU, and every framework can train on a CPU.
+        kinds = ["gpu"] if env.get("gpus") else ["cpu"]
         entry["runs"] = {kind: _train_in_process(framework, model, kind) for kind in kinds}
         entry["kinds"] = [k for k, r in entry["runs"].items() if r.get("precisions") and all(
             p.get("ok") for p in r["precisions"].values())]
         entry["verdict"] = _framework_verdict(entry)
         report["frameworks"][framework] = entry
-    report["verdict"], report["ready"] = _pair_verdict(report["frameworks"])
+    if len(report["frameworks"]) == 1:
+        (framework, entry), = report["frameworks"].items()
+        report["verdict"] = f"{entry['name']} alone: {entry['verdict']}"
+        report["ready"] = bool(entry.get("kinds"))
+    else:
+        report["verdict"], report["ready"] = _pair_verdict(report["frameworks"])
     return report
 
 
@@ -170,11 +178,14 @@ def _pair_verdict(frameworks: dict[str, dict]) -> tuple[str, bool]:
         name = frameworks["torch"]["runs"]["gpu"]["device_name"]
         return f"ready to compare on GPU: {name}", True
     if "cpu" in tf_kinds and "cpu" in torch_kinds:
-        gpu_only = [FRAMEWORK_NAMES[fw] for fw in FRAMEWORKS
-                    if "gpu" in frameworks[fw].get("kinds", [])]
-        note = (f" ({', '.join(gpu_only)} could use the GPU: the other cannot, so a GPU "
-                f"comparison is refused)") if gpu_only else ""
-        return "ready to compare on CPU" + note, True
+        return "ready to compare on CPU", True
+    on_gpu = [fw for fw in FRAMEWORKS if "gpu" in frameworks[fw].get("kinds", [])]
+    on_cpu = [fw for fw in FRAMEWORKS if "cpu" in frameworks[fw].get("kinds", [])]
+    if on_gpu and on_cpu:  # one sees the GPU, the other only the CPU
+        gpu_name, cpu_name = FRAMEWORK_NAMES[on_gpu[0]], FRAMEWORK_NAMES[on_cpu[0]]
+        return (f"not ready on the GPU: {gpu_name} trains on it, {cpu_name} cannot "
+                f"({frameworks[on_cpu[0]].get('gpu_diagnosis') or 'it sees no GPU'}); "
+                "compare on the CPU with --device cpu, or give both the GPU"), False
     missing = [FRAMEWORK_NAMES[fw] for fw in FRAMEWORKS if not frameworks[fw].get("kinds")]
     return f"not ready: {', '.join(missing)} cannot train here", False
 

@@ -6,33 +6,54 @@ import os
 import platform
 from typing import Any
 
-from compare import runner
+from compare import gpu_metrics, runner
 
 
 def nvml_devices() -> dict[str, Any]:
-    """GPUs and driver as NVML reports them; an error entry where there is no NVML."""
+    """GPUs and driver as NVML reports them; an error entry where there is no NVML. Each
+    field is asked on its own: one the device refuses (as virtual machines often do) is
+    null, with the reason under `unavailable`."""
     try:
         import pynvml
         pynvml.nvmlInit()
     except Exception as exc:  # noqa: BLE001 - ImportError or NVMLError: no driver
         return {"available": False, "reason": f"NVML unavailable ({exc.__class__.__name__}: {exc})"}
+    unavailable: dict[str, str] = {}
+
+    def ask(field: str, query):
+        try:
+            value = query()
+        except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported and its kin
+            unavailable[field] = gpu_metrics.nvml_reason(exc)
+            return None
+        return value.decode() if isinstance(value, bytes) else value
+
     try:
         devices = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            devices.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                            "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
-                            "power_limit_w":
-                                pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0})
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12040 for CUDA 12.4
-        return {"available": True,
-                "driver": driver.decode() if isinstance(driver, bytes) else driver,
-                "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}",
-                "devices": devices}
+        for i in range(ask("count", pynvml.nvmlDeviceGetCount) or 0):
+            handle = ask(f"gpu {i}", lambda: pynvml.nvmlDeviceGetHandleByIndex(i))
+            if handle is None:
+                continue
+            memory = ask(f"gpu {i} memory", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+            limit = ask(f"gpu {i} power limit",
+                        lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle))
+            devices.append({"index": i, "name": ask(f"gpu {i} name",
+                                                    lambda: pynvml.nvmlDeviceGetName(handle)),
+                            "memory_bytes": memory,
+                            "power_limit_w": limit / 1000.0 if limit is not None else None})
+        cuda = ask("cuda driver version", pynvml.nvmlSystemGetCudaDriverVersion)  # 12040: 12.4
+        found = {"available": True, "driver": ask("driver", pynvml.nvmlSystemGetDriverVersion),
+                 "cuda_driver_version": (f"{cuda // 1000}.{cuda % 1000 // 10}"
+                                         if cuda is not None else None),
+                 "devices": devices}
+        if unavailable:
+            found["unavailable"] = unavailable
+        return found
     finally:
-        pynvml.nvmlShutdown()
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - nothing left to release
+            pass
 
 
 def machine() -> dict[str, Any]:
@@ -62,9 +83,13 @@ def print_table(info: dict[str, Any]) -> None:
     table.add_row("memory", f"{m['memory_bytes'] / 2**30:.1f} GiB" if m["memory_bytes"] else "?")
     nvml = m["nvml"]
     if nvml["available"]:
-        table.add_row("driver", nvml["driver"])
+        table.add_row("driver", str(nvml["driver"]))
         for d in nvml["devices"]:
-            table.add_row(f"gpu {d['index']}", f"{d['name']}, {d['memory_bytes'] / 2**30:.0f} GiB")
+            memory = (f", {d['memory_bytes'] / 2**30:.0f} GiB" if d["memory_bytes"] is not None
+                      else "")
+            table.add_row(f"gpu {d['index']}", f"{d['name']}{memory}")
+        for field, why in (nvml.get("unavailable") or {}).items():
+            table.add_row(f"{field} (NVML)", f"not given: {why}")
     else:
         table.add_row("gpus (NVML)", nvml["reason"])
     console.print(table)

@@ -18,7 +18,8 @@ from compare.interface import DeviceChoice
 FRAMEWORK_KEYS = ("precision_policy", "tf32", "cudnn_autotune", "loss_scaling",
                   "bn_momentum_as_set", "bn_running_variance", "optimizer_implementation",
                   "distribution", "strategy", "step_batching", "input_wait", "compile",
-                  "channels_last", "pipeline", "default_init")
+                  "channels_last", "pipeline", "default_init", "loss_scale_check",
+                  "batchnorm_kernel")
 
 
 def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
@@ -65,6 +66,9 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "compile": own.pop("compile"),
         "channels_last": own.pop("channels_last"),
         "pipeline": own.pop("pipeline"),
+        # Each framework's own behaviour that no setting changes (the report's notes).
+        "loss_scale_check": own.pop("loss_scale_check"),
+        "batchnorm_kernel": own.pop("batchnorm_kernel"),
         "init_source": (f"compare.init numpy weights, seed {config.seed}" if config.shared_init
                         else default_init),
         "data_plan_seed": config.seed,

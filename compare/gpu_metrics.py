@@ -7,29 +7,52 @@ null with the reason.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
 
 # Dense peak throughput in TFLOP/s per GPU, from the vendors' data sheets (no sparsity).
-# Matched in order against the NVML/framework device name, most specific first.
-# Keys: the math mode a run uses: fp16 / bf16 (mixed precision on tensor cores), tf32
-# (float32 with TF32 on), fp32 (float32, TF32 off: the CUDA cores' rate).
-PEAK_TFLOPS: list[tuple[str, dict[str, float]]] = [
-    ("H200", {"fp16": 989.0, "bf16": 989.0, "tf32": 494.0, "fp32": 67.0}),
-    ("H100 PCIe", {"fp16": 756.0, "bf16": 756.0, "tf32": 378.0, "fp32": 51.0}),
-    ("H100 NVL", {"fp16": 835.0, "bf16": 835.0, "tf32": 418.0, "fp32": 60.0}),
-    ("H100", {"fp16": 989.0, "bf16": 989.0, "tf32": 494.0, "fp32": 67.0}),  # SXM
-    ("A100", {"fp16": 312.0, "bf16": 312.0, "tf32": 156.0, "fp32": 19.5}),
-    ("L40S", {"fp16": 362.0, "bf16": 362.0, "tf32": 183.0, "fp32": 91.6}),
-    ("L4", {"fp16": 121.0, "bf16": 121.0, "tf32": 60.0, "fp32": 30.3}),
-    ("A10G", {"fp16": 70.0, "bf16": 70.0, "tf32": 35.0, "fp32": 31.2}),
-    ("A10", {"fp16": 125.0, "bf16": 125.0, "tf32": 62.5, "fp32": 31.2}),
-    ("RTX 4090", {"fp16": 165.2, "bf16": 165.2, "tf32": 82.6, "fp32": 82.6}),
-    ("RTX 3090", {"fp16": 71.0, "bf16": 71.0, "tf32": 35.6, "fp32": 35.6}),
-    ("V100", {"fp16": 125.0, "fp32": 15.7}),
-    ("T4", {"fp16": 65.0, "fp32": 8.1}),
-]
+# A device name matches the row whose model words it contains, the longest such row when
+# several do ("NVIDIA H100 80GB HBM3" is the SXM board: it matches "H100", not "H100 PCIe";
+# "NVIDIA H200 NVL" matches "H200 NVL", not "H200"). Keys: the math mode a run uses: fp16 /
+# bf16 (mixed precision on tensor cores), tf32 (float32 with TF32 on), fp32 (float32, TF32
+# off: the CUDA cores' rate).
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "H200": {"fp16": 989.0, "bf16": 989.0, "tf32": 494.0, "fp32": 67.0},  # SXM
+    "H200 NVL": {"fp16": 835.0, "bf16": 835.0, "tf32": 418.0, "fp32": 60.0},
+    "H100": {"fp16": 989.0, "bf16": 989.0, "tf32": 494.0, "fp32": 67.0},  # SXM
+    "H100 PCIe": {"fp16": 756.0, "bf16": 756.0, "tf32": 378.0, "fp32": 51.0},
+    "H100 NVL": {"fp16": 835.0, "bf16": 835.0, "tf32": 418.0, "fp32": 60.0},
+    "A100": {"fp16": 312.0, "bf16": 312.0, "tf32": 156.0, "fp32": 19.5},
+    "L40S": {"fp16": 362.0, "bf16": 362.0, "tf32": 183.0, "fp32": 91.6},
+    "L4": {"fp16": 121.0, "bf16": 121.0, "tf32": 60.0, "fp32": 30.3},
+    "A10G": {"fp16": 70.0, "bf16": 70.0, "tf32": 35.0, "fp32": 31.2},
+    "A10": {"fp16": 125.0, "bf16": 125.0, "tf32": 62.5, "fp32": 31.2},
+    "RTX 4090": {"fp16": 165.2, "bf16": 165.2, "tf32": 82.6, "fp32": 82.6},
+    "RTX 3090": {"fp16": 71.0, "bf16": 71.0, "tf32": 35.6, "fp32": 35.6},
+    "V100": {"fp16": 125.0, "fp32": 15.7},
+    "T4": {"fp16": 65.0, "fp32": 8.1},
+}
+
+
+def _words(name: str) -> list[str]:
+    """A device name as lower-case words, vendor names dropped: "NVIDIA H100 80GB HBM3" ->
+    ["h100", "80gb", "hbm3"]."""
+    words = re.findall(r"[a-z0-9]+", name.lower())
+    return [w for w in words if w not in ("nvidia", "tesla", "geforce")]
+
+
+def peak_row(device_name: str) -> str | None:
+    """The PEAK_TFLOPS key for a device name: the longest key whose words appear, in order
+    and next to each other, among the name's words; None when no key does."""
+    words = _words(device_name)
+    found = []
+    for key in PEAK_TFLOPS:
+        wanted = _words(key)
+        if any(words[i:i + len(wanted)] == wanted for i in range(len(words))):
+            found.append(key)
+    return max(found, key=lambda key: len(_words(key)), default=None)
 
 
 def math_mode(on_gpu: bool, precision: str, tf32: bool) -> str | None:
@@ -45,12 +68,13 @@ def peak_flops(device_name: str | None, mode: str | None) -> tuple[float | None,
     """(peak FLOP/s of one device, None) or (None, why there is none)."""
     if device_name is None or mode is None:
         return None, "CPU run: no peak-FLOP figure for CPUs in the table"
-    for key, peaks in PEAK_TFLOPS:
-        if key.lower() in device_name.lower():
-            if mode not in peaks:
-                return None, f"{device_name}: no {mode} peak in the table"
-            return peaks[mode] * 1e12, None
-    return None, f"{device_name} is not in the peak-FLOP table (compare/gpu_metrics.py)"
+    key = peak_row(device_name)
+    if key is None:
+        return None, (f"{device_name} is not in the peak-FLOP table "
+                      "(compare/gpu_metrics.py PEAK_TFLOPS)")
+    if mode not in PEAK_TFLOPS[key]:
+        return None, f"{device_name} ({key}): no {mode} peak in the table"
+    return PEAK_TFLOPS[key][mode] * 1e12, None
 
 
 def mfu(achieved_flops_per_s: float | None, device_name: str | None, mode: str | None,
@@ -83,42 +107,74 @@ def nvml_indices(pci_bus_ids: list[str], names: tuple[str, ...]) -> list[int]:
         pynvml.nvmlShutdown()
 
 
+def nvml_reason(exc: BaseException) -> str:
+    """Why an NVML query failed, in one phrase (e.g. "NVMLError_NotSupported: Not Supported")."""
+    return f"{exc.__class__.__name__}: {exc}"
+
+
+# What the sampler reads from every GPU: field -> (the NVML query, its value in the unit the
+# record uses). Each is read on its own: a field the device refuses (virtual machines and
+# some boards refuse power or the energy counter) becomes null with the reason, the others
+# are still read.
+SAMPLED = {
+    "utilisation_pct": lambda nvml, h: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+    "memory_used_bytes": lambda nvml, h: float(nvml.nvmlDeviceGetMemoryInfo(h).used),
+    "power_w": lambda nvml, h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,  # mW
+}
+
+
 class NvmlSampler:
     """Samples utilisation, memory and power of some GPUs on a background thread, and reads
-    the cumulative energy counter at epoch boundaries."""
+    the cumulative energy counter at epoch boundaries. Every query is guarded: a field the
+    device refuses is null in the records, with the reason in `unavailable`."""
 
     def __init__(self, indices: list[int], interval_s: float = 0.2):
         import pynvml
         self.nvml = pynvml
         pynvml.nvmlInit()
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        try:
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        except pynvml.NVMLError:
+            pynvml.nvmlShutdown()
+            raise
         self.interval_s = interval_s
-        # (utilisation %, memory bytes, power W)
-        self.samples: list[tuple[float, float, float]] = []
+        self.unavailable: dict[str, str] = {}  # field -> why the device refused it
+        self.samples: list[dict[str, float]] = []  # field -> value summed over the GPUs
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True, name="nvml-sampler")
         self.energy_start: float | None = None
+        self.started = time.perf_counter()
         self.thread.start()
 
-    def _energy_j(self) -> float | None:
-        try:  # millijoules since the driver loaded (Volta and newer)
-            return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h)
-                       for h in self.handles) / 1000.0
-        except self.nvml.NVMLError:
+    def _read(self, field: str, query) -> float | None:
+        """`query` summed over the GPUs, or None (the first refusal is kept in unavailable)."""
+        if field in self.unavailable:
             return None
+        try:
+            return sum(query(self.nvml, h) for h in self.handles)
+        except self.nvml.NVMLError as exc:
+            self.unavailable[field] = nvml_reason(exc)
+            return None
+        except Exception as exc:  # noqa: BLE001 - a library/driver mismatch must not end the run
+            self.unavailable[field] = nvml_reason(exc)
+            return None
+
+    def _energy_j(self) -> float | None:
+        # millijoules since the driver loaded (Volta and newer)
+        total = self._read("energy_j", lambda nvml, h: nvml.nvmlDeviceGetTotalEnergyConsumption(h))
+        return None if total is None else total / 1000.0
 
     def _sample(self) -> None:
         while not self.stop_event.wait(self.interval_s):
-            try:
-                util = sum(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu
-                           for h in self.handles) / len(self.handles)
-                memory = sum(self.nvml.nvmlDeviceGetMemoryInfo(h).used for h in self.handles)
-                power = sum(self.nvml.nvmlDeviceGetPowerUsage(h) for h in self.handles) / 1000.0
-            except self.nvml.NVMLError:
-                continue
-            with self.lock:
-                self.samples.append((util, memory, power))
+            sample = {}
+            for field, query in SAMPLED.items():
+                value = self._read(field, query)
+                if value is not None:
+                    sample[field] = value
+            if sample:
+                with self.lock:
+                    self.samples.append(sample)
 
     def begin_epoch(self) -> None:
         with self.lock:
@@ -128,19 +184,33 @@ class NvmlSampler:
 
     def end_epoch(self) -> dict[str, Any]:
         energy = self._energy_j()
+        elapsed = time.perf_counter() - self.started
         with self.lock:
             samples = list(self.samples)
-        record: dict[str, Any] = {"samples": len(samples), "interval_s": self.interval_s}
-        if samples:
-            record["utilisation_pct_mean"] = sum(s[0] for s in samples) / len(samples)
-            record["memory_used_bytes_max"] = max(s[1] for s in samples)
-            record["power_w_mean"] = sum(s[2] for s in samples) / len(samples)
+        record: dict[str, Any] = {"samples": len(samples), "interval_s": self.interval_s,
+                                  "gpus": len(self.handles)}
+
+        def values(field: str) -> list[float]:
+            return [s[field] for s in samples if field in s]
+        utilisation = values("utilisation_pct")
+        record["utilisation_pct_mean"] = (sum(utilisation) / len(utilisation) / len(self.handles)
+                                          if utilisation else None)
+        memory = values("memory_used_bytes")
+        record["memory_used_bytes_max"] = max(memory) if memory else None
+        power = values("power_w")
+        record["power_w_mean"] = sum(power) / len(power) if power else None
         if energy is not None and self.energy_start is not None:
             record["energy_j"] = energy - self.energy_start
             record["energy_source"] = "nvmlDeviceGetTotalEnergyConsumption difference"
-        elif samples:  # no counter: integrate the sampled power over the epoch
-            record["energy_j"] = record["power_w_mean"] * (time.perf_counter() - self.started)
+        elif power:  # no counter: integrate the sampled power over the epoch
+            record["energy_j"] = record["power_w_mean"] * elapsed
             record["energy_source"] = "mean sampled power x epoch time"
+        else:
+            record["energy_j"] = None
+            record["note"] = "NVML gave neither the energy counter nor power: " + "; ".join(
+                f"{k}: {v}" for k, v in self.unavailable.items() if k in ("energy_j", "power_w"))
+        if self.unavailable:
+            record["unavailable"] = dict(self.unavailable)
         return record
 
     def close(self) -> None:

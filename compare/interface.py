@@ -32,7 +32,10 @@ class DeviceChoice:
     """Where this process trains: chosen once by the framework's select_device, passed down."""
 
     kind: str  # "gpu" or "cpu"
-    names: tuple[str, ...]  # the framework's device name of every replica (all processes)
+    # The framework's device name of each replica this process trains: all of TensorFlow's
+    # (MirroredStrategy keeps every local replica in one process), PyTorch's one (DDP runs a
+    # process per replica). Other processes' devices are not listed.
+    names: tuple[str, ...]
     name: str | None  # the accelerator's product name, e.g. "NVIDIA H100 80GB HBM3"; None on CPU
     description: str  # what the user is told, e.g. "GPU: NVIDIA H100 80GB HBM3"
     rank: int = 0  # this process's index among the processes of the run

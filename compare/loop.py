@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from compare import checkpoint, fairness, gpu_metrics, phases, shutdown
+from compare import checkpoint, cluster, devices, fairness, gpu_metrics, phases, shutdown
 from compare.config import RunConfig, learning_rate
 from compare.errors import (EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM,
                             Diverged, OutOfMemory)
@@ -36,6 +36,9 @@ def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
     if state is not None:
         trainer.load_checkpoint(checkpoint.state_directory(config, state))
     recorder = None
+    environment = {**environment, "hardware": devices.hardware(
+        trainer.choice.kind, trainer.choice.name, trainer.replicas,
+        cluster.launch(trainer.framework).nodes)}
     if trainer.choice.is_chief:
         if state is None:  # a fresh start must not leave an older run's checkpoint behind
             checkpoint.remove(Path(config.out))
@@ -264,18 +267,21 @@ def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | Non
     an epoch's less one warm call) under the framework's own profiler, split into the step's
     phases (compare.phases) into result["profile"]. They take the data plan's next epoch of
     batches, after one unrecorded warm call that starts its pipeline, at the last step's
-    learning rate. Every process runs every step, profiled or not, so that the collectives
+    learning rate; an epoch of fewer than two calls is all warm-up, and the profile takes
+    the epoch after it. Every process runs every step, profiled or not, so that the collectives
     pair up; the chief alone records. They count in no other figure: the result's epochs
     and model were final before them. A profiler that fails, or a stop during the profile,
     leaves a note in result["profile"], not a failed or interrupted run."""
     per_call, steps = trainer.steps_per_call, trainer.steps_per_epoch
     whole_calls = steps // per_call
-    if whole_calls:  # whole calls of the traced length, one left for the warm call
-        profiled = per_call * max(1, min(math.ceil(config.profile_steps / per_call),
-                                         whole_calls - 1))
-    else:  # an epoch shorter than one call: its one (traced) call
-        profiled = steps
-    warm = min(per_call, steps - profiled)
+    wanted_calls = math.ceil(config.profile_steps / per_call)
+    if whole_calls >= 2:  # whole calls of the traced length, one left for the warm call
+        warm_steps = per_call
+        profiled = per_call * max(1, min(wanted_calls, whole_calls - 1))
+    else:  # fewer than two calls an epoch: warm up on a whole epoch, which traces every call
+        # length the profile takes, then profile the next epoch's calls (never a cold one)
+        warm_steps = steps
+        profiled = per_call * min(wanted_calls, whole_calls) if whole_calls else steps
     total = steps * config.epochs
     lr = learning_rate(config, min(global_step, total) - 1, total)
 
@@ -289,7 +295,9 @@ def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | Non
     failure, capture, started = None, None, False
     try:
         batches = trainer.batches(config.epochs)  # 0-based: the epoch after the last
-        run(batches, warm)
+        run(batches, warm_steps)
+        if warm_steps == steps:  # the warm call took the whole epoch: the next one
+            batches = trainer.batches(config.epochs + 1)
         trainer.sync()
         if recorder is not None:
             try:
@@ -322,7 +330,7 @@ def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | Non
                    "the run's figures are unaffected")
         return
     recorder.result["files"]["profile"] = capture.files
-    recorder.result["profile"] = {"warm_steps": warm, **split}
+    recorder.result["profile"] = {"warm_steps": warm_steps, **split}
 
 
 def host_rss() -> int | None:

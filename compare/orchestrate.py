@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,49 +112,73 @@ def seed_order(seeds: int, first_seed: int) -> list[tuple[str, int]]:
 def compare_frameworks(config: RunConfig, seeds: int, out: Path,
                        parity_steps: int = ComparisonConfig.parity_steps,
                        ignore_parity: bool = False, command: str | None = None,
-                       resume: bool = False) -> int:
+                       resume: bool = False,
+                       frameworks: tuple[str, ...] = FRAMEWORKS) -> int:
     """The whole comparison into `out`: parity check, both frameworks over the seeds, the
     report; returns the exit code. One framework failing does not stop the other.
 
     With `resume`, rerun only what did not complete: a passed parity record is kept,
-    completed runs are kept, unfinished ones continue from their checkpoints.
+    completed runs are kept, unfinished ones continue from their checkpoints. `frameworks`
+    runs only some of the comparison's runs now (a GPU machine whose TensorFlow arrives
+    later): the parity check waits for an invocation that runs both, the others' runs are
+    listed as not run yet, and `compare --resume` runs what is left.
     """
     from rich.console import Console
     console = Console(stderr=True)
+    selected = tuple(fw for fw in FRAMEWORKS if fw in frameworks)
     command = command or replay_command()
     out.mkdir(parents=True, exist_ok=True)
-    for framework in FRAMEWORKS:
+    for framework in selected:
         runner.check_installed(framework)
-    devices.check_same_device([config.replace(framework=fw) for fw in FRAMEWORKS])
-    if resume:  # the report replays the comparison as it was started
-        command = _read_json(out / COMPARISON_FILE).get("command") or command
-    else:
-        results.write_json_atomic(out / COMPARISON_FILE, {
-            "config": config.to_dict(), "seeds": seeds, "parity_steps": parity_steps,
-            "ignore_parity": ignore_parity, "command": command})
+    devices.check_same_device([config.replace(framework=fw) for fw in selected])
+    saved = _read_json(out / COMPARISON_FILE) if resume else {}
+    command = saved.get("command") or command  # a resumed report replays the first command
+    invocations = saved.get("invocations") or ([{"frameworks": list(FRAMEWORKS)}] if resume
+                                               else [])
+    invocations = invocations + [{"frameworks": list(selected),
+                                  "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
+    results.write_json_atomic(out / COMPARISON_FILE, {
+        "config": config.to_dict(), "seeds": seeds, "parity_steps": parity_steps,
+        "ignore_parity": ignore_parity, "command": command, **saved,
+        "invocations": invocations})
 
+    both = selected == FRAMEWORKS
     parity = _saved_parity(out) if resume else None
     if parity is not None:
         console.print(f"parity check: passed before, kept ({out / PARITY_FILE})")
-    else:
+    elif both:
         console.print(f"parity check: both builds on the first batch, float32, then "
                       f"{parity_steps} SGD steps")
         parity = parity_module.run_parity(config.replace(quiet=True), out / "parity",
                                           parity_steps)
         results.write_json_atomic(out / PARITY_FILE, parity)
-    console.print(parity_module.describe(parity))
-    queue = [QueuedRun(f"{framework} seed {seed}",
-                       config.replace(framework=framework, seed=seed,
-                                      out=str(out / "runs" / f"{framework}-seed{seed}"),
-                                      tensorboard_dir=str(out / "tensorboard")), resume)
-             for framework, seed in seed_order(seeds, config.seed)]
+    else:
+        console.print(f"parity check: not run ({_names(selected)} alone in this invocation; "
+                      f"`cnncompare compare --resume {out}` runs it with the rest)")
+    if parity is not None:
+        console.print(parity_module.describe(parity))
+    planned = [QueuedRun(f"{framework} seed {seed}",
+                         config.replace(framework=framework, seed=seed,
+                                        out=str(out / "runs" / f"{framework}-seed{seed}"),
+                                        tensorboard_dir=str(out / "tensorboard")), resume)
+               for framework, seed in seed_order(seeds, config.seed)]
+    queue = [q for q in planned if q.config.framework in selected]
+    later = [q for q in planned if q.config.framework not in selected]
+    earlier = [Path(q.config.out) / "result.json" for q in later
+               if (Path(q.config.out) / "result.json").exists()]
+    waiting = [_not_run(q, f"not run yet: this invocation ran {_names(selected)} alone "
+                           f"(cnncompare compare --resume {out} runs the rest)")
+               for q in later if not (Path(q.config.out) / "result.json").exists()]
+    order = order_note(invocations)
     stop = shutdown.parent_stop()
     if stop is not None:  # stopped during the parity check: report that nothing ran
-        report.write(out, [], parity, command, [_not_run(q, "interrupted") for q in queue])
+        report.write(out, report.load_runs(earlier), parity, command,
+                     [_not_run(q, "interrupted") for q in queue] + waiting, order_note=order)
         return 128 + stop
-    if not parity["passed"] and not ignore_parity:
-        not_run = [_not_run(q, "parity check failed") for q in queue]
-        paths = report.write(out, [], parity, command, not_run)
+    if parity is not None and not parity["passed"] and not ignore_parity:
+        not_run = [_not_run(q, "parity check failed") for q in queue] + waiting
+        paths = report.write(out, report.load_runs(earlier), parity, command, not_run,
+                             order_note=order)
         console.print(f"error: the parity check failed ({', '.join(parity.get('failed', []))}): "
                       f"the two builds are not the same experiment; see {paths[1]} "
                       f"(or pass --ignore-parity)")
@@ -162,11 +187,29 @@ def compare_frameworks(config: RunConfig, seeds: int, out: Path,
     done = run_queue(queue, "compare", config.quiet, console)
     finished = [o.result_path for _, o in done.outcomes if o is not None and o.result_path.exists()]
     not_run = [_not_run(q, _why_no_result(o)) for q, o in done.outcomes
-               if o is None or not o.result_path.exists()]
-    for path in report.write(out, report.load_runs(finished), parity, command, not_run):
+               if o is None or not o.result_path.exists()] + waiting
+    for path in report.write(out, report.load_runs(finished + earlier), parity, command,
+                             not_run, order_note=order):
         console.print(f"wrote {path}")
     _print_verdict(out, console)
     return done.exit_code
+
+
+def order_note(invocations: list[dict]) -> str | None:
+    """When the comparison's runs were made in invocations of one framework each (compare
+    --framework), the caveat that drift between them is not balanced; None when every
+    invocation ran both frameworks, alternated."""
+    split = [i["frameworks"] for i in invocations if sorted(i["frameworks"]) != sorted(FRAMEWORKS)]
+    if not split:
+        return None
+    return ("the frameworks ran in separate invocations (" + ", then ".join(
+        _names(tuple(fws)) for fws in split) + "), not alternated seed by seed, so drift of "
+        "the machine between them is not balanced")
+
+
+def _names(frameworks: tuple[str, ...]) -> str:
+    from compare.config import FRAMEWORK_NAMES
+    return " and ".join(FRAMEWORK_NAMES[fw] for fw in frameworks)
 
 
 def _print_verdict(out: Path, console) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from compare import phases, results, stats
+from compare import devices, phases, results, stats
 from compare.config import FRAMEWORK_NAMES
 
 COLOURS = {"tf": "#e8710a", "torch": "#1f5fbf"}
@@ -29,7 +29,7 @@ COMBINED_NAME = "combined.json"  # several groups; summary.json always holds one
 
 MACHINE_IDENTITY = (
     "A machine is the device the runs trained on, as each result's environment records it "
-    "(device_used: the GPU name(s), or CPU), together with the host's platform string "
+    "(hardware: the GPU model and count, or CPU), together with the host's platform string "
     "(environment.platform: operating system, kernel, architecture). Results of different "
     "machines, precisions, models or datasets are never averaged together; a shipped "
     "summary.json is shown as it was summarised.")
@@ -106,7 +106,8 @@ def _seed(run: dict) -> int | None:
 
 def summarise(runs: list[dict], parity: dict | None, command: str | None,
               planned: list[dict] | None = None,
-              margin: float = stats.EQUIVALENCE_MARGIN) -> dict[str, Any]:
+              margin: float = stats.EQUIVALENCE_MARGIN,
+              order_note: str | None = None) -> dict[str, Any]:
     """Aggregates per framework, paired TF/PyTorch ratios, accuracy difference and TOST, the
     machine, the files that could not be read, and the verdict sentences."""
     skipped = [{"path": r["path"], "reason": r["unreadable"]} for r in runs if r.get("unreadable")]
@@ -157,8 +158,10 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
         "accuracy_difference": stats.paired_difference(*accuracy),
         "accuracy_equivalence": stats.equivalence_test(*accuracy, margin=margin),
         "runs": [{"framework": r["framework"], "seed": _seed(r), "path": r["path"],
-                  "status": r["summary"].get("status"), "error": r.get("error")} for r in runs],
+                  "status": r["summary"].get("status"), "error": r.get("error"),
+                  "exit": (r.get("exit") or {}).get("reason")} for r in runs],
         "not_run": planned or [],
+        "order_note": order_note,  # the runs were not alternated (compare --framework)
         "skipped": skipped,
         "machine": machine_of(environment),
         "environment": environment,
@@ -184,25 +187,19 @@ def _safe(read, summary: dict) -> float | None:
 
 
 def device_label(environment: dict | None) -> str | None:
-    """'GPU: <names>' or 'CPU' from a result's environment (None when unknown).
-
-    The frameworks word their CPU fallback differently ("1 logical device(s)" vs "1
-    process(es)"), so only the kind is kept for CPUs.
-    """
-    used = (environment or {}).get("device_used")
-    if not used:
-        return None
-    return used if used.startswith("GPU") else "CPU"
+    """'GPU: <count>x <model>' or 'CPU' from a result's environment (None when unknown): the
+    hardware both frameworks record alike (compare.devices.hardware)."""
+    return devices.label_of(environment)
 
 
 def machine_of(environment: dict[str, dict | None]) -> dict[str, Any]:
     """{id, device, host}: where a comparison ran (see MACHINE_IDENTITY)."""
-    devices = {fw: device_label(env) for fw, env in environment.items() if device_label(env)}
+    labels = {fw: device_label(env) for fw, env in environment.items() if device_label(env)}
     hosts = sorted({env["platform"] for env in environment.values() if env and env.get("platform")})
-    if len(set(devices.values())) > 1:  # a comparison deliberately run on mixed devices
-        device = "; ".join(f"{FRAMEWORK_NAMES[fw]} on {d}" for fw, d in sorted(devices.items()))
+    if len(set(labels.values())) > 1:  # a comparison deliberately run on mixed devices
+        device = "; ".join(f"{FRAMEWORK_NAMES[fw]} on {d}" for fw, d in sorted(labels.items()))
     else:
-        device = next(iter(devices.values()), "unknown device")
+        device = next(iter(labels.values()), "unknown device")
     host = " / ".join(hosts) or "unknown host"
     return {"id": f"{device} | {host}", "device": device, "host": host}
 
@@ -320,9 +317,13 @@ def fairness_caveats(summary: dict) -> list[str]:
     if failed:
         caveats.append(f"{len(failed)} run{'s' if len(failed) != 1 else ''} did not complete ("
                        + ", ".join(f"{FRAMEWORK_NAMES.get(r['framework'], r['framework'])} seed "
-                                   f"{r['seed']} {r['status']}" for r in failed) + ")")
+                                   f"{r['seed']} {r['status']}"
+                                   + (f" ({r['exit']})" if r.get("exit") else "")
+                                   for r in failed) + ")")
     if summary.get("not_run"):
         caveats.append(f"{len(summary['not_run'])} planned run(s) did not run")
+    if summary.get("order_note"):
+        caveats.append(summary["order_note"])
     if summary.get("skipped"):
         caveats.append(f"{len(summary['skipped'])} result file(s) could not be read and are "
                        f"left out")
@@ -633,7 +634,22 @@ def verdict_rows(summary: dict) -> list[dict[str, str]]:
 
 # Manifest entries that name each framework's own machinery: expected to read differently.
 IMPLEMENTATION_KEYS = {"optimizer_implementation", "distribution", "pipeline", "device",
-                       "strategy", "step_batching", "input_wait"}
+                       "strategy", "step_batching", "input_wait", "loss_scale_check",
+                       "batchnorm_kernel"}
+# The frameworks' own behaviour that no setting changes, named in the report's notes.
+BEHAVIOUR_KEYS = {"loss_scale_check": "Loss scaling", "batchnorm_kernel": "BatchNorm"}
+
+
+def behaviour_notes(summary: dict) -> list[str]:
+    """What each framework does its own way that the settings cannot match, one note each
+    (from the manifests): e.g. Keras' per-step host check of the loss scale."""
+    notes = []
+    for key, what in BEHAVIOUR_KEYS.items():
+        said = {fw: (f or {}).get(key) for fw, f in (summary.get("fairness") or {}).items()}
+        if any(said.values()):
+            notes.append(f"{what}: " + "; ".join(f"{FRAMEWORK_NAMES[fw]}: {text or 'n/a'}"
+                                                  for fw, text in said.items()))
+    return notes
 
 
 def fairness_rows(summary: dict) -> list[dict[str, str]]:
@@ -662,8 +678,8 @@ def _plain(value: Any) -> str:
 
 def environment_rows(summary: dict) -> list[dict[str, str]]:
     tf, torch = summary["environment"].get("tf") or {}, summary["environment"].get("torch") or {}
-    keys = ["device_used", "tensorflow", "keras", "torch", "torchvision", "cuda", "cudnn", "gpus",
-            "tf32_default", "mixed_precision", "python", "platform"]
+    keys = ["hardware", "device_used", "tensorflow", "keras", "torch", "torchvision", "cuda",
+            "cudnn", "gpus", "tf32_default", "mixed_precision", "python", "platform"]
     return [{"key": k, "tf": _plain(tf.get(k)) if k in tf else "",
              "torch": _plain(torch.get(k)) if k in torch else ""}
             for k in keys if k in tf or k in torch]
@@ -720,6 +736,24 @@ def _phases(runs: list[dict]) -> list[dict[str, Any]]:
     return rows
 
 
+def phase_clocks_differ(runs: list[dict]) -> str | None:
+    """Where one framework's phase split was read on the device clock and the other's only on
+    the host clock (no GPU trace), the sentence that keeps the two from being read side by
+    side; None when they share a clock."""
+    clocks: dict[str, set] = {}
+    for r in runs:
+        clock = (r.get("profile") or {}).get("clock")
+        if clock and not r.get("unreadable"):
+            clocks.setdefault(r["framework"], set()).add(clock)
+    if len(clocks) < 2 or len(set().union(*clocks.values())) < 2:
+        return None
+    said = ", ".join(f"{FRAMEWORK_NAMES[fw]} on the {'/'.join(sorted(c))} clock"
+                     for fw, c in sorted(clocks.items()))
+    return (f"Not comparable side by side: {said}. A device-clock split times the kernels, a "
+            "host-clock split the host's launches; compare each framework's shares only with "
+            "runs on the same clock.")
+
+
 def _per_process(runs: list[dict]) -> list[dict[str, str]]:
     """Multi-process runs (DDP, MultiWorkerMirroredStrategy, several machines): each
     process's own steady-state clock, from the run's summary."""
@@ -766,10 +800,12 @@ def _group_context(group: Group, index: int) -> dict[str, Any]:
     return {"summary": summary, "label": group.label, "source": group.source, "index": index,
             "sentences": verdict_sentences(summary), "verdict": verdict_rows(summary),
             "fairness": fairness_rows(summary), "environment": environment_rows(summary),
+            "behaviour": behaviour_notes(summary),
             "plots": plots(group.runs) if group.runs is not None else None,
             "per_run": _per_run(group.runs) if group.runs is not None else _summary_runs(summary),
             "per_process": _per_process(group.runs) if group.runs is not None else [],
             "phases": _phases(group.runs) if group.runs is not None else [],
+            "phase_clocks_differ": phase_clocks_differ(group.runs or []),
             "machine": summary.get("machine") or machine_of(summary.get("environment") or {})}
 
 
@@ -827,10 +863,10 @@ def render(groups: list[Group], out_dir: Path) -> list[Path]:
 
 def write(out_dir: Path, runs: list[dict], parity: dict | None, command: str | None,
           planned: list[dict] | None = None,
-          margin: float = stats.EQUIVALENCE_MARGIN) -> list[Path]:
+          margin: float = stats.EQUIVALENCE_MARGIN, order_note: str | None = None) -> list[Path]:
     """summary.json, report.md and report.html for these runs (one comparison). A report
     already there that counted more completed runs is moved aside first, never overwritten."""
-    summary = summarise(runs, parity, command, planned, margin)
+    summary = summarise(runs, parity, command, planned, margin, order_note)
     keep_a_fuller_report(out_dir, _completed(summary))
     paths = [results.write_json_atomic(out_dir / "summary.json", summary)]
     return paths + render([Group(summary, runs, str(out_dir))], out_dir)
@@ -933,7 +969,7 @@ def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
     groups = []
     for units_of_group in pooled.values():
         group_runs = [r for unit in units_of_group for r in unit]
-        parity, command, planned = None, None, []
+        parity, command, planned, order = None, None, [], None
         for directory in dict.fromkeys(_comparison_dir(Path(r["path"])) for r in group_runs):
             previous = _read_json(directory / "summary.json") or {}
             if isinstance(previous.get("groups"), list):
@@ -943,7 +979,8 @@ def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
                 parity = found  # a failed check anywhere in the group is the one to show
             command = command or previous.get("command")
             planned += previous.get("not_run") or []
-        summary = summarise(group_runs, parity, command, planned, margin)
+            order = order or previous.get("order_note")
+        summary = summarise(group_runs, parity, command, planned, margin, order)
         groups.append(Group(summary, group_runs, ", ".join(sorted({str(
             _comparison_dir(Path(r["path"]))) for r in group_runs}))))
     return groups

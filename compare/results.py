@@ -125,6 +125,18 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def mark_failed(path: str | os.PathLike, error: str, exit_record: dict[str, Any]) -> None:
+    """Rewrite a result its trainer left 'running' as failed: the error, and how the process
+    ended (`exit`: code, reason, the last lines of its log). Its epochs stay as written."""
+    result = read_result(path)
+    if result["summary"].get("status") != "running":
+        return
+    result["summary"]["status"] = "failed"
+    result["error"] = error if not result.get("error") else f"{result['error']}; {error}"
+    result["exit"] = exit_record
+    write_json_atomic(path, result)
+
+
 def read_result(path: str | os.PathLike) -> dict[str, Any]:
     """Load and validate a result.json."""
     try:

@@ -146,11 +146,44 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
         last_error = f"{config.framework} process killed by {signal.Signals(-code).name}"
     if status == "running":  # the child died mid-epoch: its last write is still 'running'
         status = "failed"
+        last_error = record_death(out / "result.json", code, files / "log.txt")
     if code != 0 and status == "completed":
         status = "failed"
     if shutdown.is_interrupt(code) and (files != out or not (out / "result.json").exists()):
         status = "interrupted"  # stopped while starting up, before its first result
     return Outcome(config.framework, out, code, status, last_error)
+
+
+LOG_TAIL_LINES = 20  # of a dead trainer's log, kept in its result
+
+
+def exit_reason(code: int) -> str:
+    """How a trainer process ended, in words: 'killed by SIGKILL', 'exited with code 1'."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def record_death(result_path: Path, code: int, log_path: Path) -> str:
+    """A trainer that ended without writing its end (SIGKILL, the kernel's OOM killer, a
+    crash inside a CUDA library) left its result 'running'; its parent, which saw the exit,
+    marks it failed with how it ended and the last lines of its log. The error written."""
+    reason = (f"the trainer process {exit_reason(code)} without writing its end (the kernel's "
+              "OOM killer and crashes in native libraries end a process so)")
+    try:
+        lines = [ln.rstrip("\n") for ln in log_path.read_text(errors="replace").splitlines()
+                 if ln.strip() and not _noise(ln)]
+    except OSError:
+        lines = []
+    try:
+        results.mark_failed(result_path, reason, {"code": code, "reason": exit_reason(code),
+                                                  "log_tail": lines[-LOG_TAIL_LINES:]})
+    except results.SchemaError:
+        pass  # nothing valid to mark: the caller reports the exit alone
+    return reason
 
 
 def _wait(process: subprocess.Popen) -> int:

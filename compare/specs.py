@@ -210,6 +210,10 @@ def parameter_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def has_batchnorm(spec: ModelSpec) -> bool:
+    return any(isinstance(layer, BatchNorm) for layer in walk(spec.layers))
+
+
 def trainable(name: str) -> bool:
     return not name.endswith(("running_mean", "running_var"))
 

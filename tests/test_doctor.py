@@ -87,10 +87,16 @@ def _entry(*kinds, name="NVIDIA H100 80GB HBM3"):
 
 
 def test_the_pair_verdict_needs_a_common_device_kind():
-    ready = doctor._pair_verdict({"tf": _entry("gpu", "cpu"), "torch": _entry("gpu", "cpu")})
+    ready = doctor._pair_verdict({"tf": _entry("gpu"), "torch": _entry("gpu")})
     assert ready == ("ready to compare on GPU: NVIDIA H100 80GB HBM3", True)
-    cpu, ok = doctor._pair_verdict({"tf": _entry("cpu"), "torch": _entry("gpu", "cpu")})
-    assert ok and cpu.startswith("ready to compare on CPU (PyTorch could use the GPU")
+    assert doctor._pair_verdict({"tf": _entry("cpu"), "torch": _entry("cpu")}) == (
+        "ready to compare on CPU", True)
+    # On a GPU host each framework that sees the GPU is examined on it alone
+    split, ok = doctor._pair_verdict({"tf": {**_entry("cpu"), "gpu_diagnosis": "CUDA libraries "
+                                             "not installed"}, "torch": _entry("gpu")})
+    assert not ok and split.startswith("not ready on the GPU: PyTorch trains on it, "
+                                       "TensorFlow/Keras cannot (CUDA libraries not installed)")
+    assert "--device cpu" in split
     assert doctor._pair_verdict({"tf": _entry(), "torch": _entry("cpu")}) == (
         "not ready: TensorFlow/Keras cannot train here", False)
 
@@ -133,3 +139,19 @@ def test_a_framework_can_run_in_its_own_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("CNNCOMPARE_TF_PYTHON", str(tmp_path / "no-such-python"))
     with pytest.raises(FrameworkMissing, match="cannot start"):
         runner.check_installed("tf")
+
+
+def test_on_a_gpu_host_the_doctor_trains_on_the_gpu_alone(monkeypatch):
+    """A framework that sees a GPU is examined there only: no CPU steps on a leased GPU."""
+    asked = []
+    monkeypatch.setattr(runner, "check_installed", lambda framework: None)
+    monkeypatch.setattr(runner, "framework_environment",
+                        lambda fw: {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}
+                        if fw == "torch" else {"gpus": [], "cuda": "12.5", "gpu_libraries": {}})
+    monkeypatch.setattr(doctor, "_train_in_process", lambda fw, model, kind: asked.append(
+        (fw, kind)) or {"device_name": "NVIDIA H100 80GB HBM3",
+                        "precisions": {"fp32": {"ok": True}}})
+    monkeypatch.setattr(doctor.environment, "machine", lambda: {"nvml": {"available": True}})
+    found = doctor.examine("lenet")
+    assert sorted(asked) == [("tf", "cpu"), ("torch", "gpu")]
+    assert found["frameworks"]["torch"]["kinds"] == ["gpu"] and not found["ready"]

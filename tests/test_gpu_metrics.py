@@ -116,3 +116,71 @@ def test_cpu_runs_say_why_there_is_no_mfu_or_energy(tmp_path):
     summary = results.read_result(tmp_path / "run" / "result.json")["summary"]
     assert summary["mfu"] is None and summary["mfu_note"].startswith("CPU run")
     assert summary["energy_j"] is None and summary["energy_note"] == "CPU run: no GPU to sample"
+
+
+def _refusing(module, *queries):
+    """`module` with these NVML queries raising NVMLError_NotSupported, as a VM's GPU does."""
+    class NVMLError_NotSupported(module.NVMLError):
+        pass
+
+    def refuse(*args):
+        raise NVMLError_NotSupported("Not Supported")
+    for query in queries:
+        setattr(module, query, refuse)
+    return module
+
+
+def test_a_field_the_device_refuses_is_null_with_its_reason_and_the_rest_is_read(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _refusing(
+        fake_pynvml(), "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetUtilizationRates"))
+    sampler = gpu_metrics.sampler([0])
+    sampler.begin_epoch()
+    time.sleep(0.5)
+    record = sampler.end_epoch()
+    sampler.close()
+    assert record["utilisation_pct_mean"] is None and record["power_w_mean"] == 300.0
+    assert record["energy_source"] == "mean sampled power x epoch time"  # no counter: power
+    assert record["energy_j"] == pytest.approx(300 * 0.5, rel=0.3)
+    assert record["unavailable"] == {"energy_j": "NVMLError_NotSupported: Not Supported",
+                                     "utilisation_pct": "NVMLError_NotSupported: Not Supported"}
+    # neither counter nor power: energy is null, and the record says why
+    monkeypatch.setitem(sys.modules, "pynvml", _refusing(
+        fake_pynvml(), "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetPowerUsage"))
+    sampler = gpu_metrics.sampler([0])
+    sampler.begin_epoch()
+    record = sampler.end_epoch()
+    sampler.close()
+    assert record["energy_j"] is None and "NotSupported" in record["note"]
+
+
+def test_env_and_doctor_survive_refused_nvml_fields(monkeypatch):
+    from compare import environment
+    module = fake_pynvml()
+    module.nvmlDeviceGetCount = lambda: 1
+    module.nvmlDeviceGetName = lambda h: b"NVIDIA H100 80GB HBM3"
+    module.nvmlSystemGetDriverVersion = lambda: "580.1"
+    module.nvmlSystemGetCudaDriverVersion = lambda: 13000
+    monkeypatch.setitem(sys.modules, "pynvml", _refusing(
+        module, "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetMemoryInfo"))
+    found = environment.nvml_devices()
+    assert found["available"] and found["cuda_driver_version"] == "13.0"
+    assert found["devices"] == [{"index": 0, "name": "NVIDIA H100 80GB HBM3",
+                                 "memory_bytes": None, "power_limit_w": None}]
+    assert set(found["unavailable"]) == {"gpu 0 memory", "gpu 0 power limit"}
+    environment.print_table({"machine": {**environment.machine(), "nvml": found},
+                             "frameworks": {"tf": {"error": "x"}, "torch": {"error": "y"}}})
+
+
+def test_device_names_find_their_own_row_of_the_peak_table():
+    assert gpu_metrics.peak_row("NVIDIA H100 80GB HBM3") == "H100"  # the SXM board
+    assert gpu_metrics.peak_row("NVIDIA H100 PCIe") == "H100 PCIe"
+    assert gpu_metrics.peak_row("NVIDIA H100 NVL") == "H100 NVL"
+    assert gpu_metrics.peak_row("NVIDIA H200") == "H200"
+    assert gpu_metrics.peak_row("NVIDIA H200 NVL") == "H200 NVL"  # not the SXM H200
+    assert gpu_metrics.peak_flops("NVIDIA H200 NVL", "fp16")[0] == 835e12
+    assert gpu_metrics.peak_row("NVIDIA A10") == "A10"  # not A100
+    assert gpu_metrics.peak_row("NVIDIA L40S") == "L40S"  # not L4
+    assert gpu_metrics.peak_row("NVIDIA A100-SXM4-80GB") == "A100"
+    assert gpu_metrics.peak_row("Imaginary GPU 9000") is None
+    peak, why = gpu_metrics.peak_flops("Imaginary GPU 9000", "fp16")
+    assert peak is None and "not in the peak-FLOP table" in why

@@ -266,13 +266,26 @@ def test_a_stop_during_the_profile_keeps_the_run_completed(tmp_path, monkeypatch
     assert record.result["summary"]["status"] == "completed" and len(record.epochs) == 2
 
 
-@pytest.mark.parametrize("steps_per_call, expected", [(2, (4, 2)), (8, (8, 0)), (3, (3, 3)),
-                                                      (16, (8, 0))])
+@pytest.mark.parametrize("steps_per_call, expected", [(2, (4, 2)), (8, (8, 8)), (3, (3, 3)),
+                                                      (16, (8, 8))])
 def test_the_profile_takes_whole_calls_and_leaves_one_to_warm_up(tmp_path, steps_per_call,
                                                                  expected):
     """8 steps an epoch, --profile 3: whole calls of the traced length, one left for the
-    warm call when the epoch holds two; an epoch shorter than a call gives its one call."""
+    warm call when the epoch holds two; an epoch of fewer than two calls is all warm-up and
+    the next epoch's call is profiled: never a cold one."""
     from torch_impl import train as torch_train
     _, record = _profiled_run(tmp_path, torch_train, steps_per_call=steps_per_call)
     profile = record.result["profile"]
     assert (profile["steps"], profile["warm_steps"]) == expected
+
+
+def test_a_device_clock_split_is_not_set_beside_a_host_clock_one():
+    """TensorFlow read on the host (no GPU trace) beside PyTorch read on the device: the
+    report says the two are not comparable; on one clock it says nothing."""
+    host = {"framework": "tf", "profile": {"clock": "host"}}
+    device = {"framework": "torch", "profile": {"clock": "device"}}
+    said = report.phase_clocks_differ([host, device])
+    assert said.startswith("Not comparable side by side")
+    assert "TensorFlow/Keras on the host clock" in said and "PyTorch on the device clock" in said
+    assert report.phase_clocks_differ([host, {**device, "profile": {"clock": "host"}}]) is None
+    assert report.phase_clocks_differ([device]) is None

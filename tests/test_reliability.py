@@ -265,6 +265,30 @@ def test_a_framework_killed_mid_comparison_leaves_the_other_and_the_report(tmp_p
     assert "killed by SIGKILL" in (tmp_path / "cmp" / "report.html").read_text()
 
 
+def test_a_trainer_killed_mid_run_is_recorded_failed_with_its_exit(tmp_path, monkeypatch):
+    """A trainer dies by SIGKILL after writing its first epoch (result still 'running'): its
+    parent marks the result failed with the signal and the log's last lines; the report's
+    caveat names it, and --resume continues it from its checkpoint as an unfinished run."""
+    monkeypatch.setitem(runner.MODULES, "torch", "dies_mid_run")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    config = tiny_config(tmp_path, epochs=2, framework="torch")
+    outcome = runner.run_framework(config, on_line=lambda line: None)
+    assert outcome.code == -signal.SIGKILL and outcome.status == "failed"
+    assert "killed by SIGKILL" in outcome.error
+    result = results.read_result(outcome.result_path)
+    assert result["summary"]["status"] == "failed" and len(result["epochs"]) == 1
+    assert result["exit"]["reason"] == "killed by SIGKILL" and result["exit"]["code"] == -9
+    assert "dies_mid_run: SIGKILL" in result["exit"]["log_tail"]
+    from compare import report
+    summary = report.summarise(report.load_runs([outcome.result_path]), None, None)
+    assert "PyTorch seed 0 failed (killed by SIGKILL)" in " ".join(summary["verdict"])
+    monkeypatch.setitem(runner.MODULES, "torch", "torch_impl.train")
+    resumed = runner.run_framework(config, on_line=lambda line: None, resume=True)
+    assert resumed.status == "completed"
+    result = results.read_result(outcome.result_path)
+    assert len(result["epochs"]) == 2 and len(result["sessions"]) == 2
+
+
 def test_parity_failure_stops_the_comparison_with_a_report(tmp_path, monkeypatch, capsys):
     from compare import parity
     monkeypatch.setattr(parity, "run_parity", lambda *a, **k: {

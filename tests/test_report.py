@@ -314,6 +314,34 @@ def test_runs_of_two_machines_in_one_directory_are_split_and_out_is_honoured(tmp
     assert (tmp_path / "both" / "report.html").exists()
 
 
+def test_multi_machine_gpu_runs_of_both_frameworks_form_one_comparison(tmp_path):
+    """Each framework words its device its own way ("worker 0 of 2 on 2 machine(s)" against
+    "on 2 machines"); the hardware both record alike puts the two into one comparison."""
+    platform = "Linux-6.8-x86_64-with-glibc2.39"
+    hardware = {"device_kind": "gpu", "device_model": "NVIDIA H100 80GB HBM3",
+                "device_count": 8, "nodes": 2, "label": "GPU: 8x NVIDIA H100 80GB HBM3"}
+    tf_env = {"device_used": "GPU: " + ", ".join(["NVIDIA H100 80GB HBM3"] * 4)
+                             + ", worker 0 of 2 on 2 machine(s)",
+              "platform": platform, "hardware": hardware}
+    torch_env = {"device_used": "GPU: " + ", ".join(["NVIDIA H100 80GB HBM3"] * 8)
+                                + " on 2 machines", "platform": platform, "hardware": hardware}
+    write_runs(tmp_path / "tf-run", [fake_result("tf", 0, 10.0, 0.6, environment=tf_env)])
+    write_runs(tmp_path / "torch-run", [fake_result("torch", 0, 8.0, 0.6,
+                                                    environment=torch_env)])
+    built = report.build([tmp_path / "tf-run", tmp_path / "torch-run"], tmp_path / "both")
+    assert len(built.groups) == 1
+    summary = built.groups[0].summary
+    assert summary["machine"]["device"] == "GPU: 8x NVIDIA H100 80GB HBM3"
+    assert summary["ratios"]["train_time_s"]["ratio"] == pytest.approx(10.0 / 8.0)
+    # results written before the hardware record group by the same words
+    from compare import devices
+    assert devices.label_of({"device_used": tf_env["device_used"]}) == \
+        "GPU: 4x NVIDIA H100 80GB HBM3"
+    assert devices.hardware("gpu", "NVIDIA H100 80GB HBM3", 1, 1)["label"] == \
+        "GPU: NVIDIA H100 80GB HBM3"
+    assert devices.hardware("cpu", None, 2, 1)["label"] == "CPU"
+
+
 def _chromium() -> str | None:
     return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(n)), None)

@@ -167,3 +167,31 @@ def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert sorted(r["status"] for r in summary["runs"]) == ["completed", "completed"]
     assert os.path.exists(out / "report.html")
+
+
+def test_one_framework_now_and_the_rest_on_resume(tmp_path):
+    """`compare --framework torch` runs PyTorch's seeds alone (no parity check: it needs both)
+    and lists TensorFlow's as not run yet; `compare --resume` then runs the parity check and
+    TensorFlow's seeds, keeps PyTorch's, and the report says the two were not alternated."""
+    from compare import orchestrate
+    from conftest import tiny_config
+    out = tmp_path / "cmp"
+    config = tiny_config(tmp_path, epochs=1)
+    code = orchestrate.compare_frameworks(config, 2, out, parity_steps=1, command="(test)",
+                                          frameworks=("torch",))
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parity"] is None and summary["frameworks"]["torch"]["completed"] == 2
+    assert [r["framework"] for r in summary["not_run"]] == ["tf", "tf"]
+    assert "not run yet" in summary["not_run"][0]["reason"]
+    torch_result = results.read_result(out / "runs" / "torch-seed0" / "result.json")
+    saved, _, _, _ = orchestrate.saved_comparison(out)
+    code = orchestrate.compare_frameworks(saved.replace(quiet=True), 2, out, parity_steps=1,
+                                          command="(test)", resume=True)
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parity"]["passed"] and not summary["not_run"]
+    assert {fw: e["completed"] for fw, e in summary["frameworks"].items()} == {"tf": 2, "torch": 2}
+    assert results.read_result(out / "runs" / "torch-seed0" / "result.json") == torch_result
+    assert "not alternated" in " ".join(summary["verdict"])
+    assert summary["ratios"]["train_time_s"]["n"] == 2

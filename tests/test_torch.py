@@ -99,3 +99,21 @@ def test_cli_run_torch_writes_a_valid_result(tmp_path):
     assert steps[0] == "global_step,epoch,lr,loss" and len(steps) == 1 + 2 * 10
     assert ((out / "model.pt").exists()
             and json.loads((out / "config.json").read_text())["framework"] == "torch")
+
+
+def test_the_device_pipeline_trains_two_ddp_processes_as_one(tmp_path):
+    """--devices 2 --pipeline device: each gloo process holds the training set on its own
+    device and gathers its half of every global batch there; the weights after an epoch are
+    the one-process loader run's."""
+    from compare.config import PipelineConfig
+    one = tiny_config(tmp_path, out=str(tmp_path / "one"))
+    two = one.replace(devices=2, pipeline=PipelineConfig.preset("device"),
+                      out=str(tmp_path / "two"))
+    dataset = datasets.config_dataset(one)
+    assert torch_train.train(one, dataset) == 0
+    assert torch_train.train(two, dataset) == 0
+    a, b = _state(tmp_path / "one" / "model.pt"), _state(tmp_path / "two" / "model.pt")
+    for name in a:
+        np.testing.assert_allclose(b[name].numpy(), a[name].numpy(), atol=2e-6, err_msg=name)
+    manifest = results.read_result(tmp_path / "two" / "result.json")["fairness"]
+    assert manifest["pipeline"]["kind"] == "device" and manifest["replicas"] == 2

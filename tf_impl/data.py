@@ -10,6 +10,10 @@ from compare.config import RunConfig
 from compare.datasets import Dataset
 from compare.interface import DeviceChoice
 
+# The training pipeline's epochs have no end: tf.data computes an epoch's keys only when its
+# prefetch reaches it, and an iterator is dropped with its trainer.
+EPOCHS_UNBOUNDED = 2**62
+
 
 class PlanImages:
     """Images and labels, and the batched load of plan keys into a normalised batch.
@@ -18,17 +22,18 @@ class PlanImages:
     over the batch (the tf.data guide's "vectorized mapping": batch, then map). `device`
     None keeps the images in host memory; a device name (the first replica's) makes them
     a variable which, created under strategy.scope(), MirroredStrategy copies to every
-    replica's device (the `device` pipeline). On a GPU that copy is float16, which holds
-    0..255 exactly: GatherV2 has no GPU kernel for uint8, so a uint8 gather would run on
-    the CPU every step.
+    replica's device (the `device` pipeline). That copy holds the uint8 bytes, as PyTorch's
+    does, packed eight to an int64: TensorFlow has GPU gather kernels for int64 but none for
+    uint8 (a uint8 gather would run on the CPU every step), so each image is gathered as
+    int64 words, bitcast back to its bytes and cast to float32 on the device.
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray,
                  std: np.ndarray, padding: int, augment: bool, device: str | None = None):
-        if device is not None:
-            on_gpu = "gpu" in device.lower()
-            self.images = tf.Variable(images.astype(np.float16) if on_gpu else images,
-                                      trainable=False, name="train_images")
+        self.shape = images.shape[1:]  # (H, W, C)
+        self.packed = device is not None
+        if self.packed:
+            self.images = tf.Variable(_pack_words(images), trainable=False, name="train_images")
             self.labels = tf.Variable(labels, trainable=False, name="train_labels")
         else:
             with tf.device("/cpu:0"):  # the source stays in host memory, as the DataLoader's
@@ -39,9 +44,23 @@ class PlanImages:
         self.padding, self.augment = padding, augment
         self.height, self.width = images.shape[1], images.shape[2]
 
+    def resident_bytes(self) -> int:
+        """Bytes of the training images held on the training device (0 when on the host)."""
+        return int(np.prod(self.images.shape)) * self.images.dtype.size if self.packed else 0
+
+    def _gather(self, indices):
+        """The images at `indices`, NHWC: uint8 from host memory; from the packed device copy
+        float32 (0..255), as no uint8 op runs there."""
+        if not self.packed:
+            return tf.gather(self.images, indices)
+        words = tf.gather(self.images, indices)  # (B, words) int64, on the device
+        as_bytes = tf.cast(tf.bitcast(words, tf.uint8), tf.float32)  # (B, words, 8)
+        flat = tf.reshape(as_bytes, (tf.shape(indices)[0], -1))[:, :int(np.prod(self.shape))]
+        return tf.reshape(flat, (-1, *self.shape))
+
     def load_batch(self, indices, dy, dx, flips):
         """Images NHWC float32 and labels int64 of the plan keys (1-D tensors, one per image)."""
-        batch = tf.gather(self.images, indices)
+        batch = self._gather(indices)
         if self.augment:  # without augmentation the plan's crop is the identity: skip it
             p = self.padding
             padded = tf.pad(batch, [[0, 0], [p, p], [p, p], [0, 0]])
@@ -52,6 +71,16 @@ class PlanImages:
                               batch_dims=1)
         images = (tf.cast(batch, tf.float32) - self.mean255) / self.std255
         return images, tf.gather(self.labels, indices)
+
+
+def _pack_words(images: np.ndarray) -> np.ndarray:
+    """(N, H, W, C) uint8 as (N, ceil(H*W*C / 8)) int64: each image's bytes in order, zero
+    padded to whole words; the same bytes, in the same memory, as the uint8 array."""
+    flat = images.reshape(len(images), -1)
+    pad = -flat.shape[1] % 8
+    if pad:
+        flat = np.concatenate([flat, np.zeros((len(flat), pad), np.uint8)], axis=1)
+    return np.ascontiguousarray(flat).view(np.int64)  # native byte order, as tf.bitcast
 
 
 class TrainBatches:
@@ -83,7 +112,8 @@ class TrainBatches:
         return _EpochBatches(self, epoch)
 
     def _from_epoch(self, first: int) -> tf.distribute.DistributedDataset:
-        """Epochs first .. config.epochs - 1, one after the other; each epoch's keys are
+        """Epochs first, first + 1, ... one after the other, without end (the loop takes
+        config.epochs of them, the phase profile one or two more); each epoch's keys are
         compare.plan's, computed when the pipeline reaches it.
 
         Each worker (one under MirroredStrategy; several under MultiWorkerMirroredStrategy)
@@ -109,7 +139,7 @@ class TrainBatches:
         def worker_batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
             share = batch // context.num_input_pipelines  # this worker's images per step
             start = context.input_pipeline_id * share
-            ds = tf.data.Dataset.range(first, max(first + 1, self.config.epochs))
+            ds = tf.data.Dataset.range(first, EPOCHS_UNBOUNDED)
             ds = ds.flat_map(epoch_keys)
             if context.num_input_pipelines > 1:
                 ds = ds.map(lambda *step: tuple(k[start:start + share] for k in step))
@@ -151,7 +181,7 @@ class _EpochBatches:
         """`count` batches were taken from `iterator`."""
         self.check(count)
         self.left -= count
-        if not self.left and self.epoch + 1 < self.batches.config.epochs:
+        if not self.left:
             self.batches._continues_at = self.epoch + 1  # taken whole: the next continues
 
 
@@ -185,9 +215,9 @@ def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
     augmentation = ("shared plan: zero-pad crop + flip as two batched tf.gather" if config.augment
                     else "none (the plan's crop is the identity)")
     if p.kind == "device":
-        stored = "float16" if choice.on_gpu else "uint8"
-        return {"kind": "device", "loader": f"whole training set ({stored}) in a mirrored "
-                "variable on each replica's device; tf.data carries only the plan's keys",
+        return {"kind": "device", "loader": "whole training set (uint8 bytes, packed 8 to an "
+                "int64 for TensorFlow's GPU gather) in a mirrored variable on each replica's "
+                "device; tf.data carries only the plan's keys",
                 "augmentation": augmentation + ", on the device"}
     return {"kind": p.kind, "loader": "tf.data: plan keys, batch, then map (vectorised)",
             "parallel_map": "AUTOTUNE" if p.parallel_map else 1,

@@ -328,6 +328,17 @@ class Trainer:
             "channels_last": True,  # Keras convolutions compute NHWC; not switchable here
             "pipeline": tf_data.pipeline_settings(self.config, self.choice),
             "default_init": "Keras default initialisers",
+            # What Keras itself does differently; no setting changes it.
+            "loss_scale_check": (
+                "Keras LossScaleOptimizer: each step branches (tf.cond) on whether every "
+                "gradient is finite; the predicate is read on the host, a device-to-host "
+                "wait per step" if self.numerics["loss_scaling"] else None),
+            "batchnorm_kernel": (
+                "Keras 3 BatchNormalization: moments and normalisation as separate ops (no "
+                "fused kernel), in float32" + (
+                    f" (inputs cast up from the {self.numerics['policy']} policy's compute type)"
+                    if self.numerics["policy"] != "float32" else "")
+                if specs.has_batchnorm(self.spec) else None),
         }
 
     def start_profile(self, directory: Path) -> None:

@@ -27,6 +27,7 @@ class PlanImages(torch.utils.data.Dataset):
     def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray,
                  std: np.ndarray, padding: int, augment: bool,
                  device: torch.device | None = None):
+        self.resident = device is not None  # the `device` pipeline: held where it trains
         self.device = torch.device(device or "cpu")
         self.images = torch.from_numpy(np.ascontiguousarray(images)).to(self.device)  # NHWC uint8
         self.labels = torch.from_numpy(labels).to(self.device)
@@ -35,6 +36,10 @@ class PlanImages(torch.utils.data.Dataset):
         self.std255 = torch.from_numpy(std255).to(self.device)
         self.padding, self.augment = padding, augment
         self.height, self.width = images.shape[1], images.shape[2]
+
+    def resident_bytes(self) -> int:
+        """Bytes of the training images held on the training device (0 when on the host)."""
+        return self.images.numel() * self.images.element_size() if self.resident else 0
 
     def load_batch(self, indices, dy, dx, flips):
         """Images NCHW float32 and labels int64 of the plan keys (1-D tensors, one per image)."""
@@ -129,7 +134,7 @@ class _TestKeys(Sampler):
 def train_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> TrainBatches:
     """This process's training batches: a DataLoader over the plan, or for the `device`
     pipeline the images resident on this process's device."""
-    device = torch.device(choice.names[choice.rank]) if config.pipeline.kind == "device" else None
+    device = torch.device(choice.names[0]) if config.pipeline.kind == "device" else None
     source = PlanImages(dataset.train_x, dataset.train_y, dataset.mean, dataset.std,
                         config.crop_padding, config.augment, device)
     return TrainBatches(source, config, choice, len(dataset.train_y))

@@ -172,7 +172,10 @@ class Trainer:
         self.steps_per_epoch = self.train_batches.steps_per_epoch
         self.epoch_events = None
         self.profiling = False  # a profiler records: the step marks its phases
-        self.gpu_indices = (gpu_metrics.nvml_indices(_pci_bus_ids(choice), choice.names)
+        # NVML samples every GPU of the run on this machine (DDP's other local processes'
+        # too), as TensorFlow's process samples all of its replicas' GPUs.
+        local = tuple(f"cuda:{i}" for i in range(cluster.launch(FRAMEWORK).local_processes))
+        self.gpu_indices = (gpu_metrics.nvml_indices(_pci_bus_ids(local), local)
                             if choice.on_gpu else None)
 
     def batches(self, epoch: int):
@@ -328,6 +331,18 @@ class Trainer:
             "channels_last": self.memory_format == torch.channels_last,
             "pipeline": torch_data.pipeline_settings(self.config, self.choice),
             "default_init": "PyTorch default initialisers",
+            # What PyTorch itself does differently; no setting changes it.
+            "loss_scale_check": (
+                ("GradScaler with the fused SGD: the inf check and the skipped step stay on "
+                 "the device, no host wait per step" if "fused" in _optimizer_kind(self.optimizer)
+                 else "GradScaler: the inf check is read on the host before each step")
+                if self.scaler.is_enabled() else None),
+            "batchnorm_kernel": (
+                "torch batch_norm (cuDNN on a GPU, one fused kernel)" + (
+                    f", on {str(self.numerics['autocast_dtype']).replace('torch.', '')} "
+                    "activations under autocast with float32 statistics"
+                    if self.numerics["autocast_dtype"] is not None else "")
+                if specs.has_batchnorm(self.spec) else None),
         }
 
     def start_profile(self, directory: Path) -> None:
@@ -532,11 +547,11 @@ def _optimizer_kind(optimizer: torch.optim.Optimizer) -> str:
     return f"torch.optim.SGD (dampening 0, {kind} implementation)"
 
 
-def _pci_bus_ids(choice: DeviceChoice) -> list[str]:
-    """PCI bus ids of the chosen GPUs, so NVML samples the right boards even under
+def _pci_bus_ids(names: tuple[str, ...]) -> list[str]:
+    """PCI bus ids of these CUDA devices, so NVML samples the right boards even under
     CUDA_VISIBLE_DEVICES."""
     ids = []
-    for name in choice.names:
+    for name in names:
         p = torch.cuda.get_device_properties(torch.device(name))
         ids.append(f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
                    if hasattr(p, "pci_bus_id") else "")

@@ -1,0 +1,86 @@
+"""The GPU battery's plumbing on the CPU: its plan fits a rental, every stage runs in a tiny
+form, the summary is rewritten after each stage and the pack fits what a rental returns."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("gpu_battery", REPO / "benchmarks" / "gpu_battery.py")
+battery = importlib.util.module_from_spec(spec)
+sys.modules["gpu_battery"] = battery  # its dataclasses look their module up there
+spec.loader.exec_module(battery)
+
+
+def _plan(*args: str) -> dict:
+    import contextlib
+    import io
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert battery.main(["--plan", *args]) == 0
+    return json.loads(printed.getvalue())
+
+
+def test_the_plan_fits_a_rental_with_pytorch_first_and_says_how_each_estimate_was_made():
+    plan = _plan()
+    rows = plan["stages"]
+    assert {r["stage"] for r in rows} == {s.name for s in battery.STAGES}
+    assert all(0 < r["limit_s"] < 570 and r["estimate_s"] > 0 and r["estimated_how"]
+               and r["commands"] for r in rows)
+    core = [r for r in rows if r["core"]]
+    assert [r["framework"] for r in core] == ["torch"] * 5 + ["tf"] * 5  # PyTorch's first
+    assert rows[:len(core)] == core  # then the sweeps
+    assert plan["core_estimate_s"] <= 25 * 60 and all(r["rental"] == 1 for r in core)
+    assert {r["rental"] for r in rows} <= {1, 2}
+    assert "GFLOP/image" in core[1]["estimated_how"]  # from FLOPs and the CPU's fixed cost
+    torch_only = _plan("--framework", "torch", "--stage", "resnet9-mixed")["stages"]
+    assert [(r["stage"], r["framework"]) for r in torch_only] == [("resnet9-mixed", "torch")]
+    assert "--target-accuracy 0.94" in torch_only[0]["commands"][0]
+    assert "--framework torch" in torch_only[0]["commands"][0]
+
+
+def test_a_stage_cut_by_its_limit_keeps_what_it_wrote(tmp_path):
+    said = battery.run_command([sys.executable, "-c", "import time; print('half done', "
+                                "flush=True); time.sleep(30)"], tmp_path / "log", 2)
+    assert said["timed_out"] and said["seconds"] < 15
+    assert "half done" in (tmp_path / "log").read_text()
+    # stdout apart from stderr: a stray stderr line does not spoil doctor's JSON
+    battery.run_command([sys.executable, "-c", "import sys; print('note: x', file=sys.stderr);"
+                         " print('{\"verdict\": \"ok\"}')"], tmp_path / "log2", 30,
+                        stdout=tmp_path / "out.json")
+    assert json.loads((tmp_path / "out.json").read_text()) == {"verdict": "ok"}
+
+
+@pytest.mark.slow
+def test_the_whole_plan_runs_tiny_on_the_cpu_and_packs_at_most_eight_files(tmp_path,
+                                                                          monkeypatch):
+    out, packed = tmp_path / "out", tmp_path / "pack"
+    seen = []
+    original = battery.pack
+
+    def pack(source, target):
+        seen.append(len(json.loads((source / "battery.json").read_text())["stages"]))
+        return original(source, target)
+    monkeypatch.setattr(battery, "pack", pack)
+    assert battery.main(["--device", "cpu", "--tiny", "--out", str(out), "--pack",
+                         str(packed)]) == 0
+    summary = json.loads((out / "battery.json").read_text())
+    planned = _plan()["stages"]
+    assert [(s["stage"], s["framework"]) for s in summary["stages"]] == [
+        (r["stage"], r["framework"]) for r in planned]
+    assert all(s["status"] == "ok" for s in summary["stages"]), summary["stages"]
+    assert seen == list(range(1, len(planned) + 1))  # rewritten and packed after every stage
+    files = list(packed.iterdir())
+    assert len(files) <= 8 and all(f.is_file() and f.stat().st_size < 16 * 2**20 for f in files)
+    combined = json.loads((packed / "combined.json").read_text())
+    assert len(combined["groups"]) == 4  # lenet and resnet9, fp32 and mixed
+    for group in combined["groups"]:
+        assert {fw: e["completed"] for fw, e in group["frameworks"].items()} == {"tf": 1,
+                                                                                "torch": 1}
+        assert group["parity"]["passed"]
+    assert "doctor" in (packed / "battery.md").read_text()

@@ -1,0 +1,46 @@
+"""Every GPU claim of the README has a GPU test that proves it, and each such test quotes its
+claim: the README's "On a GPU" table against tests/test_gpu.py, on any machine."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def claims() -> dict[str, list[str]]:
+    """The README table's claims, each with the tests it names."""
+    text = (REPO / "README.md").read_text()
+    table = text[text.index("| On a GPU | proved by"):].split("\n\n", 1)[0].splitlines()[2:]
+    found = {}
+    for row in table:
+        claim, tests = (cell.strip() for cell in row.strip("|").split("|"))
+        found[claim] = re.findall(r"`(test_\w+)`", tests)
+    return found
+
+
+def gpu_tests() -> dict[str, str]:
+    """test name -> docstring of every test function in tests/test_gpu.py."""
+    tree = ast.parse((REPO / "tests" / "test_gpu.py").read_text())
+    return {node.name: " ".join((ast.get_docstring(node) or "").split())
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+
+
+def test_every_gpu_claim_has_a_test_that_quotes_it():
+    found, tests = claims(), gpu_tests()
+    assert len(found) >= 10
+    for claim, names in found.items():
+        assert names, f"no test named for: {claim}"
+        for name in names:
+            assert name in tests, f"{name} (for: {claim}) is not in tests/test_gpu.py"
+            assert tests[name].startswith(f"README: {claim}"), (name, tests[name][:120])
+
+
+def test_every_gpu_test_proves_a_claim_and_is_named_for_its_framework():
+    named = {name for names in claims().values() for name in names}
+    for name in gpu_tests():
+        assert name in named, f"{name} proves no claim of the README's table"
+        assert name.startswith(("test_torch_", "test_tf_", "test_both_")), name
