@@ -309,11 +309,12 @@ STAGES: list[Stage] = [
 
 def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list[dict]:
     """Every (stage, framework) to run, in order: PyTorch's core stages, TensorFlow's, then
-    the rest; each with its command, limit, estimate and the rental it fits in."""
+    the rest (PyTorch's, then TensorFlow's); each with its command, limit, estimate and the
+    rental it fits in."""
     rows = []
     order = ([(s, fw) for fw in FRAMEWORKS for s in stages if s.core and fw in s.frameworks]
-             + [(s, fw) for s in stages if not s.core for fw in FRAMEWORKS
-                if fw in s.frameworks])
+             + [(s, fw) for fw in FRAMEWORKS for s in stages if not s.core
+                and fw in s.frameworks])
     used, rental = 0.0, 1
     for stage, framework in order:
         if framework not in frameworks:
@@ -330,6 +331,31 @@ def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list
                      "commands": [" ".join(_shown(a) for a in argv)
                                   for argv in stage.commands(framework, ctx)]})
     return rows
+
+
+CALL_S = 540  # estimated seconds packed into one device command (10 minutes at most)
+
+
+def device_calls(rows: list[dict]) -> list[dict]:
+    """The plan's rows packed, in order, into device commands of at most CALL_S estimated
+    seconds, each a `--stage ... --framework ...` invocation (a new command where the
+    framework or the rental changes)."""
+    calls: list[dict] = []
+    for row in rows:
+        last = calls[-1] if calls else None
+        if (last is None or last["framework"] != row["framework"]
+                or last["rental"] != row["rental"]
+                or last["estimate_s"] + row["estimate_s"] > CALL_S):
+            last = {"framework": row["framework"], "rental": row["rental"], "stages": [],
+                    "estimate_s": 0}
+            calls.append(last)
+        last["stages"].append(row["stage"])
+        last["estimate_s"] += row["estimate_s"]
+    for call in calls:
+        call["command"] = ("python benchmarks/gpu_battery.py --framework " + call["framework"]
+                           + "".join(f" --stage {s}" for s in call["stages"])
+                           + f" --time-left {STAGE_LIMIT_S} --out /tmp/battery --pack \"$OUT\"")
+    return calls
 
 
 def _shown(arg: str) -> str:
@@ -616,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     stages = [s for s in STAGES if not args.stage or s.name in args.stage]
     rows = plan(stages, frameworks, ctx)
     if args.plan:
-        print(json.dumps({"stages": rows, "assumptions": {
+        print(json.dumps({"stages": rows, "calls": device_calls(rows), "assumptions": {
             "utilisation": ASSUMED_UTILISATION,
             "host_step_ms": {f"{fw}/{m}": v for (fw, m), v in ASSUMED_HOST_STEP_MS.items()},
             "cuda_start_s": CUDA_START_S, "calibration": ctx.calibration},

@@ -37,6 +37,10 @@ def test_the_plan_fits_a_rental_with_pytorch_first_and_says_how_each_estimate_wa
     assert rows[:len(core)] == core  # then the sweeps
     assert plan["core_estimate_s"] <= 25 * 60 and all(r["rental"] == 1 for r in core)
     assert {r["rental"] for r in rows} <= {1, 2}
+    calls = plan["calls"]  # device commands of at most 9 minutes, one framework each
+    assert all(c["estimate_s"] <= 540 and f"--framework {c['framework']}" in c["command"]
+               for c in calls)
+    assert sum(len(c["stages"]) for c in calls) == len(rows)
     assert "GFLOP/image" in core[1]["estimated_how"]  # from FLOPs and the CPU's fixed cost
     torch_only = _plan("--framework", "torch", "--stage", "resnet9-mixed")["stages"]
     assert [(r["stage"], r["framework"]) for r in torch_only] == [("resnet9-mixed", "torch")]
