@@ -15,10 +15,11 @@ Stages: `doctor`; `gpu-tests` (pytest -m gpu); the core comparisons `lenet-fp32`
 `lenet-mixed` (the PyTorch tutorial's recipe: batch 4, lr 0.001, 2 epochs), `resnet9-mixed`
 and `resnet9-fp32` (the DAWNBench recipe, 24 epochs, --target-accuracy 0.94); then
 `cpu-vs-gpu` (sweep --vary device=cpu,gpu), `tool-overhead` (benchmarks/tool_overhead.py) and
-the open GPU questions as short sweeps: `cuda-graphs` (PyTorch), `tf-strategy` (TensorFlow)
-and `steps-per-call`. A comparison's frameworks may run in different commands: PyTorch's
-stage runs `compare --framework torch`, TensorFlow's then `compare --resume` in the same
-directory (the parity check, TensorFlow's seeds, the report of both). The battery passes
+the open GPU questions as short sweeps: `cuda-graphs` (PyTorch), `strategy` (each framework's
+distribution wrapper against none on one GPU) and `steps-per-call`. A comparison's
+frameworks may run in different commands: PyTorch's stage runs `compare --framework torch`,
+TensorFlow's then `compare --resume` in the same directory (the parity check, TensorFlow's
+seeds, the report of both). The battery passes
 --ignore-parity: a float32 parity failure on the GPU (tolerances were set on CPU; cuDNN
 picks other algorithms) is recorded and shown in the report, and the timings stay.
 
@@ -50,7 +51,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -289,9 +290,10 @@ STAGES: list[Stage] = [
                          ["--model", "resnet9", "--precision", "mixed"],
                          tiny_varies=["cuda-graphs=off"]),  # a CPU refuses CUDA graphs
           sweep_estimate(2, Recipe("resnet9", "mixed", 512, 3, 1), 3)),
-    Stage("tf-strategy", False, ("tf",), "sweep --vary strategy: MirroredStrategy against no "
-          "wrapper on one GPU (LeNet, batch 32, 3 epochs)",
-          sweep_commands("tf-strategy", ["strategy=mirrored,default"],
+    Stage("strategy", False, FRAMEWORKS, "sweep --vary strategy=none,mirrored: each "
+          "framework's wrapper (MirroredStrategy, DDP) against none on one GPU (LeNet, batch "
+          "32, 3 epochs)",
+          sweep_commands("strategy", ["strategy=none,mirrored"],
                          ["--model", "lenet", "--batch-size", "32", "--precision", "mixed"]),
           sweep_estimate(2, Recipe("lenet", "mixed", 32, 3, 1), 3)),
     Stage("steps-per-call", False, FRAMEWORKS, "sweep --vary steps-per-call=1,8,32 (LeNet, "

@@ -67,15 +67,16 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--steps-per-call", type=int,
                         help="the tool's --steps-per-call [default: the tool's own]")
     parser.add_argument("--pipeline", help="the tool's --pipeline [default: the tool's own]")
-    parser.add_argument("--strategy", help="the tool's --strategy (TensorFlow: mirrored or "
-                        "default) [default: the tool's own]")
+    parser.add_argument("--strategy", help="the tool's --strategy (auto, none or mirrored) "
+                        "[default: the tool's own]")
     parser.add_argument("--keras-steps-per-execution", type=int, default=32,
                         help="model.compile(steps_per_execution=) of the Keras loop "
                              "[default: 32]")
     parser.add_argument("--keras-strategy", choices=("default", "mirrored"), default="default",
-                        help="the Keras loop's distribution: default (none: the fastest) or "
-                             "mirrored (MirroredStrategy on its one device, as the tool's "
-                             "default: the tool's own cost at equal strategy) [default: default]")
+                        help="the Keras loop's distribution: default (none: the fastest, as "
+                             "the tool's --strategy auto on one device) or mirrored "
+                             "(MirroredStrategy on its one device, as the tool's --strategy "
+                             "mirrored: the tool's own cost at equal strategy) [default: default]")
     parser.add_argument("--out", default="runs/overhead", help="[default: runs/overhead]")
     parser.add_argument("--bare-child", help=argparse.SUPPRESS)  # a bare loop's own process
     return parser.parse_args()

@@ -15,7 +15,7 @@ import click
 
 from compare import cluster, datasets, errors, shutdown, specs, validate
 from compare.config import (DEVICE_CHOICES, FRAMEWORKS, PIPELINES, PRECISIONS, SCHEDULES,
-                            STRATEGIES, ComparisonConfig, PipelineConfig, RunConfig,
+                            ComparisonConfig, PipelineConfig, RunConfig,
                             recipe_config, shown_default)
 from compare.errors import UserError
 
@@ -69,8 +69,10 @@ def run_options(f):
                 type=float),
         _option("--augment/--no-augment", "augment", "Random crop (4-pixel zero padding) and "
                 "horizontal flip, from the shared data plan."),
-        _option("--precision", "precision", "mixed: float16 + loss scaling on GPU, bfloat16 on "
-                "CPU; fp32: float32.", type=click.Choice(PRECISIONS)),
+        _option("--precision", "precision", "auto: mixed on a GPU with tensor cores and on a "
+                "CPU that computes bfloat16 natively (AMX, AVX512-BF16), float32 elsewhere; "
+                "mixed: float16 + loss scaling on a GPU, bfloat16 on a CPU; fp32: float32. "
+                "The choice and its reason are recorded.", type=click.Choice(PRECISIONS)),
         _option("--device", "device", "auto: the GPU if there is one (and say which); gpu: fail "
                 "if there is none.", type=click.Choice(DEVICE_CHOICES)),
         _option("--devices", "devices", "Replicas: GPUs, or on CPU logical devices (tf) / gloo "
@@ -86,9 +88,10 @@ def run_options(f):
         _option("--steps-per-call", "steps_per_call", "Training steps per call of the step "
                 "function: TF runs them in one tf.function that reads the iterator inside the "
                 "graph (as Keras' steps_per_execution); PyTorch in one trainer call.", type=int),
-        _option("--strategy", "strategy", "TensorFlow's distribution strategy: mirrored "
-                "(MirroredStrategy, also on one device) or default (no strategy, one device "
-                "only); PyTorch ignores it.", type=click.Choice(STRATEGIES)),
+        _option("--strategy", "strategy", "Both frameworks' distribution wrapper: auto (none "
+                "for one replica; MirroredStrategy and DDP for several), none (one replica), "
+                "mirrored (the wrapper also on one replica), or tf=CHOICE,torch=CHOICE to set "
+                "them apart (the report names it as a caveat).", metavar="auto|none|mirrored"),
         _option("--timing-window-s", "timing_window_s", "Target length of a synchronised "
                 "timing window, seconds (windows end on call boundaries).", type=float),
         _option("--pipeline", None, "Input pipeline preset: tuned (parallel map, prefetch, "
@@ -193,7 +196,7 @@ def run(framework: str | None, resume_dir: str | None, **options):
       cnncompare run --framework tf --dataset synthetic --epochs 1
       cnncompare run --framework torch --model resnet9 --dataset folder --data-dir ~/cifar10-jpeg
       cnncompare run --framework torch --device cpu --devices 2 --precision fp32 --quiet
-      cnncompare run --framework tf --device gpu --steps-per-call 16 --strategy default
+      cnncompare run --framework tf --device gpu --steps-per-call 16 --strategy mirrored
       cnncompare run --resume runs/run-torch
     """
     from compare import checkpoint, lock, orchestrate, runner
@@ -300,7 +303,8 @@ def compare(seeds: int, parity_steps: int, ignore_parity: bool, resume_dir: str 
               help="A setting and its values; repeat for a cartesian product. Names: precision, "
                    "batch-size, pipeline (naive/tuned/device), compile (on/off), devices, device "
                    "(cpu/gpu), model, lr, epochs, workers, tf32, steps-per-call, strategy "
-                   "(mirrored/default). The first values form the baseline.")
+                   "(auto/none/mirrored), cuda-graphs (on/off). The first values form the "
+                   "baseline.")
 @click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
               help="Frameworks to run (repeatable). [default: both]")
 @click.option("--allow-mixed-devices", is_flag=True, default=None,
@@ -315,7 +319,7 @@ def sweep(varies: tuple[str, ...], frameworks: tuple[str, ...], **options):
       cnncompare sweep --dataset synthetic --vary precision=fp32,mixed --vary pipeline=naive,tuned
       cnncompare sweep --model resnet9 --vary batch-size=128,512 --vary compile=off,on
       cnncompare sweep --dataset synthetic --vary device=cpu,gpu --target-accuracy 0.8
-      cnncompare sweep --framework tf --vary steps-per-call=1,8 --vary strategy=mirrored,default
+      cnncompare sweep --framework tf --vary steps-per-call=1,8 --vary strategy=none,mirrored
     """
     from compare import lock, orchestrate
     from compare import sweep as sweep_module

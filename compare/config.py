@@ -16,11 +16,11 @@ from typing import Any
 
 FRAMEWORKS = ("tf", "torch")
 FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
-PRECISIONS = ("fp32", "mixed")
+PRECISIONS = ("auto", "mixed", "fp32")  # compare.precision resolves auto per device
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")
-STRATEGIES = ("mirrored", "default")  # TensorFlow's tf.distribute strategy (--strategy)
+STRATEGIES = ("auto", "none", "mirrored")  # both frameworks' wrapper (compare.strategy)
 # Training steps per call of a framework's step function when --steps-per-call is not given
 # (see steps_per_call below). Measured on 2 CPU cores (lenet, fp32, 10,000 synthetic images,
 # TensorFlow, MirroredStrategy, the second epoch's training time, medians of 3 alternated
@@ -29,7 +29,8 @@ STRATEGIES = ("mirrored", "default")  # TensorFlow's tf.distribute strategy (--s
 # a GPU, where a lenet step is tens of microseconds of compute, that host work per call
 # matters more still. A call of 32 resnet9 steps at batch 512 stays within a timing window
 # of about 0.5 s on a GPU (a window holds whole calls). PyTorch's K steps per call run as
-# K eager steps (no CUDA graphs yet), so K changes only how often the loop calls it.
+# K steps launched from Python (--cuda-graphs replays their forward and backward as graphs),
+# so K changes only how often the loop calls it.
 DEFAULT_STEPS_PER_CALL = {"cpu": 32, "gpu": 32}
 
 
@@ -105,7 +106,9 @@ class RunConfig:
     bn_epsilon: float = 1e-5
     augment: bool = True  # random crop with padding + horizontal flip, from the data plan
     crop_padding: int = 4  # pixels of zero padding before the random crop
-    precision: str = "mixed"  # fp32 | mixed (float16 on GPU, bfloat16 on CPU)
+    # auto | mixed | fp32 (compare.precision): auto is mixed (float16 + loss scaling) on GPUs
+    # with tensor cores, mixed (bfloat16) on CPUs that compute it natively, float32 elsewhere
+    precision: str = "auto"
     tf32: bool = False  # TensorFloat-32 matmuls/convs; off in both for equal numerics
     # Dynamic loss scaling under float16 (GPU), the same policy in both: start here, double
     # after this many steps without overflow, halve on overflow (PyTorch GradScaler defaults).
@@ -137,10 +140,10 @@ class RunConfig:
     # steps_per_execution does); PyTorch runs them in one trainer call. None: the device's
     # default (steps_per_call below, DEFAULT_STEPS_PER_CALL).
     steps_per_call: int | None = None
-    # TensorFlow's strategy: mirrored (MirroredStrategy, the mission's, also on one device)
-    # or default (tf.distribute.get_strategy(): no strategy, one device only). PyTorch
-    # ignores it (a single process, or DDP over several).
-    strategy: str = "mirrored"
+    # Both frameworks' distribution wrapper (compare.strategy): auto (none for one replica,
+    # MirroredStrategy and DDP for several), none, mirrored (the wrapper also on one
+    # replica), or tf=CHOICE,torch=CHOICE to set them apart (a fairness caveat).
+    strategy: str = "auto"
     # Synchronised timing windows end on call boundaries and last about timing_window_s
     # seconds (the loop sizes them from the first epoch's calls); timing_window, when set,
     # fixes them at that many steps instead (rounded up to whole calls).

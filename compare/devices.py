@@ -31,8 +31,11 @@ def check_same_device(configs: list[RunConfig]) -> dict[str, str]:
     auto = [c for c in configs if c.device == "auto" and not c.allow_mixed_devices]
     if not auto:
         return {}
-    environments = {fw: runner.framework_environment(fw) for fw in sorted({c.framework
-                                                                          for c in auto})}
+    frameworks = sorted({c.framework for c in auto})
+    if not nvidia_gpus():  # no NVIDIA driver or GPU: every framework trains on the CPU
+        return {fw: "cpu" for fw in frameworks}
+    environments = dict(zip(frameworks, runner.concurrently(
+        [lambda fw=fw: runner.framework_environment(fw) for fw in frameworks])))
     seen = {fw: device_kind(env, "auto") for fw, env in environments.items()}
     kinds = {fw: kind for fw, (kind, _) in seen.items()}
     if len(set(kinds.values())) > 1:
@@ -43,6 +46,24 @@ def check_same_device(configs: list[RunConfig]) -> dict[str, str]:
                         f"the GPU in both, or pass --device cpu; --allow-mixed-devices runs "
                         f"anyway (the report says so)")
     return kinds
+
+
+def nvidia_gpus() -> int:
+    """The NVIDIA GPUs the driver shows (NVML); 0 without a driver or the library."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no library, no driver
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001
+        return 0
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def hardware(kind: str, model: str | None, replicas: int, nodes: int) -> dict:

@@ -15,7 +15,7 @@ from compare.config import RunConfig, steps_per_call, steps_per_call_source, upd
 from compare.interface import DeviceChoice
 
 # Keys the framework half must provide (tests check both trainers against this list).
-FRAMEWORK_KEYS = ("precision_policy", "tf32", "cudnn_autotune", "loss_scaling",
+FRAMEWORK_KEYS = ("precision", "precision_policy", "tf32", "cudnn_autotune", "loss_scaling",
                   "bn_momentum_as_set", "bn_running_variance", "optimizer_implementation",
                   "distribution", "strategy", "step_batching", "input_wait", "compile",
                   "channels_last", "pipeline", "default_init", "loss_scale_check",
@@ -32,6 +32,8 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
     launched = cluster.launch(config.framework)
     default_init = own.pop("default_init")
     return {
+        # The precision resolved on this device (compare.precision): requested, chosen, why.
+        "precision": own.pop("precision"),
         "precision_policy": own.pop("precision_policy"),
         "tf32": own.pop("tf32"),
         "cudnn_autotune": own.pop("cudnn_autotune"),
@@ -56,7 +58,7 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "launcher": launched.launcher or "cnncompare (one process group)",
         "nodes": launched.nodes,
         "distribution": own.pop("distribution"),
-        "strategy": own.pop("strategy"),  # TensorFlow's --strategy; "not applicable" in PyTorch
+        "strategy": own.pop("strategy"),  # the wrapper --strategy chose (compare.strategy)
         # Steps per call of the step function, resolved (compare.config.steps_per_call), and
         # how the framework batches them.
         "steps_per_call": steps_per_call(config, choice.on_gpu),

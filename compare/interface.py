@@ -40,6 +40,7 @@ class DeviceChoice:
     description: str  # what the user is told, e.g. "GPU: NVIDIA H100 80GB HBM3"
     rank: int = 0  # this process's index among the processes of the run
     processes: int = 1  # processes that train together (DDP ranks; 1 for MirroredStrategy)
+    capability: tuple[int, int] | None = None  # the GPU's CUDA compute capability; None on CPU
 
     @property
     def on_gpu(self) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compare import results, runner, specs
+from compare import precision, results, runner, specs
 from compare.config import (FRAMEWORKS, ComparisonConfig, PipelineConfig, RunConfig,
                             learning_rate)
 from compare.interface import ProbeTrainer
@@ -81,7 +81,8 @@ def timed_config(config: RunConfig) -> RunConfig:
 
 def differs_numerically(config: RunConfig) -> bool:
     """Whether the timed configuration computes differently from the float32 gate's."""
-    return config.precision != "fp32" or config.tf32 or config.compile or config.cuda_graphs
+    mixed = precision.expected(config.precision, config.device).precision != "fp32"
+    return mixed or config.tf32 or config.compile or config.cuda_graphs
 
 
 def compute_epsilon(manifest: dict) -> float | None:
@@ -228,11 +229,16 @@ def _probes(config: RunConfig, directory: Path, steps: int,
     """Each framework's probe of `config` (and a 1-ulp-perturbed one for `perturbed`)."""
     probes, errors = {}, {}
     jobs = [(fw, False) for fw in FRAMEWORKS] + [(fw, True) for fw in perturbed]
-    for framework, perturb in jobs:
-        name = f"{framework}-perturbed" if perturb else framework
+
+    def probe(framework: str, perturb: bool, name: str):
+        return runner.run_probe(config.replace(framework=framework, out=str(directory / name)),
+                                directory / f"{name}.npz", steps, perturb)
+    names = [f"{fw}-perturbed" if perturb else fw for fw, perturb in jobs]
+    # Untimed, and mostly process start-up: two at a time
+    done = runner.concurrently([lambda fw=fw, p=p, n=n: probe(fw, p, n)
+                                for (fw, p), n in zip(jobs, names)])
+    for name, (code, error) in zip(names, done):
         path = directory / f"{name}.npz"
-        code, error = runner.run_probe(
-            config.replace(framework=framework, out=str(directory / name)), path, steps, perturb)
         if code != 0 or not path.exists():
             errors[name] = error or f"exit code {code}"
             continue

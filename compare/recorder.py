@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compare import results, specs
+from compare import precision, results, specs
 from compare.config import RunConfig
 from compare.interface import Trainer
 from compare.run_summary import summarise_run
@@ -126,6 +126,7 @@ class Recorder:
             self.config, self.epochs, self.windows, status=status, replicas=trainer.replicas,
             train_flops_per_image=self.train_flops_per_image, device_name=trainer.choice.name,
             on_gpu=trainer.choice.on_gpu, peak_memory_note=trainer.peak_memory()[1],
+            precision=resolved_precision(self.config, trainer),
             host_peak_rss_bytes=host_peak_rss(), steps_per_call=trainer.steps_per_call)
 
     def finish(self, status: str) -> None:
@@ -143,6 +144,15 @@ class Recorder:
         _write_csv(self.out / "steps.csv", STEP_COLUMNS, self.steps)
         _write_csv(self.out / "windows.csv", WINDOW_COLUMNS,
                    [[w[c] for c in WINDOW_COLUMNS] for w in self.windows])
+
+
+def resolved_precision(config: RunConfig, trainer: Trainer) -> str:
+    """The precision the trainer computes in ("mixed" or "fp32"; compare.precision)."""
+    numerics = getattr(trainer, "numerics", None) or {}
+    if "resolved" in numerics:
+        return numerics["resolved"].precision
+    return precision.resolve(config.precision, trainer.choice.on_gpu,
+                             trainer.choice.capability).precision
 
 
 def _tail(rows: list, belongs) -> list:

@@ -275,18 +275,70 @@ def _setup_sentence(summary: dict) -> str:
     config = summary.get("config") or {}
     model = (summary.get("model") or {}).get("name") or config.get("model") or "?"
     source = (summary.get("data") or {}).get("source") or config.get("dataset") or "?"
-    policies = {fw: (f or {}).get("precision_policy")
-                for fw, f in (summary.get("fairness") or {}).items()}
-    policy = ", ".join(f"{FRAMEWORK_NAMES[fw]} {p}" for fw, p in policies.items() if p)
     seeds = len(summary.get("seeds") or [])
     spread = [f"{FRAMEWORK_NAMES[fw]} {f['replicas']} replicas in {f['processes']} processes "
               f"on {f['nodes']} machine(s) ({f['launcher']})"
               for fw, f in (summary.get("fairness") or {}).items()
               if (f or {}).get("processes", 1) > 1 or (f or {}).get("nodes", 1) > 1]
-    return (f"Measured on {machine['device']} ({machine['host']}), precision "
-            f"{config.get('precision', '?')}" + (f" ({policy})" if policy else "")
+    return (f"Measured on {machine['device']} ({machine['host']}), {_precision_phrase(summary)}"
+            + (f", {_wrapper_phrase(summary)}" if _wrapper_phrase(summary) else "")
             + f", {model} on {source} data, {seeds} seed{'s' if seeds != 1 else ''}"
             + (f"; {', '.join(spread)}" if spread else "") + ".")
+
+
+def _precision_phrase(summary: dict) -> str:
+    """'float32 in both frameworks (auto: ...)', or each framework's where they differ;
+    results written before the precision was resolved give the requested one."""
+    fairness = {fw: f for fw, f in (summary.get("fairness") or {}).items() if f}
+    resolved = {fw: f.get("precision") for fw, f in fairness.items()
+                if isinstance(f.get("precision"), dict)}
+    policies = ", ".join(f"{FRAMEWORK_NAMES[fw]} {f['precision_policy']}"
+                         for fw, f in fairness.items() if f.get("precision_policy"))
+    if not resolved:
+        config = summary.get("config") or {}
+        return f"precision {config.get('precision', '?')}" + (f" ({policies})" if policies
+                                                              else "")
+    chosen = {(r["compute_type"], r["reason"]) for r in resolved.values()}
+    if len(chosen) == 1 and len(resolved) == len(FRAMEWORK_NAMES):
+        (compute, reason), = chosen
+        return f"{compute} in both frameworks ({reason}; {policies})"
+    return "; ".join(f"{FRAMEWORK_NAMES[fw]} in {r['compute_type']} ({r['reason']})"
+                     for fw, r in resolved.items())
+
+
+def _wrappers(summary: dict) -> dict[str, str | None]:
+    """Each framework's distribution wrapper (None: none), where its manifest says."""
+    found = {}
+    for fw, f in (summary.get("fairness") or {}).items():
+        described = (f or {}).get("strategy")
+        if isinstance(described, dict):
+            found[fw] = described.get("wrapper")
+    return found
+
+
+def _wrapper_phrase(summary: dict) -> str:
+    wrappers = _wrappers(summary)
+    if len(wrappers) < 2:
+        return ""
+    if not any(wrappers.values()):
+        return "no distribution wrapper in either framework"
+    return ", ".join(f"{FRAMEWORK_NAMES[fw]} " + (f"under {w}" if w else "without a wrapper")
+                     for fw, w in wrappers.items())
+
+
+def precision_label(run_or_summary: dict) -> str | None:
+    """The precision a result or comparison computed in, for grouping and labels: the
+    resolved compute type where recorded ('float32', 'bfloat16', 'float16'), else the
+    requested --precision of an older result."""
+    fairness = run_or_summary.get("fairness") or {}
+    if "tf" in fairness or "torch" in fairness:  # a summary: one per framework
+        types = {(f or {}).get("precision", {}).get("compute_type")
+                 for f in fairness.values() if isinstance((f or {}).get("precision"), dict)}
+        if types:
+            return "/".join(sorted(t for t in types if t))
+    elif isinstance(fairness.get("precision"), dict):
+        return fairness["precision"].get("compute_type")
+    return (run_or_summary.get("config") or {}).get("precision")
 
 
 def fairness_caveats(summary: dict) -> list[str]:
@@ -313,6 +365,11 @@ def fairness_caveats(summary: dict) -> list[str]:
     if all(pipelines.values()) and pipelines["tf"] != pipelines["torch"]:
         caveats.append("different input pipelines (" + ", ".join(
             f"{FRAMEWORK_NAMES[fw]} {'/'.join(p)}" for fw, p in pipelines.items()) + ")")
+    wrappers = _wrappers(summary)
+    if len(wrappers) == 2 and len({bool(w) for w in wrappers.values()}) == 2:
+        caveats.append("one framework trained under its distribution wrapper and the other "
+                       "without (" + _wrapper_phrase(summary) + "): the wrapper's cost falls "
+                       "on one side only")
     failed = [r for r in summary.get("runs") or [] if r.get("status") != "completed"]
     if failed:
         caveats.append(f"{len(failed)} run{'s' if len(failed) != 1 else ''} did not complete ("
@@ -791,8 +848,7 @@ class Group:
     @property
     def label(self) -> str:
         machine = self.summary.get("machine") or machine_of(self.summary.get("environment") or {})
-        config = self.summary.get("config") or {}
-        return f"{machine['device']}, {config.get('precision', '?')} ({machine['host']})"
+        return f"{machine['device']}, {precision_label(self.summary) or '?'} ({machine['host']})"
 
 
 def _group_context(group: Group, index: int) -> dict[str, Any]:
@@ -817,7 +873,7 @@ def overview_rows(groups: list[Group]) -> list[dict[str, str]]:
         f = s["frameworks"]
         machine = s.get("machine") or machine_of(s.get("environment") or {})
         rows.append({"device": machine["device"], "host": machine["host"],
-                     "precision": (s.get("config") or {}).get("precision", "?"),
+                     "precision": precision_label(s) or "?",
                      "model": f"{(s.get('model') or {}).get('name', '?')} on "
                               f"{(s.get('data') or {}).get('source', '?')}",
                      "seeds": str(len(s.get("seeds") or [])),
@@ -941,8 +997,7 @@ def read_summaries(path: Path) -> list[dict]:
 
 def _run_group_key(runs: list[dict]) -> tuple:
     first = runs[0]
-    config = first.get("config") or {}
-    return (config.get("precision"), (first.get("model") or {}).get("name"),
+    return (precision_label(first), (first.get("model") or {}).get("name"),
             (first.get("data") or {}).get("source"))
 
 

@@ -18,8 +18,10 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
                   *, status: str, replicas: int, train_flops_per_image: int,
                   device_name: str | None, on_gpu: bool, peak_memory_note: str | None,
                   host_peak_rss_bytes: int | None,
-                  steps_per_call: int | None = None) -> dict[str, Any]:
-    """The summary block of result.json for these epochs and windows."""
+                  steps_per_call: int | None = None,
+                  precision: str | None = None) -> dict[str, Any]:
+    """The summary block of result.json for these epochs and windows; `precision` is the one
+    the run resolved (compare.precision), config.precision where not given."""
     summary: dict[str, Any] = {
         "status": status, "replicas": replicas, "train_flops_per_image": train_flops_per_image,
         "steps_per_call": steps_per_call,
@@ -59,7 +61,7 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
     summary["warmup_peak_device_memory_bytes"] = epochs[0].get("peak_device_memory_bytes")
     flops = train_flops_per_image * summary["images_per_s"] if summary["images_per_s"] else None
     summary["achieved_flops_per_s"] = flops
-    mode = gpu_metrics.math_mode(on_gpu, config.precision, config.tf32)
+    mode = gpu_metrics.math_mode(on_gpu, precision or config.precision, config.tf32)
     summary.update(gpu_metrics.mfu(flops, device_name, mode, replicas))
     summary.update(energy(epochs))
     if config.target_accuracy is not None:

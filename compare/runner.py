@@ -9,7 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from compare import results, shutdown
 from compare.config import FRAMEWORK_NAMES, RunConfig
@@ -208,6 +208,23 @@ def run_probe(config: RunConfig, path: Path, steps: int,
     extra = ("--parity", str(path), "--parity-steps", str(steps)) + (("--perturb",) * perturb)
     outcome = run_framework(config, on_line=lambda line: None, extra=extra)
     return outcome.code, outcome.error
+
+
+def concurrently(jobs: list[Callable[[], Any]], at_once: int = 2) -> list[Any]:
+    """Each job's result, in order, at most `at_once` running together (each a subprocess's
+    wait: untimed work such as the parity probes and the environment queries, whose start-up
+    dominates). Ctrl-C reaches the children (same process group); their results still come
+    back as they end."""
+    from concurrent.futures import ThreadPoolExecutor, wait
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        while True:
+            try:
+                wait(futures)
+                break
+            except KeyboardInterrupt:  # the children stop and write; wait for them
+                continue
+    return [f.result() for f in futures]
 
 
 def framework_environment(framework: str) -> dict:

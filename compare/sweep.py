@@ -70,7 +70,6 @@ VARIABLES: dict[str, Variable] = {
         pipeline=dataclasses.replace(c.pipeline, workers=v))),
     "tf32": Variable(_bool, lambda c, v: c.replace(tf32=v)),
     "steps-per-call": Variable(_positive_int, lambda c, v: c.replace(steps_per_call=v)),
-    # TensorFlow's alone: PyTorch ignores it, so its rows repeat its baseline (run-to-run noise)
     "strategy": Variable(_choice(STRATEGIES), lambda c, v: c.replace(strategy=v)),
 }
 

@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from compare import cluster, specs
-from compare.config import (DEVICE_CHOICES, PIPELINES, PRECISIONS, SCHEDULES, STRATEGIES,
-                            RunConfig)
+from compare import cluster, specs, strategy
+from compare.config import (DEVICE_CHOICES, FRAMEWORKS, PIPELINES, PRECISIONS, SCHEDULES,
+                            STRATEGIES, RunConfig)
 from compare.errors import UserError
 
 
@@ -26,6 +26,14 @@ def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
+def _strategy(v: Any) -> bool:
+    try:
+        strategy.parse(v)
+    except (ValueError, AttributeError):
+        return False
+    return True
+
+
 # (config field, CLI option, test, what a valid value is)
 RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
     ("model", "--model", lambda v: v in specs.MODELS, f"one of {', '.join(specs.MODELS)}"),
@@ -35,7 +43,8 @@ RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
     ("epochs", "--epochs", _count, "an integer >= 1"),
     ("batch_size", "--batch-size", _count, "an integer >= 1"),
     ("devices", "--devices", _count, "an integer >= 1"),
-    ("strategy", "--strategy", lambda v: v in STRATEGIES, f"one of {', '.join(STRATEGIES)}"),
+    ("strategy", "--strategy", _strategy, f"one of {', '.join(STRATEGIES)}, or "
+     "tf=CHOICE,torch=CHOICE"),
     ("steps_per_call", "--steps-per-call", lambda v: v is None or _count(v), "an integer >= 1"),
     ("timing_window_s", "--timing-window-s", lambda v: _finite(v) and v > 0,
      "a number of seconds > 0"),
@@ -70,12 +79,15 @@ def check_config(config: RunConfig) -> RunConfig:
                         f"{', '.join(PIPELINES)}")
     if config.pipeline.workers is not None and config.pipeline.workers < 0:
         raise UserError(f"Invalid value for '--workers': {config.pipeline.workers} is not >= 0")
-    if config.strategy == "default" and config.devices != 1:
-        raise UserError(f"--strategy default trains on one device, not --devices "
-                        f"{config.devices}: use --strategy mirrored for several")
-    if config.strategy == "default" and cluster.launch("tf").multi_process:
-        raise UserError("--strategy default trains in one process: under a TF_CONFIG of "
-                        "several workers TensorFlow uses MultiWorkerMirroredStrategy")
+    for framework in FRAMEWORKS:
+        if strategy.parse(config.strategy)[framework] != "none":
+            continue
+        launched = cluster.launch(framework)
+        if config.devices != 1 or launched.multi_process:
+            over = (f"--devices {config.devices}" if not launched.multi_process
+                    else f"{launched.processes} processes ({launched.launcher})")
+            raise UserError(f"--strategy none trains one replica without a wrapper, not "
+                            f"{over}: use --strategy auto or mirrored")
     check_split(config)
     check_out(config.out)
     return config

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
+from typing import NoReturn
 
 from compare import datasets, errors, shutdown
 from compare.config import ComparisonConfig, RunConfig
@@ -67,3 +69,23 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
         return impl.train(config, dataset, resume=args.resume)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line unless --debug
         return errors.report(exc, debug, where=impl.__name__)
+
+
+def leave(code: int) -> NoReturn:
+    """End a framework process whose work is written: flush, then exit at once. The
+    frameworks' own exit-time teardown can abort or hold a finished process (Kineto's
+    profiler threads ended one with "terminate called without an active exception" after its
+    result was complete, so the run counted as failed; a tf.data iterator's worker waiting for
+    the GIL of a finalising interpreter held one for minutes). Every file the run writes is
+    written atomically and closed before this."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say
+            pass
+    os._exit(code)
+
+
+def run(impl: ModuleType) -> NoReturn:
+    """`python -m <package>.train`: `main`, then `leave`."""
+    leave(main(impl))

@@ -186,11 +186,19 @@ def _machine_has_gpu() -> bool:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Free the trainers the tests made in this process now, while the interpreter is whole.
-    Left to its shutdown, a tf.data iterator's destructor waited minutes for its worker
-    threads (gdb: the main thread in RootDataset::Iterator::~Iterator; CI's pytest printed
-    its summary, then took 3 minutes and more to exit)."""
+    """Close the trainers the tests left open in this process now, while the interpreter is
+    whole. Left to its shutdown, a tf.data iterator's destructor waits for its worker threads,
+    one of which may be inside the pipeline's numpy_function and cannot take the GIL of a
+    finalising interpreter (py-spy: the main thread in RootDataset::Iterator::~Iterator):
+    pytest printed its summary, then took over 3 minutes to exit."""
     import gc
+    for obj in gc.get_objects():
+        name, module = type(obj).__name__, type(obj).__module__ or ""
+        if name == "Trainer" and module.endswith("_impl.train"):
+            obj.close()
+        elif name in ("TrainBatches", "_EpochBatches") and module == "tf_impl.data":
+            obj.__dict__.pop("_iterator", None)
+            obj.__dict__.pop("iterator", None)
     gc.collect()
 
 

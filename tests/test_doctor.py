@@ -25,6 +25,7 @@ def _sees(monkeypatch, tf_env: dict, torch_env: dict) -> list[str]:
         return {"framework": framework, **(tf_env if framework == "tf" else torch_env)}
 
     monkeypatch.setattr(runner, "framework_environment", environment)
+    monkeypatch.setattr(devices, "nvidia_gpus", lambda: 1)  # a GPU machine
     return asked
 
 
@@ -48,6 +49,14 @@ def test_the_guard_passes_same_kinds_and_explicit_requests_without_asking(monkey
     assert devices.check_same_device([c.replace(device="cpu") for c in both]) == {}
     allowed = [c.replace(allow_mixed_devices=True) for c in both]
     assert devices.check_same_device(allowed) == {} and asked == []
+
+
+def test_without_an_nvidia_gpu_the_guard_asks_no_framework(monkeypatch):
+    """No NVIDIA driver or GPU (NVML): both train on the CPU, no framework process started."""
+    asked = _sees(monkeypatch, NO_GPU, NO_GPU)
+    monkeypatch.setattr(devices, "nvidia_gpus", lambda: 0)
+    both = [RunConfig(framework=fw) for fw in ("tf", "torch")]
+    assert devices.check_same_device(both) == {"tf": "cpu", "torch": "cpu"} and asked == []
 
 
 def test_compare_refuses_mixed_devices_in_one_line_before_any_work(monkeypatch, tmp_path):

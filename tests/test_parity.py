@@ -124,13 +124,19 @@ def _loss_curve(trainer, config, out, perturb: float = 0.0):
 def test_loss_curves_agree_after_hundreds_of_steps(tmp_path, tf_two_cpus):
     """300 float32 steps of lenet on synthetic data, both frameworks from the same start.
 
-    Tolerance, and why: for the first 100 steps the two agree to float32 rounding (1e-4 on
-    the loss; measured: bit-identical). After that SGD amplifies rounding, so the curves
-    separate at the rate any float32 perturbation does. The yardstick is therefore
-    measured in the same test: PyTorch against itself with its initial weights perturbed
-    by 1e-7. Over 30-step windows the TF-vs-PyTorch gap must stay within twice that
-    noise floor plus 1%; a recipe difference (update rule, schedule, loss, batch order)
-    shows from the first steps and grows well past it.
+    Tolerances, and why. The two builds differ by float32 rounding from the first step
+    (their kernels sum in other orders: activations agree to about 1e-5 relative, see
+    compare.parity.Tolerances), and SGD amplifies any such difference step by step, at a
+    rate that depends on the CPU's kernels: measured relative gaps of the loss at step 100
+    were 3e-6 on an AVX-512/AMX Xeon and up to 5e-2 on an AVX2-only CPU, where the curves
+    parted from step 64. So no fixed tolerance after the first steps holds on every CPU.
+    - The first 20 steps: within 1e-3 relative. Rounding starts near 1e-5 and on the
+      fastest-diverging CPU measured was still under 1e-4 at step 60; a recipe difference
+      (loss, label smoothing, schedule, update rule, batch order) moves the loss by 1e-2 or
+      more within its first steps.
+    - After that, a yardstick measured in the same run, on the same CPU: PyTorch against
+      itself with its initial weights perturbed by 1e-7. Over 30-step windows the
+      TF-vs-PyTorch gap must stay within twice that noise floor plus 1%.
     """
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, synthetic_train_size=3200, synthetic_test_size=320, epochs=3,
@@ -146,7 +152,7 @@ def test_loss_curves_agree_after_hundreds_of_steps(tmp_path, tf_two_cpus):
     torch_losses, torch_result = _loss_curve(torch_trainer(), config, tmp_path / "torch")
     noisy_losses, _ = _loss_curve(torch_trainer(), config, tmp_path / "noisy", perturb=1e-7)
     assert len(tf_losses) == len(torch_losses) == 300
-    np.testing.assert_allclose(tf_losses[:100], torch_losses[:100], atol=1e-4)
+    np.testing.assert_allclose(tf_losses[:20], torch_losses[:20], rtol=1e-3)
 
     def window_gap(a, b):
         wa, wb = a.reshape(10, 30).mean(1), b.reshape(10, 30).mean(1)

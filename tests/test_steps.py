@@ -96,21 +96,30 @@ def test_torch_three_steps_per_call_give_the_losses_of_one(tmp_path):
     a, b = _steps(tmp_path / "one"), _steps(tmp_path / "three")
     assert len(a) == 16 and a == b
     result = results.read_result(tmp_path / "three" / "result.json")
-    assert result["fairness"]["strategy"].startswith("not applicable")
+    assert result["fairness"]["strategy"]["wrapper"] is None  # auto, one replica: no DDP
     assert result["fairness"]["steps_per_call"] == result["summary"]["steps_per_call"] == 3
 
 
-def test_tf_default_strategy_trains_as_mirrored_on_one_device(tmp_path, tf_two_cpus):
-    _train(tf_two_cpus, _config(tmp_path, "tf", "mirrored"))
-    _train(tf_two_cpus, _config(tmp_path, "tf", "default", strategy="default"))
-    a, b = _steps(tmp_path / "mirrored"), _steps(tmp_path / "default")
+@pytest.mark.parametrize("framework", ["tf", "torch"])
+def test_the_wrapper_on_one_replica_trains_as_none(tmp_path, framework, tf_two_cpus):
+    """--strategy mirrored wraps one replica (MirroredStrategy; DDP in one process) and
+    computes the unwrapped run's losses; auto on one replica wraps nothing, in both."""
+    from torch_impl import train as torch_train
+    module = tf_two_cpus if framework == "tf" else torch_train
+    _train(module, _config(tmp_path, framework, "auto")).close()
+    _train(module, _config(tmp_path, framework, "mirrored", strategy="mirrored")).close()
+    a, b = _steps(tmp_path / "auto"), _steps(tmp_path / "mirrored")
     np.testing.assert_allclose([float(r["loss"]) for r in b], [float(r["loss"]) for r in a],
                                rtol=1e-6)
-    fairness = results.read_result(tmp_path / "default" / "result.json")["fairness"]
-    assert fairness["strategy"] == "default"
-    assert fairness["distribution"] == "default strategy (no distribution) on /cpu:0"
-    mirrored = results.read_result(tmp_path / "mirrored" / "result.json")["fairness"]
-    assert mirrored["strategy"] == "mirrored" and "MirroredStrategy" in mirrored["distribution"]
+    plain = results.read_result(tmp_path / "auto" / "result.json")["fairness"]
+    wrapped = results.read_result(tmp_path / "mirrored" / "result.json")["fairness"]
+    assert plain["strategy"] == {"choice": "auto", "wrapper": None, "reason": "auto: one "
+                                 "replica trains without a distribution wrapper"}
+    wrapper = {"tf": "MirroredStrategy", "torch": "DistributedDataParallel"}[framework]
+    assert wrapped["strategy"]["wrapper"] == wrapper
+    assert wrapper.split("Parallel")[0] in wrapped["distribution"]
+    assert plain["distribution"] in ("default strategy (no distribution) on /cpu:0",
+                                     "single process, no DDP")
 
 
 class CountingTrainer(FakeTrainer):
@@ -172,13 +181,13 @@ def test_windows_are_sized_by_time_in_the_first_epoch_then_held(tmp_path, monkey
 
 
 def test_sweep_varies_steps_per_call_and_strategy():
-    varies = [sweep.parse_vary("steps_per_call=1,8"), sweep.parse_vary("strategy=mirrored,default")]
-    assert varies == [("steps-per-call", [1, 8]), ("strategy", ["mirrored", "default"])]
+    varies = [sweep.parse_vary("steps_per_call=1,8"), sweep.parse_vary("strategy=mirrored,none")]
+    assert varies == [("steps-per-call", [1, 8]), ("strategy", ["mirrored", "none"])]
     rows = sweep.combinations(RunConfig(), varies, ["tf"])
     assert [(c.steps_per_call, c.strategy) for _, _, c in rows] == [
-        (1, "mirrored"), (1, "default"), (8, "mirrored"), (8, "default")]
-    with pytest.raises(Exception, match="--strategy default trains on one device"):
-        sweep.combinations(RunConfig(devices=2, batch_size=32), varies, ["tf"])
+        (1, "mirrored"), (1, "none"), (8, "mirrored"), (8, "none")]
+    with pytest.raises(Exception, match="--strategy none trains one replica"):
+        sweep.combinations(RunConfig(devices=2, batch_size=32), varies, ["torch"])
 
 
 def test_cuda_graphs_on_the_cpu_are_one_clear_line_and_exit_2(tmp_path):

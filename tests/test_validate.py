@@ -33,10 +33,13 @@ def _refused(tmp_path, args: list[str], message: str) -> None:
     (["--steps-per-call", "0"], "Invalid value for '--steps-per-call': 0 is not an integer >= 1"),
     (["--timing-window-s", "0"], "Invalid value for '--timing-window-s': 0.0 is not a number of "
                                  "seconds > 0"),
-    (["--strategy", "default", "--devices", "2"], "--strategy default trains on one device, not "
-                                                  "--devices 2"),
+    (["--strategy", "none", "--devices", "2"], "--strategy none trains one replica without a "
+                                               "wrapper, not --devices 2"),
+    (["--strategy", "tf=mirrored,torch=fast"], "Invalid value for '--strategy': "
+                                               "'tf=mirrored,torch=fast' is not one of auto, "
+                                               "none, mirrored, or tf=CHOICE,torch=CHOICE"),
 ], ids=["lr-nan", "lr-inf", "epochs-0", "target-0", "target-1.5", "batch-too-big", "uneven-split",
-        "steps-per-call-0", "window-0s", "default-strategy-2-devices"])
+        "steps-per-call-0", "window-0s", "none-strategy-2-devices", "strategy-unknown"])
 def test_run_refuses_a_bad_setting_before_training(tmp_path, args, message):
     _refused(tmp_path, ["run", "--framework", "torch", *args], message)
 

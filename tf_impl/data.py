@@ -6,13 +6,14 @@ import numpy as np
 import tensorflow as tf
 
 from compare import plan as data_plan
+from compare import strategy
 from compare.config import RunConfig
 from compare.datasets import Dataset
 from compare.interface import DeviceChoice
 
-# The training pipeline's epochs have no end: tf.data computes an epoch's keys only when its
-# prefetch reaches it, and an iterator is dropped with its trainer.
-EPOCHS_UNBOUNDED = 2**62
+# Epochs the phase profile may take after the run's (compare.loop.profile_phases): a warm
+# epoch and a profiled one when an epoch holds fewer than two calls.
+PROFILE_EPOCHS = 2
 
 
 class PlanImages:
@@ -98,6 +99,8 @@ class TrainBatches:
         self.source, self.config, self.choice, self.train_size = source, config, choice, train_size
         self.steps_per_epoch = data_plan.steps_per_epoch(train_size, config.batch_size)
         self.strategy = tf.distribute.get_strategy()  # the scope train_pipeline was called in
+        # The epochs the pipeline holds: the run's, and two for the phase profile after them
+        self.end = config.epochs + (PROFILE_EPOCHS if config.profile_steps else 0)
         self._iterator = None
         self._continues_at: int | None = None  # the epoch the iterator is at the start of
 
@@ -112,9 +115,13 @@ class TrainBatches:
         return _EpochBatches(self, epoch)
 
     def _from_epoch(self, first: int) -> tf.distribute.DistributedDataset:
-        """Epochs first, first + 1, ... one after the other, without end (the loop takes
-        config.epochs of them, the phase profile one or two more); each epoch's keys are
-        compare.plan's, computed when the pipeline reaches it.
+        """Epochs first .. end - 1, one after the other (the run's epochs, and the two the
+        phase profile may take after them); each epoch's keys are compare.plan's.
+
+        The keys of every epoch are computed here, in numpy, and held as one int32 tensor
+        (16 bytes an image an epoch: 0.8 MB an epoch of CIFAR-10): the pipeline then runs
+        no Python, so no tf.data thread ever waits for the GIL, as a numpy_function producing
+        them on the fly did at an iterator's end (an exit held for minutes).
 
         Each worker (one under MirroredStrategy; several under MultiWorkerMirroredStrategy)
         keeps its slice of every global batch before loading any image, then splits it into
@@ -122,25 +129,22 @@ class TrainBatches:
         r of all R gets images [r * B/R, (r + 1) * B/R) of each global batch B, as one
         process with R replicas would."""
         batch = self.config.batch_size
+        keys = np.stack([data_plan.epoch_plan(self.train_size, batch, epoch, self.config.seed,
+                                              self.config.augment,
+                                              self.config.crop_padding).keys()
+                         for epoch in range(first, max(first + 1, self.end))]).astype(np.int32)
 
-        def keys(epoch):
-            return data_plan.epoch_plan(self.train_size, batch, int(epoch),
-                                        self.config.seed, self.config.augment,
-                                        self.config.crop_padding).keys()
-
-        def epoch_keys(epoch):
+        def epoch_keys(rows):
             """The epoch's global batches of keys, one element per step: batched here in
             one reshape, not element by element by Dataset.batch (which cost the producer
             about a millisecond per batch of 32 on a CPU core)."""
-            rows = tf.numpy_function(keys, [epoch], tf.int64, stateful=False)
-            rows = tf.reshape(rows, (4, self.steps_per_epoch, batch))
+            rows = tf.reshape(tf.cast(rows, tf.int64), (4, self.steps_per_epoch, batch))
             return tf.data.Dataset.from_tensor_slices(tuple(tf.unstack(rows)))
 
         def worker_batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
             share = batch // context.num_input_pipelines  # this worker's images per step
             start = context.input_pipeline_id * share
-            ds = tf.data.Dataset.range(first, EPOCHS_UNBOUNDED)
-            ds = ds.flat_map(epoch_keys)
+            ds = tf.data.Dataset.from_tensor_slices(keys).flat_map(epoch_keys)
             if context.num_input_pipelines > 1:
                 ds = ds.map(lambda *step: tuple(k[start:start + share] for k in step))
             ds = ds.rebatch(context.get_per_replica_batch_size(batch))
@@ -181,7 +185,7 @@ class _EpochBatches:
         """`count` batches were taken from `iterator`."""
         self.check(count)
         self.left -= count
-        if not self.left:
+        if not self.left and self.epoch + 1 < self.batches.end:
             self.batches._continues_at = self.epoch + 1  # taken whole: the next continues
 
 
@@ -226,7 +230,7 @@ def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
                             "only its replicas' share), batches "
                             + ("prefetched to the device" if _fetch_to_device(config, choice)
                                else "kept in host memory until the step")
-                            + ("" if config.strategy == "mirrored" or not choice.on_gpu
+                            + ("" if _wrapped(config, choice) or not choice.on_gpu
                                else " (the default strategy has no fetch to device, as in "
                                     "Keras' fit without a strategy)")
                             + "; one iterator over all epochs, read inside the step function",
@@ -257,7 +261,13 @@ def _fetch_to_device(config: RunConfig, choice: DeviceChoice) -> bool:
     """`naive` keeps batches in host memory until the step (as PyTorch's naive loader does);
     the others let MirroredStrategy's distributed iterator prefetch each replica's slice to
     its GPU (the default strategy hands the dataset back as it is: no fetch to device)."""
-    return choice.on_gpu and config.pipeline.kind != "naive" and config.strategy == "mirrored"
+    return choice.on_gpu and config.pipeline.kind != "naive" and _wrapped(config, choice)
+
+
+def _wrapped(config: RunConfig, choice: DeviceChoice) -> bool:
+    """Whether the replicas train under MirroredStrategy (compare.strategy)."""
+    return strategy.resolve(config.strategy, "tf", len(choice.names) * choice.processes,
+                            choice.processes).wrapped
 
 
 def _distribute_options(config: RunConfig, choice: DeviceChoice) -> tf.distribute.InputOptions:

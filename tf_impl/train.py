@@ -19,7 +19,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from compare import cluster, gpu_metrics, init, loop, parity, specs  # noqa: E402
+from compare import (cluster, gpu_metrics, init, loop, parity, precision, specs,  # noqa: E402
+                     strategy)
 from compare.config import RunConfig, steps_per_call  # noqa: E402
 from compare.datasets import Dataset  # noqa: E402
 from compare.errors import DeviceError  # noqa: E402
@@ -58,10 +59,13 @@ def select_device(config: RunConfig) -> DeviceChoice:
         tf.config.set_visible_devices(used, "GPU")
         for gpu in used:  # grow on demand, so other processes' memory figures stay honest
             tf.config.experimental.set_memory_growth(gpu, True)
-        name = tf.config.experimental.get_device_details(used[0]).get("device_name", used[0].name)
+        details = tf.config.experimental.get_device_details(used[0])
+        name = details.get("device_name", used[0].name)
         names = tuple(f"/gpu:{i}" for i in range(config.devices))
+        capability = details.get("compute_capability")
         return DeviceChoice("gpu", names, name, f"GPU: {', '.join([name] * len(names))}{workers}",
-                            launched.rank, launched.processes)
+                            launched.rank, launched.processes,
+                            tuple(capability) if capability else None)
     devices = 1 if launched.multi_process else config.devices  # one CPU replica per worker
     try:
         tf.config.set_visible_devices([], "GPU")
@@ -81,16 +85,15 @@ def select_device(config: RunConfig) -> DeviceChoice:
 
 
 def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Strategy:
-    """The tf.distribute strategy the replicas train under (--strategy): MirroredStrategy
-    over the chosen devices (the mission's, kept on one device too, where it costs what
-    `sweep --vary strategy=mirrored,default` measures), or the default strategy
-    (tf.distribute.get_strategy(): no distribution; compare.validate allows it on one
-    device of one process only). Under a TF_CONFIG of several workers,
+    """The tf.distribute strategy the replicas train under (--strategy, compare.strategy):
+    MirroredStrategy over the chosen devices when wrapped (several replicas, or `mirrored` on
+    one), else the default strategy (tf.distribute.get_strategy(): no distribution, as Keras'
+    fit without a strategy). Under a TF_CONFIG of several workers,
     MultiWorkerMirroredStrategy: collective all-reduce over all workers' replicas, NCCL
     between GPUs and ring (gRPC) between CPUs, each collective failing after
     config.collective_timeout_s when a peer does not answer."""
     if choice.processes == 1:
-        if config.strategy == "default":
+        if not strategy.resolve(config.strategy, FRAMEWORK, len(choice.names)).wrapped:
             return tf.distribute.get_strategy()
         return tf.distribute.MirroredStrategy(list(choice.names))
     collectives = tf.distribute.experimental.CommunicationImplementation
@@ -101,16 +104,17 @@ def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Stra
 
 
 def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
-    """Precision policy, TF32 and determinism; returns what was set."""
+    """Precision policy (compare.precision), TF32 and determinism; returns what was set."""
     tf.config.experimental.enable_tensor_float_32_execution(config.tf32)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
-    if config.precision == "mixed":
+    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability)
+    if resolved.precision == "mixed":
         policy = "mixed_float16" if choice.on_gpu else "mixed_bfloat16"
     else:
         policy = "float32"
     keras.mixed_precision.set_global_policy(policy)
-    return {"policy": policy, "loss_scaling": policy == "mixed_float16"}
+    return {"policy": policy, "loss_scaling": policy == "mixed_float16", "resolved": resolved}
 
 
 class TorchFormSGD(keras.optimizers.Optimizer):
@@ -300,8 +304,10 @@ class Trainer:
             scaling = (f"dynamic (keras.optimizers.LossScaleOptimizer): initial "
                        f"{self.config.loss_scale_initial:g}, x2 after "
                        f"{self.config.loss_scale_growth_interval} finite steps, /2 on overflow")
+        wrapped = strategy.resolve(self.config.strategy, FRAMEWORK, self.replicas,
+                                   self.choice.processes)
         distribution = (f"MirroredStrategy over {', '.join(self.choice.names)}"
-                        if self.config.strategy == "mirrored" else
+                        if wrapped.wrapped else
                         f"default strategy (no distribution) on {self.choice.names[0]}")
         if self.choice.processes > 1:
             distribution = (f"MultiWorker{distribution} on each of {self.choice.processes} workers "
@@ -316,7 +322,8 @@ class Trainer:
             "optimizer_implementation": "TorchFormSGD (a keras.optimizers.Optimizer, "
                                         "tf_impl/train.py)",
             "distribution": distribution,
-            "strategy": self.config.strategy,
+            "strategy": wrapped.to_dict(FRAMEWORK),
+            "precision": self.numerics["resolved"].to_dict(self.config.precision),
             "step_batching": (f"{self.steps_per_call} step(s) per tf.function call, which reads "
                               "the distributed iterator inside the graph (tf.while_loop over "
                               "get_next, as Keras' steps_per_execution)" + (
@@ -542,12 +549,17 @@ def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int,
 
 def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     """Train as `config` says, all replicas in this process under make_strategy's
-    strategy (MirroredStrategy unless --strategy default); an exit code.
+    strategy (compare.strategy); an exit code.
     With `resume`, continue from the checkpoint in config.out (compare.checkpoint)."""
     check_split(config)
     choice = select_device(config)
-    if not config.quiet:
-        print(f"{FRAMEWORK}: training on {choice.description}", flush=True)
+    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability)
+    if choice.is_chief:
+        if not config.quiet:
+            print(f"{FRAMEWORK}: training on {choice.description}, {resolved.describe()}",
+                  flush=True)
+        if resolved.warning:
+            print(f"warning: {resolved.warning}", file=sys.stderr, flush=True)
     trainer = Trainer(config, dataset, choice)
     environment = {**describe_environment(), "device_used": choice.description}
     return loop.train_and_record(trainer, config, environment, dataset.info(), resume)
@@ -566,4 +578,4 @@ def _pci_bus_ids(choice: DeviceChoice) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(worker.main(sys.modules[__name__]))
+    worker.run(sys.modules[__name__])

@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from compare import cluster, gpu_metrics, init, loop, parity, results, shutdown, specs, worker
+from compare import (cluster, gpu_metrics, init, loop, parity, precision, results, shutdown,
+                     specs, strategy, worker)
 from compare.config import RunConfig, steps_per_call
 from compare.datasets import Dataset
 from compare.errors import DeviceError
@@ -64,40 +65,51 @@ def select_device(config: RunConfig) -> DeviceChoice:
                               f"{gpus} GPU(s)")
         name = torch.cuda.get_device_name(local_rank)
         return DeviceChoice("gpu", (f"cuda:{local_rank}",), name,
-                            f"GPU: {', '.join([name] * processes)}{machines}", rank, processes)
+                            f"GPU: {', '.join([name] * processes)}{machines}", rank, processes,
+                            tuple(torch.cuda.get_device_capability(local_rank)))
     why = "no CUDA GPU found" if config.device == "auto" else "--device cpu"
     return DeviceChoice("cpu", ("cpu",), None, f"CPU ({why}), {processes} process(es){machines}",
                         rank, processes)
 
 
 def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
-    """PyTorch's counterpart of a tf.distribute strategy: join the process group of the
-    run's DDP processes (NCCL between GPUs, gloo between CPUs) from the environment torchrun
-    or `train` set, each collective failing after config.collective_timeout_s when a peer
-    does not answer; the backend, or None for a single process. --strategy is TensorFlow's
-    alone."""
-    if choice.processes == 1:
+    """PyTorch's counterpart of a tf.distribute strategy (--strategy, compare.strategy): join
+    the process group of the run's DDP processes (NCCL between GPUs, gloo between CPUs) from
+    the environment torchrun or `train` set, each collective failing after
+    config.collective_timeout_s when a peer does not answer; with `--strategy mirrored` on one
+    replica, a group of this process alone, so that DDP wraps it as MirroredStrategy wraps
+    TensorFlow's one device. The backend, or None without a wrapper."""
+    resolved = strategy.resolve(config.strategy, FRAMEWORK, choice.processes, choice.processes)
+    if not resolved.wrapped:
         return None
     backend = "nccl" if choice.on_gpu else "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=config.collective_timeout_s))
+    timeout = timedelta(seconds=config.collective_timeout_s)
+    if choice.processes == 1:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout)
+        return backend
+    dist.init_process_group(backend, timeout=timeout)
     if not choice.on_gpu:  # share the cores instead of oversubscribing them
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // choice.processes))
     return backend
 
 
 def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
-    """Precision, TF32, cuDNN autotune and determinism; returns what was set."""
+    """Precision (compare.precision), TF32, cuDNN autotune and determinism; returns what was
+    set."""
     torch.backends.cuda.matmul.allow_tf32 = config.tf32
     torch.backends.cudnn.allow_tf32 = config.tf32
     torch.backends.cudnn.benchmark = config.cudnn_benchmark and choice.on_gpu
     if config.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
+    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability)
     dtype, policy = None, "float32"
-    if config.precision == "mixed":
+    if resolved.precision == "mixed":
         dtype = torch.float16 if choice.on_gpu else torch.bfloat16
         policy = f"autocast {str(dtype).replace('torch.', '')}"
         policy += " + GradScaler" if dtype == torch.float16 else ""
-    return {"policy": policy, "loss_scaling": dtype == torch.float16, "autocast_dtype": dtype}
+    return {"policy": policy, "loss_scaling": dtype == torch.float16, "autocast_dtype": dtype,
+            "resolved": resolved}
 
 
 class ScalarWriter:
@@ -148,7 +160,13 @@ class Trainer:
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.model.to(self.device, memory_format=self.memory_format)
         self.train_model = self.model
-        if choice.processes > 1:
+        self.wrapper = strategy.resolve(config.strategy, FRAMEWORK, choice.processes,
+                                        choice.processes)
+        # A trainer made outside train() (the parity probe, tests) joins its own group
+        self.owns_group = self.wrapper.wrapped and not dist.is_initialized()
+        if self.owns_group:
+            make_strategy(config, choice)
+        if self.wrapper.wrapped:  # DDP over the process group make_strategy joined
             self.train_model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if choice.on_gpu else None)
         if config.cuda_graphs and not choice.on_gpu:
@@ -317,8 +335,9 @@ class Trainer:
             "bn_running_variance": "unbiased (n/(n-1)) batch variance",
             "optimizer_implementation": _optimizer_kind(self.optimizer),
             "distribution": (f"DistributedDataParallel ({backend})" if backend
-                             else "single process"),
-            "strategy": "not applicable (--strategy is TensorFlow's)",
+                             else "single process, no DDP"),
+            "strategy": self.wrapper.to_dict(FRAMEWORK),
+            "precision": self.numerics["resolved"].to_dict(self.config.precision),
             "step_batching": (f"{self.steps_per_call} step(s) per trainer call, each launched "
                               "from Python; " + (
                                   "forward and backward replayed as CUDA graphs (torch.compile "
@@ -402,6 +421,9 @@ class Trainer:
 
     def close(self) -> None:
         self.train_batches = self.test_batches = None
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self.owns_group = False
 
     # ---- parity probe (compare.interface.ProbeTrainer)
 
@@ -506,8 +528,13 @@ def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
 def _train_process(config: RunConfig, dataset: Dataset, resume: bool) -> int:
     """Train this process's replica (joining the process group when there are several)."""
     choice = select_device(config)
-    if not config.quiet and choice.is_chief:
-        print(f"{FRAMEWORK}: training on {choice.description}", flush=True)
+    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability)
+    if choice.is_chief:
+        if not config.quiet:
+            print(f"{FRAMEWORK}: training on {choice.description}, {resolved.describe()}",
+                  flush=True)
+        if resolved.warning:
+            print(f"warning: {resolved.warning}", file=sys.stderr, flush=True)
     grouped = make_strategy(config, choice) is not None
     code = None
     try:
@@ -530,9 +557,7 @@ def _spawned_process(rank: int, config: RunConfig, port: int, resume: bool,
                        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(config.devices),
                        "LOCAL_WORLD_SIZE": str(config.devices), cluster.SPAWNED_ENV: "1"})
     from compare import datasets
-    code = _train_process(config, datasets.config_dataset(config), resume)
-    if code:
-        sys.exit(code)
+    worker.leave(_train_process(config, datasets.config_dataset(config), resume))
 
 
 def _free_port() -> int:
@@ -566,4 +591,4 @@ def _version(module: str) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(worker.main(sys.modules[__name__]))
+    worker.run(sys.modules[__name__])

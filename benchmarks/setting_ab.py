@@ -1,0 +1,124 @@
+"""One setting's values against each other, per framework: `cnncompare run --SETTING A` and
+`--SETTING B`, alternated, in fresh processes; medians and the B/A ratio.
+
+The figure is the training time of the epochs after the first (the first carries tracing and
+the pipeline's start), synchronised with the device, as the report's steady figures are; the
+ratio is B's median over A's (above 1: B trained slower).
+
+    python benchmarks/setting_ab.py --setting pipeline --values naive,tuned --repeats 5
+    python benchmarks/setting_ab.py --setting strategy --values none,mirrored --repeats 5
+    python benchmarks/setting_ab.py --setting precision --values fp32,mixed --repeats 3 \\
+        --dataset folder --data-dir /tmp/cifar10-jpeg --epochs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--setting", required=True,
+                        help="a `cnncompare run` option without its dashes, e.g. pipeline")
+    parser.add_argument("--values", required=True, help="A,B: the two values, A the baseline")
+    parser.add_argument("--frameworks", default="tf,torch", help="[default: tf,torch]")
+    parser.add_argument("--model", default="lenet", help="[default: lenet]")
+    parser.add_argument("--batch-size", type=int, default=32, help="[default: 32]")
+    parser.add_argument("--epochs", type=int, default=3,
+                        help="epochs per run; the first is left out [default: 3]")
+    parser.add_argument("--dataset", default="synthetic", help="[default: synthetic]")
+    parser.add_argument("--data-dir", help="cnncompare --data-dir")
+    parser.add_argument("--synthetic-size", type=int, default=10_000, help="[default: 10000]")
+    parser.add_argument("--option", action="append", default=[],
+                        help="another `cnncompare run` option for every run, e.g. "
+                             "--option=--precision=fp32 (repeatable)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="runs of each value, alternating which goes first [default: 5]")
+    parser.add_argument("--out", type=Path, help="DIR/<setting>.json and .md [default: "
+                        "runs/ab-<setting>]")
+    return parser.parse_args()
+
+
+def run(framework: str, value: str, args: argparse.Namespace) -> dict:
+    """Seconds of training in the epochs after the first, and what the run resolved."""
+    data = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
+    extra = [part for option in args.option for part in option.split("=", 1)]
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "-c", "from compare.cli import main; main()", "run",
+                        "--framework", framework, "--model", args.model, "--batch-size",
+                        str(args.batch_size), "--epochs", str(args.epochs), "--synthetic-size",
+                        str(args.synthetic_size), "--profile", "0", *data, *extra,
+                        f"--{args.setting}", value, "--quiet", "--out", out],
+                       check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+        result = json.loads((Path(out) / "result.json").read_text())
+    manifest = result["fairness"]
+    return {"seconds": sum(e["train_time_s"] for e in result["epochs"][1:]),
+            "precision": (manifest.get("precision") or {}).get("compute_type"),
+            "wrapper": (manifest.get("strategy") or {}).get("wrapper")}
+
+
+def main() -> int:
+    args = arguments()
+    values = args.values.split(",")
+    if len(values) != 2:
+        sys.exit("--values takes two values: A,B")
+    rows = []
+    for framework in args.frameworks.split(","):
+        runs = {value: [] for value in values}
+        for i in range(args.repeats):
+            for value in (values if i % 2 == 0 else values[::-1]):
+                runs[value].append(run(framework, value, args))
+                print(f"{framework} {args.setting}={value} run {i + 1}: "
+                      f"{runs[value][-1]['seconds']:.3f} s", flush=True)
+        medians = {v: statistics.median(r["seconds"] for r in runs[v]) for v in values}
+        rows.append({"framework": framework, "runs": runs, "median_s": medians,
+                     "ratio": medians[values[1]] / medians[values[0]]})
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+               "?")
+    forced = os.environ.get("CNNCOMPARE_CPU_FLAGS")  # compare.precision's override, if set
+    command = ((f"CNNCOMPARE_CPU_FLAGS='{forced}' " if forced else "")
+               + " ".join(["python", *sys.argv]))
+    document = {"command": command, "cpu": f"{cpu}, {os.cpu_count()} cores",
+                "date": time.strftime("%Y-%m-%d"), "setting": args.setting, "values": values,
+                "figure": "training time of the epochs after the first; medians of alternated "
+                          f"runs; ratio = {values[1]} / {values[0]}", "rows": rows}
+    out = args.out or Path(f"runs/ab-{args.setting}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.setting}.json").write_text(json.dumps(document, indent=2))
+    text = markdown(document)
+    (out / f"{args.setting}.md").write_text(text)
+    print(text)
+    return 0
+
+
+def markdown(document: dict) -> str:
+    """The table: each value's median and, in brackets, the fastest and slowest run (the
+    spread that says whether a ratio is beyond noise), then the ratio of the medians."""
+    a, b = document["values"]
+
+    def cell(runs: list[dict]) -> str:
+        seconds = sorted(r["seconds"] for r in runs)
+        return f"{statistics.median(seconds):.3f} [{seconds[0]:.3f}-{seconds[-1]:.3f}]"
+    lines = [f"# --{document['setting']} {a} against {b} ({document['cpu']}, "
+             f"{document['date']})", "", f"`{document['command']}`", "",
+             f"Training time of the epochs after the first, seconds: median [fastest-slowest] "
+             f"of {len(document['rows'][0]['runs'][a])} alternated runs.", "",
+             f"| framework | {a} | {b} | {b} / {a} (medians) |", "|---|---|---|---|"]
+    lines += [f"| {r['framework']} | {cell(r['runs'][a])} | {cell(r['runs'][b])} | "
+              f"{r['ratio']:.3f} |" for r in document["rows"]]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

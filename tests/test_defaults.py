@@ -1,0 +1,124 @@
+"""Fair and fast defaults on the machine at hand: --precision auto and --strategy auto are
+resolved the same way in both frameworks, recorded with their reason, and named in the
+verdict; one side wrapped and the other not is a caveat."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compare import precision, report, strategy
+
+REPO = Path(__file__).resolve().parent.parent
+AVX2_ONLY = frozenset({"sse4_2", "avx", "avx2", "fma"})
+AMX = AVX2_ONLY | {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+
+
+def test_auto_precision_follows_the_device():
+    assert precision.resolve("auto", True, (9, 0)).compute_type == "float16"  # tensor cores
+    assert precision.resolve("auto", True, (6, 1)).precision == "fp32"  # Pascal: none
+    cpu = precision.resolve("auto", False, flags=AVX2_ONLY)
+    assert cpu.precision == "fp32" and "no native bfloat16" in cpu.reason
+    native = precision.resolve("auto", False, flags=AMX)
+    assert native.compute_type == "bfloat16" and "amx_bf16" in native.reason
+    # asked for: kept, with a warning where it is emulated
+    emulated = precision.resolve("mixed", False, flags=AVX2_ONLY)
+    assert emulated.compute_type == "bfloat16" and "emulates" in emulated.warning
+    assert precision.resolve("mixed", False, flags=AMX).warning is None
+    assert precision.resolve("fp32", True, (9, 0)).compute_type == "float32"
+
+
+def test_the_cpu_flags_are_read_and_can_be_forced(monkeypatch):
+    assert precision.cpu_flags()  # /proc/cpuinfo on Linux
+    monkeypatch.setenv(precision.FLAGS_ENV, "avx2 fma")
+    assert precision.cpu_flags() == frozenset({"avx2", "fma"})
+    assert precision.expected("auto", "cpu").precision == "fp32"
+
+
+def test_strategy_choices_and_overrides():
+    assert strategy.parse("auto") == {"tf": "auto", "torch": "auto"}
+    assert strategy.parse("tf=mirrored,torch=none") == {"tf": "mirrored", "torch": "none"}
+    assert strategy.parse("tf=mirrored") == {"tf": "mirrored", "torch": "auto"}
+    assert strategy.is_mixed("tf=mirrored") and not strategy.is_mixed("mirrored")
+    with pytest.raises(ValueError):
+        strategy.parse("default")
+    assert not strategy.resolve("auto", "tf", 1).wrapped
+    assert strategy.resolve("auto", "torch", 2, 2).wrapped  # several replicas: DDP
+    assert strategy.resolve("mirrored", "torch", 1).wrapped  # DDP in one process
+    with pytest.raises(ValueError, match="one replica"):
+        strategy.resolve("none", "tf", 2)
+
+
+def _manifest(framework: str, compute: str, reason: str, wrapper: str | None) -> dict:
+    return {"precision": {"requested": "auto", "precision": "fp32", "compute_type": compute,
+                          "reason": reason, "warning": None},
+            "precision_policy": "float32", "device_kind": "cpu",
+            "strategy": {"choice": "auto", "wrapper": wrapper, "reason": "x"}}
+
+
+def test_the_verdict_names_the_precision_and_the_wrappers_and_a_one_sided_wrapper():
+    reason = ("auto: this CPU has no native bfloat16, neither AMX nor AVX512-BF16, so float32 "
+              "is its fastest")
+    summary = {"fairness": {"tf": _manifest("tf", "float32", reason, None),
+                            "torch": _manifest("torch", "float32", reason, None)},
+               "machine": {"device": "CPU", "host": "Linux"}, "config": {"precision": "auto"},
+               "seeds": [0, 1], "parity": {"passed": True}, "runs": []}
+    setup = report._setup_sentence(summary)
+    assert f"float32 in both frameworks ({reason}" in setup
+    assert "no distribution wrapper in either framework" in setup
+    assert not any("wrapper" in c for c in report.fairness_caveats(summary))
+    summary["fairness"]["tf"]["strategy"]["wrapper"] = "MirroredStrategy"
+    assert "TensorFlow/Keras under MirroredStrategy, PyTorch without a wrapper" in \
+        report._setup_sentence(summary)
+    assert any("the wrapper's cost falls on one side only" in c
+               for c in report.fairness_caveats(summary))
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+    return subprocess.run([sys.executable, "-c", "from compare.cli import main; main()", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.slow
+def test_a_default_compare_on_a_cpu_without_native_bfloat16_trains_float32_unwrapped(tmp_path):
+    """As on an AVX2-only CPU: float32 in both, with the reason, and no distribution wrapper
+    on one device in either; --strategy mirrored records MirroredStrategy and DDP."""
+    flags = {precision.FLAGS_ENV: " ".join(sorted(AVX2_ONLY))}
+    out = tmp_path / "cmp"
+    done = _cli("compare", "--dataset", "synthetic", "--synthetic-size", "256", "--epochs", "1",
+                "--quiet", "--out", str(out), env=flags)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    for fw in ("tf", "torch"):
+        manifest = summary["fairness"][fw]
+        assert manifest["precision"]["compute_type"] == "float32"
+        assert "no native bfloat16" in manifest["precision"]["reason"]
+        assert manifest["strategy"]["wrapper"] is None
+    assert "float32 in both frameworks (auto: this CPU has no native bfloat16, neither" in \
+        " ".join(summary["verdict"])
+    wrapped = tmp_path / "wrapped"
+    done = _cli("compare", "--dataset", "synthetic", "--synthetic-size", "256", "--epochs", "1",
+                "--strategy", "mirrored", "--seeds", "1", "--quiet", "--out", str(wrapped),
+                env=flags)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((wrapped / "summary.json").read_text())
+    assert {fw: summary["fairness"][fw]["strategy"]["wrapper"] for fw in ("tf", "torch")} == {
+        "tf": "MirroredStrategy", "torch": "DistributedDataParallel"}
+    assert "TensorFlow/Keras under MirroredStrategy, PyTorch under DistributedDataParallel" in \
+        " ".join(summary["verdict"])
+
+
+def test_mixed_on_a_cpu_without_native_bfloat16_runs_with_a_warning(tmp_path):
+    done = _cli("run", "--framework", "torch", "--precision", "mixed", "--dataset", "synthetic",
+                "--synthetic-size", "64", "--epochs", "1", "--profile", "0",
+                "--out", str(tmp_path / "run"),
+                env={precision.FLAGS_ENV: " ".join(sorted(AVX2_ONLY))})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "warning: this CPU has no native bfloat16" in done.stderr
+    assert "bfloat16 (--precision mixed on a CPU)" in done.stdout + done.stderr
