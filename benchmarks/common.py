@@ -70,6 +70,6 @@ def compare(framework: str, script: str, args: argparse.Namespace, label: str) -
 
 def arrays(args: argparse.Namespace):
     """The same decoded arrays and normalisation statistics the tool uses."""
-    from compare import datasets
+    from compare.experiment import datasets
     ds = datasets.load(args.dataset, args.data_dir)
     return ds.train_x, ds.train_y, ds.test_x, ds.test_y, ds.mean, ds.std

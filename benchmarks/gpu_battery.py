@@ -58,7 +58,8 @@ from typing import Callable
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from compare import gpu_metrics, specs  # noqa: E402
+from compare.experiment import specs  # noqa: E402
+from compare.machine import gpu_metrics  # noqa: E402
 
 CLI = [sys.executable, "-c", "from compare.cli import main; main()"]
 FRAMEWORKS = ("torch", "tf")  # the plan's order: PyTorch can start before TensorFlow arrives

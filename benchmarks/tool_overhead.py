@@ -83,7 +83,7 @@ def arguments() -> argparse.Namespace:
 
 
 def _python(framework: str) -> str:
-    from compare import runner
+    from compare.process import runner
     return runner.python_for(framework)
 
 
@@ -99,7 +99,8 @@ def device_kind(args: argparse.Namespace, frameworks: list[str]) -> str:
     one device kind, as compare's own guard)."""
     if args.device != "auto":
         return args.device
-    from compare import devices, runner
+    from compare.machine import devices
+    from compare.process import runner
     kinds = {devices.device_kind(runner.framework_environment(fw), "auto")[0]
              for fw in frameworks}
     return "gpu" if kinds == {"gpu"} else "cpu"
@@ -152,7 +153,7 @@ def _arrays(job: dict):
     """The tool's decoded arrays, normalised once with its statistics: float32 NHWC."""
     import numpy as np
 
-    from compare import datasets
+    from compare.experiment import datasets
     ds = datasets.load(job["dataset"], job["data_dir"],
                        synthetic_train_size=job["synthetic_size"],
                        synthetic_test_size=max(1, job["synthetic_size"] // 5), progress=False)
@@ -167,7 +168,7 @@ def bare_torch(job: dict) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from compare import specs
+    from compare.experiment import specs
     from torch_impl.model import build_model
     gpu = job["device"] == "gpu"
     device = torch.device("cuda" if gpu else "cpu")
@@ -218,7 +219,7 @@ def bare_keras(job: dict) -> dict:
     import keras
     import tensorflow as tf
 
-    from compare import specs
+    from compare.experiment import specs
     from tf_impl.model import build_model
     gpu = job["device"] == "gpu"
     if not gpu:

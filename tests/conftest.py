@@ -38,7 +38,7 @@ if tf is not None:
         tf.config.list_physical_devices("CPU")[0],
         [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 
-from compare.config import PipelineConfig, RunConfig  # noqa: E402
+from compare.experiment.config import PipelineConfig, RunConfig  # noqa: E402
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 
-from compare import worker
+from compare.run import worker
 from torch_impl import train as torch_train
 
 first_epoch_batches = torch_train.Trainer.batches

@@ -12,16 +12,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from compare import worker  # noqa: E402
+from compare.run import worker  # noqa: E402
 
 worker.quiet_framework_logs()
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from compare import datasets, loop  # noqa: E402
-from compare import recorder as recorder_module  # noqa: E402
-from compare.config import PipelineConfig, RunConfig  # noqa: E402
+from compare.experiment import datasets  # noqa: E402
+from compare.experiment.config import PipelineConfig, RunConfig  # noqa: E402
+from compare.run import loop  # noqa: E402
+from compare.run import recorder as recorder_module  # noqa: E402
 
 
 def _config(out: Path, **changes) -> RunConfig:

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from compare import worker
+from compare.run import worker
 from torch_impl import train
 
 SLOW_EVALUATION_S = 60.0

@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from compare import results
+from compare import schema
 from compare.cli import cli
 
 RUN = ["run", "--framework", "torch", "--dataset", "synthetic", "--synthetic-size", "64", "--quiet"]
@@ -142,7 +142,7 @@ def test_compare_end_to_end_and_report_rebuild(tmp_path):
         assert summary["frameworks"][fw]["final_test_accuracy"]["n"] == 2
     assert summary["ratios"]["train_time_s"]["n"] == 2 and summary["accuracy_difference"]["n"] == 2
     assert summary["command"].startswith("cnncompare ") or summary["command"]
-    started = sorted((results.read_result(p)["started_at"], p.parent.name)
+    started = sorted((schema.read_result(p)["started_at"], p.parent.name)
                      for p in out.glob("runs/*/result.json"))
     # tf first for seed 0, torch first for seed 1
     assert [name for _, name in started][0] == "tf-seed0"

@@ -7,8 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from compare import init, plan, results, run_summary, specs
-from compare.config import RunConfig, learning_rate, recipe_config
+from compare import schema
+from compare.experiment import plan, specs, weights
+from compare.experiment.config import RunConfig, learning_rate, recipe_config
+from compare.run import summary as run_summary
 
 
 def test_lenet_matches_the_seed_net():
@@ -40,10 +42,10 @@ def test_a_spec_that_does_not_fit_together_is_refused():
 
 def test_initial_weights_are_seeded_and_follow_the_documented_initialisers():
     spec = specs.resnet9()
-    a, b = init.initial_weights(spec, 0), init.initial_weights(spec, 0)
+    a, b = weights.initial_weights(spec, 0), weights.initial_weights(spec, 0)
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert not np.array_equal(a["prep_conv.weight"],
-                              init.initial_weights(spec, 1)["prep_conv.weight"])
+                              weights.initial_weights(spec, 1)["prep_conv.weight"])
     bound = 1 / np.sqrt(64 * 9)
     w = a["layer1_conv.weight"]
     assert w.dtype == np.float32 and np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound
@@ -53,13 +55,13 @@ def test_initial_weights_are_seeded_and_follow_the_documented_initialisers():
 
 def test_flatten_row_permutation_round_trips_and_moves_the_right_rows():
     w = np.arange(2 * 16 * 5 * 5, dtype=np.float32).reshape(2, 400)
-    hwc = init.chw_to_hwc_rows(w, (16, 5, 5))
-    np.testing.assert_array_equal(init.hwc_to_chw_rows(hwc, (16, 5, 5)), w)
+    hwc = weights.chw_to_hwc_rows(w, (16, 5, 5))
+    np.testing.assert_array_equal(weights.hwc_to_chw_rows(hwc, (16, 5, 5)), w)
     # input (c=3, h=1, w=2) is torch column 3*25 + 1*5 + 2 and Keras column (1*5 + 2)*16 + 3
     assert hwc[0, (1 * 5 + 2) * 16 + 3] == w[0, 3 * 25 + 1 * 5 + 2]
-    assert init.flatten_input_shape(specs.lenet(), "fc1") == (16, 5, 5)
-    assert init.flatten_input_shape(specs.lenet(), "fc2") is None
-    assert init.flatten_input_shape(specs.resnet9(), "fc") is None  # 512x1x1: orders agree
+    assert weights.flatten_input_shape(specs.lenet(), "fc1") == (16, 5, 5)
+    assert weights.flatten_input_shape(specs.lenet(), "fc2") is None
+    assert weights.flatten_input_shape(specs.resnet9(), "fc") is None  # 512x1x1: orders agree
 
 
 def test_epoch_plan_is_a_seeded_permutation_with_augmentation_in_range():
@@ -121,9 +123,9 @@ def _result(**summary) -> dict:
 
 
 def test_result_schema_round_trip(tmp_path):
-    path = results.write_json_atomic(tmp_path / "result.json", _result())
-    assert results.read_result(path) == json.loads(path.read_text())
-    assert results.read_result(path)["summary"]["final_test_accuracy"] == 0.5
+    path = schema.write_json_atomic(tmp_path / "result.json", _result())
+    assert schema.read_result(path) == json.loads(path.read_text())
+    assert schema.read_result(path)["summary"]["final_test_accuracy"] == 0.5
 
 
 @pytest.mark.parametrize("change, message", [
@@ -132,32 +134,32 @@ def test_result_schema_round_trip(tmp_path):
     ({"steady_step_time_ms": 3.0}, "median and p90"),
 ])
 def test_result_schema_rejects_bad_values(tmp_path, change, message):
-    with pytest.raises(results.SchemaError, match=message):
-        results.validate_result(_result(**change))
+    with pytest.raises(schema.SchemaError, match=message):
+        schema.validate_result(_result(**change))
 
 
 def test_nan_is_written_as_null(tmp_path):
-    path = results.write_json_atomic(tmp_path / "x.json",
+    path = schema.write_json_atomic(tmp_path / "x.json",
                                      {"loss": float("nan"), "ok": [1.0, float("inf")]})
     assert json.loads(path.read_text()) == {"loss": None, "ok": [1.0, None]}
 
 
 def test_atomic_write_keeps_the_previous_file_when_writing_fails(tmp_path):
     path = tmp_path / "result.json"
-    results.write_json_atomic(path, {"version": 1})
+    schema.write_json_atomic(path, {"version": 1})
 
     def fail_midway(f):
         f.write('{"version": 2, "trunc')
         raise OSError("disk full")
 
     with pytest.raises(OSError):
-        results.write_atomic(path, fail_midway)
+        schema.write_atomic(path, fail_midway)
     assert json.loads(path.read_text()) == {"version": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary left behind
 
 
 def test_loader_workers_come_from_the_cores_per_process_unless_set():
-    from compare.config import PipelineConfig, loader_workers
+    from compare.experiment.config import PipelineConfig, loader_workers
     tuned = PipelineConfig()
     assert loader_workers(tuned, processes=1, cores=2) == 0  # a worker would fight for a core
     assert loader_workers(tuned, processes=1, cores=16) == 8

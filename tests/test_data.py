@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from compare import datasets
-from compare.datasets import decode, frameworks
-from compare.errors import DataError
 from conftest import CLASSES, write_cifar_archive, write_cifar_dir, write_image
+
+from compare.errors import DataError
+from compare.experiment import datasets
+from compare.experiment.datasets import decode, frameworks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -336,7 +336,7 @@ if os.environ.get("CNNCOMPARE_TEST_MD5S"):
 # Runs in a fresh interpreter: load through the decoder, then say which frameworks got imported.
 _LOAD_AND_REPORT = '''
 import json, os, sys
-from compare import datasets
+from compare.experiment import datasets
 os.environ["CNNCOMPARE_TEST_MD5S"] = sys.argv[2]
 ds = datasets.load("torchvision", sys.argv[1], download=False, progress=False)
 frameworks = ("torch", "torchvision", "tensorflow", "tensorflow_datasets", "keras")

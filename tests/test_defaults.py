@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from compare import precision, report, strategy
+from compare.experiment import precision, strategy
+from compare.report import build as report
 
 REPO = Path(__file__).resolve().parent.parent
 AVX2_ONLY = frozenset({"sse4_2", "avx", "avx2", "fma"})

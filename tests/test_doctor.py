@@ -8,10 +8,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from compare import devices, doctor, runner
 from compare.cli import cli
-from compare.config import RunConfig
 from compare.errors import UserError
+from compare.experiment.config import RunConfig
+from compare.machine import devices, doctor
+from compare.process import runner
 
 H100 = {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cuda": "13.0"}
 NO_GPU = {"gpus": [], "cuda": "12.5.1"}
@@ -137,6 +138,7 @@ def test_a_framework_can_run_in_its_own_environment(monkeypatch, tmp_path):
     PyTorch's CUDA 13 ones); an interpreter without TensorFlow is named with the fix."""
     import subprocess
     import sys
+
     from compare.errors import FrameworkMissing
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)

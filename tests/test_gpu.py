@@ -20,11 +20,15 @@ import time
 from pathlib import Path
 
 import pytest
-
-from compare import datasets, devices, doctor, loop, results, runner
-from compare import recorder as recorder_module
-from compare.config import PipelineConfig
 from conftest import tiny_config
+
+from compare import schema
+from compare.experiment import datasets
+from compare.experiment.config import PipelineConfig
+from compare.machine import devices, doctor
+from compare.process import runner
+from compare.run import loop
+from compare.run import recorder as recorder_module
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parent.parent
@@ -81,7 +85,7 @@ def _tf_run(tmp_path: Path, name: str, *options: str) -> dict:
     done = _cli("run", "--framework", "tf", "--device", "gpu", "--dataset", "synthetic",
                 "--synthetic-size", "1024", "--quiet", "--out", str(out), *options)
     assert done.returncode == 0, done.stderr[-3000:]
-    return results.read_result(out / "result.json")
+    return schema.read_result(out / "result.json")
 
 
 # ---------------------------------------------------------------- mixed precision, loss scaling
@@ -137,7 +141,7 @@ def test_torch_ddp_over_every_gpu(tmp_path, torch_gpu):
         pytest.skip("one GPU here: DDP over several needs two or more")
     config = _gpu_config(tmp_path, devices=count, batch_size=32 * count)
     assert torch_gpu.train(config, datasets.config_dataset(config)) == 0
-    result = results.read_result(Path(config.out) / "result.json")
+    result = schema.read_result(Path(config.out) / "result.json")
     assert result["fairness"]["distribution"] == "DistributedDataParallel (nccl)"
     assert result["summary"]["replicas"] == count
 
@@ -277,7 +281,7 @@ def test_tf_peak_memory_is_reset_each_epoch(tmp_path, tf_gpus):
 def test_torch_nvml_energy_over_real_steps(tmp_path, torch_gpu):
     """README: Energy is read from NVML's energy counter (or, where a device refuses it,
     its sampled power) over the training steps."""
-    from compare import gpu_metrics
+    from compare.machine import gpu_metrics
     trainer = _torch_trainer(torch_gpu, _gpu_config(tmp_path, precision="mixed",
                                                     model="resnet9", batch_size=256,
                                                     synthetic_train_size=2048))
@@ -302,12 +306,12 @@ def test_torch_nvml_energy_over_real_steps(tmp_path, torch_gpu):
 def test_torch_run_records_device_time_peak_memory_energy_and_mfu(tmp_path, torch_gpu):
     """README: MFU is measured against the GPU's dense peak for the precision and lies in
     (0, 1); device time, peak memory and energy are recorded per epoch."""
-    from compare import gpu_metrics
+    from compare.machine import gpu_metrics
     config = _gpu_config(tmp_path, epochs=2, precision="mixed", synthetic_train_size=2048)
     trainer = _torch_trainer(torch_gpu, config)
     recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
     assert loop.train_epochs(trainer, config, recorder) == 0
-    result = results.read_result(Path(config.out) / "result.json")
+    result = schema.read_result(Path(config.out) / "result.json")
     epochs, summary = result["epochs"], result["summary"]
     assert all(e["device_time_s"] > 0 for e in epochs)  # CUDA events
     assert all(e["peak_device_memory_bytes"] > 0 for e in epochs)
@@ -384,8 +388,8 @@ def test_both_doctor_on_a_gpu_host(torch_gpu):
 
 def test_both_same_device_guard_on_a_gpu_host(torch_gpu):
     """README: compare refuses to set one framework on the GPU against the other on the CPU."""
-    from compare.config import RunConfig
     from compare.errors import UserError
+    from compare.experiment.config import RunConfig
     configs = [RunConfig(framework=fw) for fw in ("tf", "torch")]
     if runner.framework_environment("tf").get("gpus"):
         assert devices.check_same_device(configs) == {"tf": "gpu", "torch": "gpu"}

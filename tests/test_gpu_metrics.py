@@ -7,11 +7,14 @@ import time
 import types
 
 import pytest
-
-from compare import gpu_metrics, loop, results, specs
-from compare import recorder as recorder_module
-from compare.interface import DeviceChoice
 from conftest import tiny_config
+
+from compare import schema
+from compare.experiment import specs
+from compare.machine import gpu_metrics
+from compare.run import loop
+from compare.run import recorder as recorder_module
+from compare.run.interface import DeviceChoice
 
 
 def fake_pynvml(power_mw: int = 300_000, energy_mj_per_s: float = 300_000.0,
@@ -96,7 +99,7 @@ def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
     trainer = SlowGpuTrainer(99, None)
     recorder = recorder_module.Recorder(config, trainer, specs.lenet(), {}, {}, {})
     assert loop.train_epochs(trainer, config, recorder) == 0
-    result = results.read_result(tmp_path / "run" / "result.json")
+    result = schema.read_result(tmp_path / "run" / "result.json")
     energies = [e["gpu"]["energy_j"] for e in result["epochs"]]
     # 300 W x 4 steps x 50 ms
     assert all(e == pytest.approx(300 * 4 * 0.05, rel=0.5) for e in energies)
@@ -113,7 +116,7 @@ def test_cpu_runs_say_why_there_is_no_mfu_or_energy(tmp_path):
     trainer = FakeTrainer(99, None)
     recorder = recorder_module.Recorder(config, trainer, specs.lenet(), {}, {}, {})
     loop.train_epochs(trainer, config, recorder)
-    summary = results.read_result(tmp_path / "run" / "result.json")["summary"]
+    summary = schema.read_result(tmp_path / "run" / "result.json")["summary"]
     assert summary["mfu"] is None and summary["mfu_note"].startswith("CPU run")
     assert summary["energy_j"] is None and summary["energy_note"] == "CPU run: no GPU to sample"
 
@@ -154,7 +157,7 @@ def test_a_field_the_device_refuses_is_null_with_its_reason_and_the_rest_is_read
 
 
 def test_env_and_doctor_survive_refused_nvml_fields(monkeypatch):
-    from compare import environment
+    from compare.machine import environment
     module = fake_pynvml()
     module.nvmlDeviceGetCount = lambda: 1
     module.nvmlDeviceGetName = lambda h: b"NVIDIA H100 80GB HBM3"

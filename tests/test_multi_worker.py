@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_reliability import REPO, _wait_for, _wait_until_gone
 
 pytestmark = pytest.mark.slow
@@ -253,7 +252,7 @@ def test_multi_worker_torch_lost_worker_stops_the_chief_naming_it(tmp_path, sign
 # ---- the launch read from the environment (compare.cluster), no processes started
 
 def test_tf_config_gives_rank_processes_and_machines():
-    from compare import cluster
+    from compare.process import cluster
     spec = {"cluster": {"chief": ["a:1"], "worker": ["a:2", "b:1", "c:1"]},
             "task": {"type": "worker", "index": 1}}
     launched = cluster.launch("tf", {"TF_CONFIG": json.dumps(spec)})
@@ -267,7 +266,7 @@ def test_tf_config_gives_rank_processes_and_machines():
 
 
 def test_torchrun_variables_give_rank_processes_and_machines():
-    from compare import cluster
+    from compare.process import cluster
     environ = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
                "TORCHELASTIC_RUN_ID": "job"}
     launched = cluster.launch("torch", environ)
@@ -287,8 +286,8 @@ def test_torchrun_variables_give_rank_processes_and_machines():
     ({"RANK": "x", "WORLD_SIZE": "2"}, "are not integers"),
 ])
 def test_a_launch_that_makes_no_sense_is_one_clear_line(environ, says):
-    from compare import cluster
     from compare.errors import UserError
+    from compare.process import cluster
     framework = "tf" if "TF_CONFIG" in environ else "torch"
     with pytest.raises(UserError, match=says):
         cluster.launch(framework, environ)
@@ -363,7 +362,7 @@ def test_multi_worker_readme_slurm_script_trains_on_two_nodes(tmp_path, framewor
 
 
 def test_doctor_forgets_the_launch_so_its_framework_processes_wait_for_no_peer(monkeypatch):
-    from compare import cluster
+    from compare.process import cluster
     monkeypatch.setenv("TF_CONFIG", _tf_config([1, 2], 1))
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -375,8 +374,8 @@ def test_several_processes_keep_one_window_size_until_they_agree_on_the_slowest(
     """Each window's losses are all-reduced in PyTorch, so processes must close the same
     windows: while measuring, the size stays fixed; after the first epoch it comes from the
     slowest process's time per call (what every process's agree() returns)."""
-    from compare import loop
-    from compare.config import RunConfig
+    from compare.experiment.config import RunConfig
+    from compare.run import loop
     asked = []
 
     def agree(own_s):

@@ -6,11 +6,12 @@ import hashlib
 
 import numpy as np
 import pytest
-
-from compare import datasets, fairness, loop, parity
-from compare import recorder as recorder_module
-from compare.config import PipelineConfig
 from conftest import tiny_config
+
+from compare.experiment import datasets, parity
+from compare.experiment.config import PipelineConfig
+from compare.run import fairness, loop
+from compare.run import recorder as recorder_module
 
 
 def _hash(images: np.ndarray, labels: np.ndarray) -> str:
@@ -41,6 +42,7 @@ def _probes(tmp_path, tf_train, model: str, batch_size: int, timed: bool = False
     """Both frameworks' probes in this process: the float32 gate's config, or with `timed`
     the run's own (mixed precision here), plus PyTorch with weights moved by 1 ulp."""
     import keras
+
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, model=model, batch_size=batch_size, device="cpu", **changes)
     config = parity.timed_config(config) if timed else parity.probe_config(config)
@@ -187,7 +189,7 @@ def test_parity_catches_keras_momentum_form_under_a_changing_learning_rate(tmp_p
 
 
 def test_fairness_manifests_list_the_same_settings_and_agree(tmp_path, tf_two_cpus):
-    from compare import report
+    from compare.report import build as report
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, device="cpu", weight_decay=5e-4, nesterov=True)
     dataset = datasets.config_dataset(config)
@@ -212,9 +214,11 @@ def test_fairness_manifests_list_the_same_settings_and_agree(tmp_path, tf_two_cp
 
 @pytest.mark.parametrize("model, count", [("lenet", 62_006), ("resnet9", 6_573_120)])
 def test_both_builds_have_the_specs_parameter_count(tf_two_cpus, model, count):
-    from compare import specs
-    from tf_impl.model import build_model as keras_build, count_parameters as keras_count
-    from torch_impl.model import build_model as torch_build, count_parameters as torch_count
+    from compare.experiment import specs
+    from tf_impl.model import build_model as keras_build
+    from tf_impl.model import count_parameters as keras_count
+    from torch_impl.model import build_model as torch_build
+    from torch_impl.model import count_parameters as torch_count
     spec = specs.get_spec(model)
     assert (specs.parameter_count(spec) == keras_count(keras_build(spec))
             == torch_count(torch_build(spec)) == count)

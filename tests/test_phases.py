@@ -9,9 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-
-from compare import datasets, fairness, loop, phases, recorder, report, results
 from conftest import tiny_config
+
+from compare import schema
+from compare.experiment import datasets
+from compare.report import build as report
+from compare.run import fairness, loop, phases, recorder
 
 
 def test_union_overlap_and_gaps_count_shared_time_once():
@@ -196,7 +199,7 @@ def test_profile_splits_extra_steps_after_training_into_phases(tmp_path, framewo
         assert any(e.get("name") == phases.scope("backward") for e in events)
     else:  # TensorBoard's profile plugin layout
         assert list(written.glob("plugins/profile/*/*.xplane.pb"))
-    result = results.read_result(Path(config.out) / "result.json")
+    result = schema.read_result(Path(config.out) / "result.json")
     assert result["files"]["profile"] == profile["files"]
     rows = report._phases([{**result, "path": str(Path(config.out) / "result.json")}])
     assert rows[0]["clock"] == "host" and len(rows[0]["cells"]) == len(phases.PHASES)

@@ -13,12 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
-
-from compare import lock, loop, orchestrate, results, runner, shutdown, specs
-from compare import recorder as recorder_module
-from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM, Interrupted
-from compare.interface import DeviceChoice
 from conftest import tiny_config
+
+from compare import schema
+from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM, Interrupted
+from compare.experiment import specs
+from compare.process import lock, orchestrate, runner, shutdown
+from compare.run import loop
+from compare.run import recorder as recorder_module
+from compare.run.interface import DeviceChoice
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -113,7 +116,7 @@ def _run_fake(tmp_path, failure, capsys=None):
     trainer = FakeTrainer(2, failure)
     recorder = recorder_module.Recorder(config, trainer, specs.lenet(), {}, {}, {})
     code = loop.train_epochs(trainer, config, recorder)
-    return code, results.read_result(tmp_path / "run" / "result.json")
+    return code, schema.read_result(tmp_path / "run" / "result.json")
 
 
 def test_nan_loss_stops_the_run_and_keeps_finished_epochs(tmp_path, capsys):
@@ -146,11 +149,11 @@ def test_keyboard_interrupt_keeps_finished_epochs(tmp_path):
 
 
 def test_real_divergence_exits_3_with_a_valid_result(tmp_path):
-    from compare import datasets
+    from compare.experiment import datasets
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, lr=1e6, epochs=2)
     assert torch_train.train(config, datasets.config_dataset(config)) == EXIT_DIVERGED
-    result = results.read_result(tmp_path / "run" / "result.json")
+    result = schema.read_result(tmp_path / "run" / "result.json")
     assert result["summary"]["status"] == "diverged" and "lower --lr" in result["error"]
 
 
@@ -224,7 +227,7 @@ def test_ctrl_c_during_run_writes_an_interrupted_result(tmp_path):
     os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == EXIT_INTERRUPTED, stderr
-    result = results.read_result(out / "result.json")
+    result = schema.read_result(out / "result.json")
     assert result["summary"]["status"] == "interrupted" and 1 <= len(result["epochs"]) < 200
     assert "Traceback" not in stderr and "interrupted" in stderr
     assert _wait_until_gone(out) == []
@@ -275,22 +278,22 @@ def test_a_trainer_killed_mid_run_is_recorded_failed_with_its_exit(tmp_path, mon
     outcome = runner.run_framework(config, on_line=lambda line: None)
     assert outcome.code == -signal.SIGKILL and outcome.status == "failed"
     assert "killed by SIGKILL" in outcome.error
-    result = results.read_result(outcome.result_path)
+    result = schema.read_result(outcome.result_path)
     assert result["summary"]["status"] == "failed" and len(result["epochs"]) == 1
     assert result["exit"]["reason"] == "killed by SIGKILL" and result["exit"]["code"] == -9
     assert "dies_mid_run: SIGKILL" in result["exit"]["log_tail"]
-    from compare import report
+    from compare.report import build as report
     summary = report.summarise(report.load_runs([outcome.result_path]), None, None)
     assert "PyTorch seed 0 failed (killed by SIGKILL)" in " ".join(summary["verdict"])
     monkeypatch.setitem(runner.MODULES, "torch", "torch_impl.train")
     resumed = runner.run_framework(config, on_line=lambda line: None, resume=True)
     assert resumed.status == "completed"
-    result = results.read_result(outcome.result_path)
+    result = schema.read_result(outcome.result_path)
     assert len(result["epochs"]) == 2 and len(result["sessions"]) == 2
 
 
 def test_parity_failure_stops_the_comparison_with_a_report(tmp_path, monkeypatch, capsys):
-    from compare import parity
+    from compare.experiment import parity
     monkeypatch.setattr(parity, "run_parity", lambda *a, **k: {
         "passed": False, "failed": ["grad_max_rel_diff"], "steps": 3, "tolerances": {},
         "logits_max_abs_diff": 0.0, "loss_abs_diff": 0.0, "grad_max_rel_diff": 0.4,
@@ -336,7 +339,7 @@ def test_a_stop_signal_to_the_parent_alone_reaches_the_trainer(tmp_path, signum,
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signum, stderr
-    result = results.read_result(out / "result.json")
+    result = schema.read_result(out / "result.json")
     assert result["summary"]["status"] == "interrupted" and 1 <= len(result["epochs"]) < 200
     assert result["error"] == f"interrupted ({signal.Signals(signum).name})"
     assert "Traceback" not in stderr
@@ -353,7 +356,7 @@ def test_sigterm_to_the_parent_reaches_every_ddp_process(tmp_path):
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGTERM, stderr
-    assert results.read_result(out / "result.json")["summary"]["status"] == "interrupted"
+    assert schema.read_result(out / "result.json")["summary"]["status"] == "interrupted"
     assert _wait_until_gone(out) == []
 
 
@@ -368,7 +371,7 @@ def test_a_trainer_whose_parent_is_killed_stops_and_writes_its_result(tmp_path):
     process.kill()
     process.communicate(timeout=120)  # the trainer holds the stdout pipe until it ends
     assert _wait_until_gone(out, timeout=60) == []
-    result = results.read_result(out / "result.json")
+    result = schema.read_result(out / "result.json")
     assert result["summary"]["status"] == "interrupted" and len(result["epochs"]) >= 1
     assert "the parent process" in result["error"] and "ended" in result["error"]
 
@@ -403,7 +406,7 @@ def test_sigterm_during_evaluation_stops_it_and_keeps_the_finished_epochs(tmp_pa
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert time.monotonic() - sent < SLOW_EVALUATION_S
-    result = results.read_result(out / "result.json")
+    result = schema.read_result(out / "result.json")
     assert result["summary"]["status"] == "interrupted" and result["epochs"] == []
     assert _wait_until_gone(out) == []
 

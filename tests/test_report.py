@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from compare import report, results
+from compare import schema
+from compare.report import build as report
 
 H100 = {"device_used": "GPU: NVIDIA H100 80GB HBM3", "platform": "Linux-6.8-x86_64-with-glibc2.39"}
 LAPTOP_CPU = {"device_used": "CPU (no GPU found), 1 logical device(s)",
@@ -54,7 +55,7 @@ def fake_result(framework: str, seed: int, train_time: float, accuracy: float,
             "environment": {**environment,
                             ("torch" if framework == "torch" else "tensorflow"): "x.y"},
             "fairness": {"precision_policy": "float32", "global_batch": 32, "device_kind": kind},
-            "measurement": results.MEASUREMENT, "epochs": records, "summary": summary,
+            "measurement": schema.MEASUREMENT, "epochs": records, "summary": summary,
             "error": error}
 
 
@@ -63,7 +64,7 @@ def write_runs(root: Path, runs: list[dict], parity: dict | None = None) -> None
     parity record in summary.json."""
     for r in runs:
         run_dir = root / "runs" / f"{r['framework']}-seed{r['config']['seed']}"
-        results.write_json_atomic(run_dir / "result.json", r)
+        schema.write_json_atomic(run_dir / "result.json", r)
         step_ms = r["summary"]["train_time_s"]  # the fixture's step time, ms
         (run_dir / "steps.csv").write_text("global_step,epoch,lr,loss\n" + "".join(
             f"{s},{1 + s // 10},0.01,{2.3 / (1 + 0.1 * s):.4f}\n" for s in range(20)))
@@ -72,7 +73,7 @@ def write_runs(root: Path, runs: list[dict], parity: dict | None = None) -> None
         (run_dir / "windows.csv").write_text("epoch,first_step,steps,seconds,input_wait_s\n"
                                              + "".join(windows))
     if parity is not None:
-        results.write_json_atomic(root / "summary.json", {"parity": parity, "command": "x"})
+        schema.write_json_atomic(root / "summary.json", {"parity": parity, "command": "x"})
 
 
 PASSED = {"passed": True, "steps": 3, "tolerances": {}}
@@ -257,10 +258,10 @@ def test_unreadable_results_are_listed_apart_in_the_report_and_on_stderr(tmp_pat
     torn.write_text('{"framework": "tf", "summ')
     future = fake_result("torch", 8, 8.0, 0.58)
     future["schema_version"] = 99
-    results.write_json_atomic(tmp_path / "runs" / "torch-seed8" / "result.json", future)
+    schema.write_json_atomic(tmp_path / "runs" / "torch-seed8" / "result.json", future)
     lacking = fake_result("torch", 9, 8.0, 0.58)
     del lacking["summary"]["status"]
-    results.write_json_atomic(tmp_path / "runs" / "torch-seed9" / "result.json", lacking)
+    schema.write_json_atomic(tmp_path / "runs" / "torch-seed9" / "result.json", lacking)
     outcome = _cli_report(str(tmp_path))
     assert outcome.exit_code == 0, outcome.output
     assert "skipped" in outcome.stderr and str(torn) in outcome.stderr
@@ -334,7 +335,7 @@ def test_multi_machine_gpu_runs_of_both_frameworks_form_one_comparison(tmp_path)
     assert summary["machine"]["device"] == "GPU: 8x NVIDIA H100 80GB HBM3"
     assert summary["ratios"]["train_time_s"]["ratio"] == pytest.approx(10.0 / 8.0)
     # results written before the hardware record group by the same words
-    from compare import devices
+    from compare.machine import devices
     assert devices.label_of({"device_used": tf_env["device_used"]}) == \
         "GPU: 4x NVIDIA H100 80GB HBM3"
     assert devices.hardware("gpu", "NVIDIA H100 80GB HBM3", 1, 1)["label"] == \
@@ -400,7 +401,8 @@ def test_report_html_in_a_headless_browser_shows_every_plot_and_fetches_nothing(
 def test_a_rerun_with_fewer_completed_runs_never_overwrites_the_fuller_report(tmp_path):
     """`compare` again into the same directory, failing early: the earlier report stays."""
     import json
-    from compare import report
+
+    from compare.report import build as report
     out = tmp_path / "cmp"
     out.mkdir()
     fuller = {"runs": [{"framework": fw, "seed": 0, "status": "completed"}

@@ -16,13 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
-from compare import checkpoint, datasets, results
-from compare.cli import cli
-from compare.config import PipelineConfig
-from compare.errors import EXIT_INTERRUPTED
 from conftest import tiny_config
 from test_reliability import CLI, _wait_for  # one copy of the subprocess helpers
+
+from compare import schema
+from compare.cli import cli
+from compare.errors import EXIT_INTERRUPTED
+from compare.experiment import datasets
+from compare.experiment.config import PipelineConfig
+from compare.run import checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 STOP_AT_STEP = 11  # 1-based training step: the third step of the second epoch (8 an epoch)
@@ -61,7 +63,7 @@ def _straight_and_resumed(tmp_path, monkeypatch, module, framework: str) -> tupl
         _stop_at(patch, module.Trainer, STOP_AT_STEP)
         assert module.train(resumed, dataset) == EXIT_INTERRUPTED
     out = Path(resumed.out)
-    stopped = results.read_result(out / "result.json")
+    stopped = schema.read_result(out / "result.json")
     assert stopped["summary"]["status"] == "interrupted" and len(stopped["epochs"]) == 1
     assert len((out / "steps.csv").read_text().splitlines()) == 1 + 8  # epoch 1's steps only
     assert json.loads((out / checkpoint.CHECKPOINT_FILE).read_text())["next_epoch"] == 1
@@ -71,11 +73,11 @@ def _straight_and_resumed(tmp_path, monkeypatch, module, framework: str) -> tupl
 
 def _check_resumed_result(straight: Path, resumed: Path) -> None:
     assert (resumed / "steps.csv").read_text() == (straight / "steps.csv").read_text()
-    result = results.read_result(resumed / "result.json")
+    result = schema.read_result(resumed / "result.json")
     assert result["summary"]["status"] == "completed"
     assert [e["session"] for e in result["epochs"]] == [0, 1, 1]
     assert [s["first_epoch"] for s in result["sessions"]] == [1, 2]
-    assert result["epochs"][2]["test_loss"] == results.read_result(
+    assert result["epochs"][2]["test_loss"] == schema.read_result(
         straight / "result.json")["epochs"][2]["test_loss"]
     assert not (resumed / checkpoint.CHECKPOINT_FILE).exists()  # a completed run keeps none
     assert not (resumed / checkpoint.CHECKPOINT_DIR).exists()
@@ -83,6 +85,7 @@ def _check_resumed_result(straight: Path, resumed: Path) -> None:
 
 def test_torch_resumed_run_matches_an_uninterrupted_one_bit_for_bit(tmp_path, monkeypatch):
     import torch
+
     from torch_impl import train as torch_train
     straight, resumed = _straight_and_resumed(tmp_path, monkeypatch, torch_train, "torch")
     _check_resumed_result(straight, resumed)
@@ -152,7 +155,7 @@ def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGTERM, stderr
-    first = results.read_result(out / "runs" / "tf-seed0" / "result.json")
+    first = schema.read_result(out / "runs" / "tf-seed0" / "result.json")
     assert first["summary"]["status"] == "completed"
     parity_written = (out / "parity" / "tf.npz").stat().st_mtime_ns
     outcome = subprocess.run(_cli("compare", "--resume", str(out), "--quiet"), cwd=REPO,
@@ -160,8 +163,8 @@ def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
     assert outcome.returncode == 0, outcome.stderr
     assert "parity check: passed before, kept" in outcome.stderr
     assert (out / "parity" / "tf.npz").stat().st_mtime_ns == parity_written
-    assert results.read_result(out / "runs" / "tf-seed0" / "result.json") == first
-    resumed = results.read_result(second / "result.json")
+    assert schema.read_result(out / "runs" / "tf-seed0" / "result.json") == first
+    resumed = schema.read_result(second / "result.json")
     assert resumed["summary"]["status"] == "completed" and len(resumed["epochs"]) == 12
     assert len(resumed["sessions"]) == 2
     summary = json.loads((out / "summary.json").read_text())
@@ -173,8 +176,9 @@ def test_one_framework_now_and_the_rest_on_resume(tmp_path):
     """`compare --framework torch` runs PyTorch's seeds alone (no parity check: it needs both)
     and lists TensorFlow's as not run yet; `compare --resume` then runs the parity check and
     TensorFlow's seeds, keeps PyTorch's, and the report says the two were not alternated."""
-    from compare import orchestrate
     from conftest import tiny_config
+
+    from compare.process import orchestrate
     out = tmp_path / "cmp"
     config = tiny_config(tmp_path, epochs=1)
     code = orchestrate.compare_frameworks(config, 2, out, parity_steps=1, command="(test)",
@@ -184,7 +188,7 @@ def test_one_framework_now_and_the_rest_on_resume(tmp_path):
     assert summary["parity"] is None and summary["frameworks"]["torch"]["completed"] == 2
     assert [r["framework"] for r in summary["not_run"]] == ["tf", "tf"]
     assert "not run yet" in summary["not_run"][0]["reason"]
-    torch_result = results.read_result(out / "runs" / "torch-seed0" / "result.json")
+    torch_result = schema.read_result(out / "runs" / "torch-seed0" / "result.json")
     saved, _, _, _ = orchestrate.saved_comparison(out)
     code = orchestrate.compare_frameworks(saved.replace(quiet=True), 2, out, parity_steps=1,
                                           command="(test)", resume=True)
@@ -192,6 +196,6 @@ def test_one_framework_now_and_the_rest_on_resume(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["parity"]["passed"] and not summary["not_run"]
     assert {fw: e["completed"] for fw, e in summary["frameworks"].items()} == {"tf": 2, "torch": 2}
-    assert results.read_result(out / "runs" / "torch-seed0" / "result.json") == torch_result
+    assert schema.read_result(out / "runs" / "torch-seed0" / "result.json") == torch_result
     assert "not alternated" in " ".join(summary["verdict"])
     assert summary["ratios"]["train_time_s"]["n"] == 2

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from compare import stats
+from compare.report import stats
 
 T_975_DF2 = 4.302652729911275  # scipy.stats.t.ppf(0.975, 2)
 

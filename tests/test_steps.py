@@ -10,14 +10,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
-from compare import datasets, fairness, loop, results, specs, sweep
-from compare import recorder as recorder_module
-from compare.cli import cli
-from compare.config import (DEFAULT_STEPS_PER_CALL, PipelineConfig, RunConfig, learning_rate,
-                            shown_default, steps_per_call)
 from conftest import tiny_config
 from test_reliability import FakeTrainer
+
+from compare import schema
+from compare.cli import cli
+from compare.experiment import datasets, specs
+from compare.experiment.config import (
+    DEFAULT_STEPS_PER_CALL,
+    PipelineConfig,
+    RunConfig,
+    learning_rate,
+    shown_default,
+    steps_per_call,
+)
+from compare.process import sweep
+from compare.run import fairness, loop
+from compare.run import recorder as recorder_module
 
 
 def _steps(out: Path) -> list[dict[str, str]]:
@@ -73,7 +82,7 @@ def test_tf_three_steps_per_call_give_the_losses_of_one(tmp_path, tf_two_cpus):
     assert sum(int(w["steps"]) for w in windows) == 16
     waits = [float(w["input_wait_s"]) for w in windows]  # timed in the graph
     assert all(np.isfinite(waits)) and min(waits) >= 0 and sum(waits) > 0
-    result = results.read_result(tmp_path / "three" / "result.json")
+    result = schema.read_result(tmp_path / "three" / "result.json")
     assert result["summary"]["steps_per_call"] == 3
     assert result["fairness"]["steps_per_call"] == 3
     assert result["fairness"]["steps_per_call_from"] == "--steps-per-call"
@@ -95,7 +104,7 @@ def test_torch_three_steps_per_call_give_the_losses_of_one(tmp_path):
     _train(torch_train, _config(tmp_path, "torch", "three", steps_per_call=3))
     a, b = _steps(tmp_path / "one"), _steps(tmp_path / "three")
     assert len(a) == 16 and a == b
-    result = results.read_result(tmp_path / "three" / "result.json")
+    result = schema.read_result(tmp_path / "three" / "result.json")
     assert result["fairness"]["strategy"]["wrapper"] is None  # auto, one replica: no DDP
     assert result["fairness"]["steps_per_call"] == result["summary"]["steps_per_call"] == 3
 
@@ -111,8 +120,8 @@ def test_the_wrapper_on_one_replica_trains_as_none(tmp_path, framework, tf_two_c
     a, b = _steps(tmp_path / "auto"), _steps(tmp_path / "mirrored")
     np.testing.assert_allclose([float(r["loss"]) for r in b], [float(r["loss"]) for r in a],
                                rtol=1e-6)
-    plain = results.read_result(tmp_path / "auto" / "result.json")["fairness"]
-    wrapped = results.read_result(tmp_path / "mirrored" / "result.json")["fairness"]
+    plain = schema.read_result(tmp_path / "auto" / "result.json")["fairness"]
+    wrapped = schema.read_result(tmp_path / "mirrored" / "result.json")["fairness"]
     assert plain["strategy"] == {"choice": "auto", "wrapper": None, "reason": "auto: one "
                                  "replica trains without a distribution wrapper"}
     wrapper = {"tf": "MirroredStrategy", "torch": "DistributedDataParallel"}[framework]

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-
-from compare import datasets, sweep
-from compare.cli import cli
-from compare.config import PipelineConfig, RunConfig
-from compare.errors import UserError
 from conftest import tiny_config
+
+from compare.cli import cli
+from compare.errors import UserError
+from compare.experiment import datasets
+from compare.experiment.config import PipelineConfig, RunConfig
+from compare.process import sweep
 
 
 def test_parse_vary_and_the_cartesian_plan():
@@ -101,9 +102,12 @@ def test_device_pipeline_batches_equal_the_loader_batches(tmp_path, tf_two_cpus)
 
 
 def test_time_to_target_accuracy_is_the_training_time_of_the_first_epoch_reaching_it(tmp_path):
-    from compare import loop, results, specs
-    from compare import recorder as recorder_module
     from test_reliability import FakeTrainer
+
+    from compare import schema
+    from compare.experiment import specs
+    from compare.run import loop
+    from compare.run import recorder as recorder_module
 
     class Improving(FakeTrainer):
         def evaluate(self):
@@ -113,7 +117,7 @@ def test_time_to_target_accuracy_is_the_training_time_of_the_first_epoch_reachin
     trainer = Improving(99, None)
     recorder = recorder_module.Recorder(config, trainer, specs.lenet(), {}, {}, {})
     assert loop.train_epochs(trainer, config, recorder) == 0
-    result = results.read_result(tmp_path / "run" / "result.json")
+    result = schema.read_result(tmp_path / "run" / "result.json")
     epochs = result["epochs"]
     assert result["summary"]["epochs_to_target"] == 2
     assert result["summary"]["time_to_target_s"] == pytest.approx(epochs[0]["train_time_s"]

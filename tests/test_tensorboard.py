@@ -7,9 +7,10 @@ import csv
 from pathlib import Path
 
 import pytest
-
-from compare import datasets, loop, recorder
 from conftest import tiny_config
+
+from compare.experiment import datasets
+from compare.run import loop, recorder
 
 
 def _events(directory: Path) -> dict[str, list[tuple[int, float]]]:

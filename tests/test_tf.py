@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
-from compare import datasets, results
-from compare.cli import cli
 from conftest import tiny_config
+
+from compare import schema
+from compare.cli import cli
+from compare.experiment import datasets
 
 
 def _trainer(tf_train, config):
@@ -83,7 +84,7 @@ def test_cli_run_tf_writes_a_valid_result(tmp_path):
                                        "--synthetic-size", "320", "--epochs", "2",
                                        "--precision", "fp32", "--out", str(out), "--quiet"])
     assert outcome.exit_code == 0, outcome.output
-    result = results.read_result(out / "result.json")
+    result = schema.read_result(out / "result.json")
     summary = result["summary"]
     assert summary["status"] == "completed" and len(result["epochs"]) == 2
     assert 0.0 <= summary["final_test_accuracy"] <= 1.0 and summary["images_per_s"] > 0

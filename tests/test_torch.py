@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-
-from compare import datasets, results
-from compare.cli import cli
 from conftest import tiny_config
+
+from compare import schema
+from compare.cli import cli
+from compare.experiment import datasets
 from torch_impl import train as torch_train
 
 
@@ -51,7 +52,7 @@ def test_bfloat16_autocast_runs_on_cpu(tmp_path):
 
 
 def test_dataloader_workers_deliver_the_same_batches(tmp_path):
-    from compare.config import PipelineConfig
+    from compare.experiment.config import PipelineConfig
     inline = _trainer(tiny_config(tmp_path))
     workers = _trainer(tiny_config(tmp_path, pipeline=PipelineConfig(workers=2)))
     for a, b in zip(inline.batches(1), workers.batches(1)):
@@ -73,7 +74,7 @@ def test_ddp_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_p
     a, b = _state(tmp_path / "one" / "model.pt"), _state(tmp_path / "two" / "model.pt")
     for name in a:
         np.testing.assert_allclose(b[name].numpy(), a[name].numpy(), atol=2e-6, err_msg=name)
-    ra, rb = (results.read_result(tmp_path / d / "result.json") for d in ("one", "two"))
+    ra, rb = (schema.read_result(tmp_path / d / "result.json") for d in ("one", "two"))
     assert (rb["summary"]["replicas"] == 2
             and rb["fairness"]["distribution"] == "DistributedDataParallel (gloo)")
     assert rb["fairness"]["per_replica_batch"] == 16
@@ -87,7 +88,7 @@ def test_cli_run_torch_writes_a_valid_result(tmp_path):
                                        "--precision", "fp32", "--workers", "0", "--out", str(out),
                                        "--quiet"])
     assert outcome.exit_code == 0, outcome.output
-    result = results.read_result(out / "result.json")
+    result = schema.read_result(out / "result.json")
     summary = result["summary"]
     assert summary["status"] == "completed" and len(result["epochs"]) == 2
     assert 0.0 <= summary["final_test_accuracy"] <= 1.0
@@ -105,7 +106,7 @@ def test_the_device_pipeline_trains_two_ddp_processes_as_one(tmp_path):
     """--devices 2 --pipeline device: each gloo process holds the training set on its own
     device and gathers its half of every global batch there; the weights after an epoch are
     the one-process loader run's."""
-    from compare.config import PipelineConfig
+    from compare.experiment.config import PipelineConfig
     one = tiny_config(tmp_path, out=str(tmp_path / "one"))
     two = one.replace(devices=2, pipeline=PipelineConfig.preset("device"),
                       out=str(tmp_path / "two"))
@@ -115,5 +116,5 @@ def test_the_device_pipeline_trains_two_ddp_processes_as_one(tmp_path):
     a, b = _state(tmp_path / "one" / "model.pt"), _state(tmp_path / "two" / "model.pt")
     for name in a:
         np.testing.assert_allclose(b[name].numpy(), a[name].numpy(), atol=2e-6, err_msg=name)
-    manifest = results.read_result(tmp_path / "two" / "result.json")["fairness"]
+    manifest = schema.read_result(tmp_path / "two" / "result.json")["fairness"]
     assert manifest["pipeline"]["kind"] == "device" and manifest["replicas"] == 2

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from compare import plan as data_plan
-from compare import strategy
-from compare.config import RunConfig
-from compare.datasets import Dataset
-from compare.interface import DeviceChoice
+from compare.experiment import plan as data_plan
+from compare.experiment import strategy
+from compare.experiment.config import RunConfig
+from compare.experiment.datasets import Dataset
+from compare.run.interface import DeviceChoice
 
 # Epochs the phase profile may take after the run's (compare.loop.profile_phases): a warm
 # epoch and a profiled one when an epoch holds fewer than two calls.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from compare import init, specs
+from compare.experiment import specs, weights
 
 
 def _build(layers, x, bn_momentum: float, bn_epsilon: float):
@@ -70,13 +70,13 @@ def _variables(model: keras.Model, spec: specs.ModelSpec) -> dict[str, tuple]:
                 found[f"{layer.name}.bias"] = (k.bias, _same, _same)
         elif isinstance(layer, specs.Dense):
             k = model.get_layer(layer.name)
-            chw = init.flatten_input_shape(spec, layer.name)
+            chw = weights.flatten_input_shape(spec, layer.name)
             if chw is None:  # (out, in) -> (in, out)
                 found[f"{layer.name}.weight"] = (k.kernel, lambda a: a.T, lambda a: a.T)
             else:  # also reorder the inputs: torch flattens CHW, Keras HWC
                 found[f"{layer.name}.weight"] = (
-                    k.kernel, lambda a, s=chw: init.chw_to_hwc_rows(a, s).T,
-                    lambda a, s=chw: init.hwc_to_chw_rows(a.T, s))
+                    k.kernel, lambda a, s=chw: weights.chw_to_hwc_rows(a, s).T,
+                    lambda a, s=chw: weights.hwc_to_chw_rows(a.T, s))
             if layer.bias:
                 found[f"{layer.name}.bias"] = (k.bias, _same, _same)
         elif isinstance(layer, specs.BatchNorm):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from compare import phases
+from compare.run import phases
 
 # Ops that average gradients over replicas (MirroredStrategy, MultiWorkerMirroredStrategy).
 ALL_REDUCE_OPS = {"NcclAllReduce", "CollectiveReduce", "CollectiveReduceV2",

@@ -11,7 +11,7 @@ import platform
 import sys
 from pathlib import Path
 
-from compare import worker
+from compare.run import worker
 
 worker.quiet_framework_logs()  # before TensorFlow is imported
 
@@ -19,18 +19,19 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from compare import (cluster, gpu_metrics, init, loop, parity, precision, specs,  # noqa: E402
-                     strategy)
-from compare.config import RunConfig, steps_per_call  # noqa: E402
-from compare.datasets import Dataset  # noqa: E402
 from compare.errors import DeviceError  # noqa: E402
-from compare.interface import DeviceChoice  # noqa: E402
-from compare.phases import Capture, scope  # noqa: E402
-from compare.validate import check_split  # noqa: E402
+from compare.experiment import parity, precision, specs, strategy, weights  # noqa: E402
+from compare.experiment.config import RunConfig, steps_per_call  # noqa: E402
+from compare.experiment.datasets import Dataset  # noqa: E402
+from compare.experiment.validate import check_split  # noqa: E402
+from compare.machine import gpu_metrics  # noqa: E402
+from compare.process import cluster  # noqa: E402
+from compare.run import loop  # noqa: E402
+from compare.run.interface import DeviceChoice  # noqa: E402
+from compare.run.phases import Capture, scope  # noqa: E402
 from tf_impl import data as tf_data  # noqa: E402
 from tf_impl import profile as tf_profile  # noqa: E402
-from tf_impl.model import (build_model, export_gradients, export_weights,  # noqa: E402
-                           load_weights)
+from tf_impl.model import build_model, export_gradients, export_weights, load_weights  # noqa: E402
 
 FRAMEWORK = "tf"
 TF32_DEFAULT = tf.config.experimental.tensor_float_32_execution_enabled()  # before we set it
@@ -180,7 +181,8 @@ class Trainer:
         self.replicas = self.strategy.num_replicas_in_sync
         self.steps_per_call = steps_per_call(config, choice.on_gpu)
         self.spec = specs.get_spec(config.model, len(dataset.classes))
-        self.initial = init.initial_weights(self.spec, config.seed) if config.shared_init else None
+        self.initial = (weights.initial_weights(self.spec, config.seed) if config.shared_init
+                        else None)
         with self.strategy.scope():  # build, load and compile inside the scope (Keras guide)
             self.model = build_model(self.spec, config.bn_momentum, config.bn_epsilon)
             if self.initial is not None:
@@ -525,7 +527,7 @@ def describe_environment() -> dict:
             for d in details]
     libraries = None
     if not gpus and build.get("is_cuda_build"):  # why not: which CUDA library is missing?
-        from compare.doctor import find_library
+        from compare.machine.doctor import find_library
         cuda, cudnn = str(build.get("cuda_version", "12")), str(build.get("cudnn_version", "9"))
         names = (f"libcudart.so.{cuda.split('.')[0]}", f"libcublas.so.{cuda.split('.')[0]}",
                  f"libcudnn.so.{cudnn.split('.')[0]}")

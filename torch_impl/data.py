@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from compare import plan as data_plan
-from compare.config import RunConfig, loader_workers
-from compare.datasets import Dataset
-from compare.interface import DeviceChoice
+from compare.experiment import plan as data_plan
+from compare.experiment.config import RunConfig, loader_workers
+from compare.experiment.datasets import Dataset
+from compare.run.interface import DeviceChoice
 
 
 class PlanImages(torch.utils.data.Dataset):

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from compare import specs
+from compare.experiment import specs
 
 
 class Residual(nn.Module):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from compare import phases
+from compare.run import phases
 
 DEVICE_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCHES = ("cuda_runtime", "cuda_driver")

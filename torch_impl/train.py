@@ -22,14 +22,17 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from compare import (cluster, gpu_metrics, init, loop, parity, precision, results, shutdown,
-                     specs, strategy, worker)
-from compare.config import RunConfig, steps_per_call
-from compare.datasets import Dataset
+from compare import schema
 from compare.errors import DeviceError
-from compare.interface import DeviceChoice
-from compare.phases import Capture, scope
-from compare.validate import check_split
+from compare.experiment import parity, precision, specs, strategy, weights
+from compare.experiment.config import RunConfig, steps_per_call
+from compare.experiment.datasets import Dataset
+from compare.experiment.validate import check_split
+from compare.machine import gpu_metrics
+from compare.process import cluster, shutdown
+from compare.run import loop, worker
+from compare.run.interface import DeviceChoice
+from compare.run.phases import Capture, scope
 from torch_impl import data as torch_data
 from torch_impl import profile as torch_profile
 from torch_impl.model import build_model, export_gradients, export_weights, load_weights
@@ -152,7 +155,8 @@ class Trainer:
         self.replicas = choice.processes
         self.steps_per_call = steps_per_call(config, choice.on_gpu)
         self.spec = specs.get_spec(config.model, len(dataset.classes))
-        self.initial = init.initial_weights(self.spec, config.seed) if config.shared_init else None
+        self.initial = (weights.initial_weights(self.spec, config.seed) if config.shared_init
+                        else None)
         self.model = build_model(self.spec, config.bn_momentum, config.bn_epsilon)
         if self.initial is not None:
             load_weights(self.model, self.initial, self.spec)
@@ -292,7 +296,7 @@ class Trainer:
         state = {"spec": self.spec.name, "num_classes": self.spec.num_classes,
                  "state_dict": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
                  "config": self.config.to_dict()}
-        results.write_atomic(Path(directory) / "model.pt", lambda f: torch.save(state, f),
+        schema.write_atomic(Path(directory) / "model.pt", lambda f: torch.save(state, f),
                              mode="wb")
         return "model.pt"
 
@@ -302,7 +306,7 @@ class Trainer:
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict()}
         target = Path(directory) / "torch_state.pt"
-        results.write_atomic(target, lambda f: torch.save(state, f), mode="wb")
+        schema.write_atomic(target, lambda f: torch.save(state, f), mode="wb")
         return target.name
 
     def load_checkpoint(self, directory: Path) -> None:
@@ -556,7 +560,7 @@ def _spawned_process(rank: int, config: RunConfig, port: int, resume: bool,
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(config.devices),
                        "LOCAL_WORLD_SIZE": str(config.devices), cluster.SPAWNED_ENV: "1"})
-    from compare import datasets
+    from compare.experiment import datasets
     worker.leave(_train_process(config, datasets.config_dataset(config), resume))
 
 

@@ -1,0 +1,97 @@
+"""The same-device guard: a comparison puts both frameworks on the same kind of device.
+
+`pip install -e .` gives a TensorFlow without CUDA libraries beside a CUDA build of
+PyTorch, so on a GPU machine `--device auto` would silently set TF-on-CPU against
+PyTorch-on-GPU. `compare` and `sweep` ask each framework, in its own process, which device
+kind it would train on, and refuse a mixed pair unless --allow-mixed-devices says otherwise.
+"""
+
+from __future__ import annotations
+
+from compare.errors import UserError
+from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
+from compare.process import runner
+
+
+def device_kind(environment: dict, requested: str) -> tuple[str, str]:
+    """(kind, what the framework sees) for a --device request, from its --env description."""
+    if "error" in environment:
+        return "unknown", environment["error"]
+    gpus = [g.get("name") or "GPU" for g in environment.get("gpus") or []]
+    seen = ", ".join(gpus) if gpus else "no GPU"
+    if requested == "cpu":
+        return "cpu", seen
+    return ("gpu" if gpus else "cpu"), seen
+
+
+def check_same_device(configs: list[RunConfig]) -> dict[str, str]:
+    """The device kind each framework would train on under `--device auto`; a UserError
+    when they differ (unless the runs allow mixed devices). Asks each framework once, and
+    only when some run says `auto`: `cpu` and `gpu` are the same kind by request."""
+    auto = [c for c in configs if c.device == "auto" and not c.allow_mixed_devices]
+    if not auto:
+        return {}
+    frameworks = sorted({c.framework for c in auto})
+    if not nvidia_gpus():  # no NVIDIA driver or GPU: every framework trains on the CPU
+        return {fw: "cpu" for fw in frameworks}
+    environments = dict(zip(frameworks, runner.concurrently(
+        [lambda fw=fw: runner.framework_environment(fw) for fw in frameworks])))
+    seen = {fw: device_kind(env, "auto") for fw, env in environments.items()}
+    kinds = {fw: kind for fw, (kind, _) in seen.items()}
+    if len(set(kinds.values())) > 1:
+        described = "; ".join(f"{FRAMEWORK_NAMES[fw]} would train on {kind.upper()} (sees "
+                              f"{seen[fw][1]})" for fw, kind in kinds.items())
+        raise UserError(f"the frameworks would train on different devices: {described}. "
+                        f"Install TensorFlow's CUDA libraries (pip install -e '.[gpu]') to use "
+                        f"the GPU in both, or pass --device cpu; --allow-mixed-devices runs "
+                        f"anyway (the report says so)")
+    return kinds
+
+
+def nvidia_gpus() -> int:
+    """The NVIDIA GPUs the driver shows (NVML); 0 without a driver or the library."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no library, no driver
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001
+        return 0
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def hardware(kind: str, model: str | None, replicas: int, nodes: int) -> dict:
+    """The machine a run trained on, recorded the same way by both frameworks: the device
+    kind, model and count (every replica over every process and machine) and the machines.
+    `label` is what reports group runs by (with the host platform): on a GPU the model and
+    count, e.g. "GPU: 8x NVIDIA H100 80GB HBM3"; on a CPU only "CPU" (the logical devices or
+    processes a CPU run is split into are a setting, not the machine). The machines are
+    recorded, not labelled: the launchers count them differently (torchrun its node groups,
+    TF_CONFIG its hosts)."""
+    if kind != "gpu":
+        label = "CPU"
+    else:
+        label = f"GPU: {replicas}x {model}" if replicas > 1 else f"GPU: {model}"
+    return {"device_kind": kind, "device_model": model, "device_count": replicas,
+            "nodes": nodes, "label": label}
+
+
+def label_of(environment: dict | None) -> str | None:
+    """A result environment's hardware label (see `hardware`); for results written before it
+    was recorded, derived from the framework's own words in `device_used`."""
+    environment = environment or {}
+    if (environment.get("hardware") or {}).get("label"):
+        return environment["hardware"]["label"]
+    used = environment.get("device_used")
+    if not used:
+        return None
+    if not used.startswith("GPU"):
+        return "CPU"
+    names = used[len("GPU: "):].split(", worker")[0].split(" on ")[0].split(", ")
+    return f"GPU: {len(names)}x {names[0]}" if len(names) > 1 else f"GPU: {names[0]}"

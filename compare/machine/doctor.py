@@ -1,0 +1,222 @@
+"""`cnncompare doctor`: can each framework train here, on which device, and can they be
+compared on the same one?
+
+For each framework, in its own processes: what it sees (versions, GPUs, CUDA/cuDNN it was
+built with), then one process per device kind it can use that trains a few real steps of
+the chosen model in float32 and in mixed precision, times them, and reads which CUDA,
+cuBLAS and cuDNN libraries the process actually loaded. When a framework sees no GPU on a
+machine that has one, it says why.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from compare.errors import FrameworkMissing
+from compare.experiment import datasets
+from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, RunConfig, recipe_config
+from compare.machine import environment
+from compare.process import runner
+
+TIMED_STEPS = 3  # steps timed after one warm-up step (tracing, autotuning)
+LIBRARY = re.compile(r"/(lib(?:cudart|cublas|cublasLt|cudnn|nccl|cufft|cusparse)"
+                     r"[^/]*\.so[.0-9]*)$")
+
+
+def loaded_cuda_libraries() -> dict[str, str]:
+    """The CUDA libraries this process has loaded: file name -> path (Linux /proc/self/maps)."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                match = LIBRARY.search(line.strip())
+                if match:
+                    found.setdefault(match.group(1), line.split()[-1])
+    except OSError:
+        pass
+    return dict(sorted(found.items()))
+
+
+def find_library(name: str) -> str | None:
+    """Where a CUDA library would come from: the system loader's path, or an NVIDIA pip
+    wheel's lib/ folder (where tensorflow[and-cuda] and PyTorch's wheels put them); None."""
+    import ctypes
+    import sys
+    try:
+        ctypes.CDLL(name)
+        return f"{name} (system loader)"
+    except OSError:
+        pass
+    for entry in sys.path:
+        for candidate in sorted(Path(entry).glob(f"nvidia/*/lib/{name}")):
+            return str(candidate)
+    return None
+
+
+def train_steps(impl, config: RunConfig) -> dict[str, Any]:
+    """In a framework process: a few real steps per precision on this config's device; the
+    loaded CUDA libraries. Called by compare.worker for `--doctor`."""
+    choice = impl.select_device(config)
+    batch = config.batch_size
+    dataset = datasets.synthetic(batch * (TIMED_STEPS + 1), batch)
+    record: dict[str, Any] = {"framework": impl.FRAMEWORK, "device": choice.description,
+                              "device_kind": choice.kind, "device_name": choice.name,
+                              "model": config.model, "batch_size": batch, "precisions": {}}
+    for precision in ("fp32", "mixed"):
+        run_config = config.replace(precision=precision)
+        try:
+            trainer = impl.Trainer(run_config, dataset, choice)
+            batches = trainer.batches(0)
+            trainer.losses([trainer.train_step(next(batches), config.lr)])  # warm-up
+            trainer.sync()
+            start = time.perf_counter()
+            pending = [trainer.train_step(next(batches), config.lr) for _ in range(TIMED_STEPS)]
+            trainer.sync()
+            step_ms = 1000.0 * (time.perf_counter() - start) / TIMED_STEPS
+            losses = trainer.losses(pending)
+            record["precisions"][precision] = {
+                "ok": all(math.isfinite(v) for v in losses), "step_ms": step_ms,
+                "losses": losses, "policy": trainer.manifest()["precision_policy"]}
+            trainer.close()
+        except Exception as exc:  # noqa: BLE001 - the doctor reports every failure
+            record["precisions"][precision] = {"ok": False,
+                                               "error": f"{exc.__class__.__name__}: {exc}"}
+    record["libraries"] = loaded_cuda_libraries()
+    return record
+
+
+def gpu_diagnosis(framework_env: dict[str, Any], machine: dict[str, Any]) -> str | None:
+    """Why a framework sees no GPU on this machine (None when it sees one, or none exists)."""
+    if framework_env.get("gpus"):
+        return None
+    nvml = machine.get("nvml", {})
+    if not nvml.get("available"):
+        return None  # no NVIDIA driver: a CPU machine, nothing to explain
+    if framework_env.get("cuda") in (None, "", "False"):
+        return "this build has no CUDA support (a CPU-only build)"
+    missing = [lib for lib, where in (framework_env.get("gpu_libraries") or {}).items()
+               if where is None]
+    if missing:
+        return (f"CUDA libraries not installed: {', '.join(missing)} not found "
+                f"(pip install -e '.[gpu]' installs tensorflow[and-cuda])")
+    driver = nvml.get("cuda_driver_version")
+    built = framework_env.get("cuda")
+    if driver and built and _major(built) > _major(driver):
+        return (f"the NVIDIA driver is too old: it supports CUDA {driver}, this build needs "
+                f"CUDA {built}")
+    return "unknown: the GPU is there and the libraries load; run with --debug for its log"
+
+
+def _major(version: str) -> int:
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
+        return 0
+
+
+def examine(model: str, frameworks: tuple[str, ...] = FRAMEWORKS) -> dict[str, Any]:
+    """The whole check: per framework its environment and trained steps; the verdicts.
+    With one framework, its own verdict is the whole one."""
+    machine = environment.machine()
+    report: dict[str, Any] = {"machine": machine, "model": model, "frameworks": {}}
+    for framework in (fw for fw in FRAMEWORKS if fw in frameworks):
+        entry: dict[str, Any] = {"name": FRAMEWORK_NAMES[framework]}
+        try:
+            runner.check_installed(framework)
+        except FrameworkMissing as exc:
+            entry.update(installed=False, verdict=f"not installed: {exc}", kinds=[])
+            report["frameworks"][framework] = entry
+            continue
+        env = runner.framework_environment(framework)
+        entry.update(installed=True, environment=env, gpu_diagnosis=gpu_diagnosis(env, machine))
+        # A framework that sees a GPU is examined on it alone: a GPU machine is leased for
+        # its GPU, and every framework can train on a CPU.
+        kinds = ["gpu"] if env.get("gpus") else ["cpu"]
+        entry["runs"] = {kind: _train_in_process(framework, model, kind) for kind in kinds}
+        entry["kinds"] = [k for k, r in entry["runs"].items() if r.get("precisions") and all(
+            p.get("ok") for p in r["precisions"].values())]
+        entry["verdict"] = _framework_verdict(entry)
+        report["frameworks"][framework] = entry
+    if len(report["frameworks"]) == 1:
+        (framework, entry), = report["frameworks"].items()
+        report["verdict"] = f"{entry['name']} alone: {entry['verdict']}"
+        report["ready"] = bool(entry.get("kinds"))
+    else:
+        report["verdict"], report["ready"] = _pair_verdict(report["frameworks"])
+    return report
+
+
+def _train_in_process(framework: str, model: str, kind: str) -> dict[str, Any]:
+    import json
+    import tempfile
+    config = recipe_config(model, framework=framework, device=kind, quiet=True,
+                           batch_size=min(recipe_config(model).batch_size, 64))
+    with tempfile.TemporaryDirectory(prefix="cnncompare-doctor-") as tmp:
+        out = Path(tmp) / "doctor.json"
+        outcome = runner.run_framework(config.replace(out=tmp), on_line=lambda line: None,
+                                       extra=("--doctor", str(out)))
+        if outcome.code != 0 or not out.exists():
+            return {"error": outcome.error or f"exit code {outcome.code}"}
+        return json.loads(out.read_text())
+
+
+def _framework_verdict(entry: dict[str, Any]) -> str:
+    if "gpu" in entry["kinds"]:
+        return f"can train on GPU: {entry['runs']['gpu']['device_name']}"
+    if "cpu" in entry["kinds"]:
+        why = entry.get("gpu_diagnosis")
+        return "can train on CPU only" + (f" (no GPU: {why})" if why else "")
+    failures = [r.get("error") or "a step failed" for r in entry.get("runs", {}).values()]
+    return "cannot train: " + "; ".join(failures)
+
+
+def _pair_verdict(frameworks: dict[str, dict]) -> tuple[str, bool]:
+    tf_kinds, torch_kinds = (set(frameworks[fw].get("kinds", [])) for fw in FRAMEWORKS)
+    if "gpu" in tf_kinds and "gpu" in torch_kinds:
+        name = frameworks["torch"]["runs"]["gpu"]["device_name"]
+        return f"ready to compare on GPU: {name}", True
+    if "cpu" in tf_kinds and "cpu" in torch_kinds:
+        return "ready to compare on CPU", True
+    on_gpu = [fw for fw in FRAMEWORKS if "gpu" in frameworks[fw].get("kinds", [])]
+    on_cpu = [fw for fw in FRAMEWORKS if "cpu" in frameworks[fw].get("kinds", [])]
+    if on_gpu and on_cpu:  # one sees the GPU, the other only the CPU
+        gpu_name, cpu_name = FRAMEWORK_NAMES[on_gpu[0]], FRAMEWORK_NAMES[on_cpu[0]]
+        return (f"not ready on the GPU: {gpu_name} trains on it, {cpu_name} cannot "
+                f"({frameworks[on_cpu[0]].get('gpu_diagnosis') or 'it sees no GPU'}); "
+                "compare on the CPU with --device cpu, or give both the GPU"), False
+    missing = [FRAMEWORK_NAMES[fw] for fw in FRAMEWORKS if not frameworks[fw].get("kinds")]
+    return f"not ready: {', '.join(missing)} cannot train here", False
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """The doctor's findings as rich tables, ending with the verdict."""
+    from rich.console import Console
+    from rich.table import Table
+    console = Console()
+    for framework, entry in report["frameworks"].items():
+        table = Table(title=f"{entry['name']}: {entry['verdict']}", show_header=True)
+        for column in ("device", "precision", "step", "result"):
+            table.add_column(column)
+        env = entry.get("environment", {})
+        if env:
+            version = env.get("tensorflow") or env.get("torch")
+            console.print(f"{entry['name']} {version}: CUDA {env.get('cuda')}, cuDNN "
+                          f"{env.get('cudnn')}, GPUs: "
+                          f"{', '.join(g['name'] for g in env.get('gpus', [])) or 'none'}")
+        for kind, run in entry.get("runs", {}).items():
+            if "error" in run:
+                table.add_row(kind, "", "", run["error"])
+                continue
+            for precision, result in run["precisions"].items():
+                step = f"{result['step_ms']:.2f} ms" if "step_ms" in result else ""
+                outcome = (f"ok ({result['policy']})" if result.get("ok")
+                           else result.get("error", "non-finite loss"))
+                table.add_row(run["device"], precision, step, outcome)
+            libraries = ", ".join(run.get("libraries") or {}) or "none"
+            table.add_row(run["device"], "libraries", "", libraries)
+        console.print(table)
+    console.print(f"[bold]{report['verdict']}[/bold]")

@@ -1,0 +1,2 @@
+"""The processes the commands start and stop: framework subprocesses, queues of runs, comparisons,
+sweeps, signals, locks, multi-machine launches."""

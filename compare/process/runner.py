@@ -1,0 +1,243 @@
+"""Run a framework's trainer in its own subprocess, and check it can run at all."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from compare import schema
+from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
+from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
+from compare.process import shutdown
+
+MODULES = {"tf": "tf_impl.train", "torch": "torch_impl.train"}
+REQUIRES = {"tf": ("tensorflow", "keras"), "torch": ("torch", "torchvision")}
+
+
+@dataclass
+class Outcome:
+    framework: str
+    out: Path
+    code: int
+    status: str  # the result's summary.status, or "failed" when there is no valid result
+    error: str | None  # the last error line, when the run did not complete
+
+    @property
+    def result_path(self) -> Path:
+        return self.out / "result.json"
+
+    @property
+    def interrupted(self) -> bool:
+        """It stopped on a stop signal (compare.shutdown), so what was queued after it waits."""
+        return shutdown.is_interrupt(self.code)
+
+
+def python_for(framework: str) -> str:
+    """The interpreter a framework runs in: $CNNCOMPARE_TF_PYTHON / $CNNCOMPARE_TORCH_PYTHON
+    when set (one virtual environment per framework, e.g. TensorFlow's CUDA 12 wheels apart
+    from PyTorch's CUDA 13 ones), else this process's."""
+    return os.environ.get(f"CNNCOMPARE_{framework.upper()}_PYTHON") or sys.executable
+
+
+def check_installed(framework: str) -> None:
+    """FrameworkMissing naming the pip command, if the framework cannot be imported."""
+    python = python_for(framework)
+    if python != sys.executable:  # another environment: ask its interpreter
+        probe = ("import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] "
+                 "if importlib.util.find_spec(m) is None))")
+        try:
+            done = subprocess.run([python, "-c", probe, *REQUIRES[framework]],
+                                  capture_output=True, text=True, timeout=120)
+        except OSError as exc:
+            raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]}: cannot start {python} "
+                                   f"(CNNCOMPARE_{framework.upper()}_PYTHON): {exc}") from None
+        if done.returncode != 0:
+            raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]}: the interpreter "
+                                   f"{python} (CNNCOMPARE_{framework.upper()}_PYTHON) does "
+                                   f"not run: {done.stderr.strip().splitlines()[-1:]}")
+        missing = done.stdout.split()
+    else:
+        missing = [m for m in REQUIRES[framework] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]} is not installed (missing "
+                               f"{', '.join(missing)}): pip install {' '.join(missing)}")
+
+
+def child_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
+    env.setdefault("PYTHONUNBUFFERED", "1")  # epoch lines reach the parent as they happen
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[shutdown.PARENT_PID_ENV] = str(os.getpid())  # to tell when this process has died
+    return env
+
+
+def command(config_path: Path, framework: str, extra: tuple[str, ...] = ()) -> list[str]:
+    return [python_for(framework), "-m", MODULES[framework], str(config_path), *extra]
+
+
+def _noise(line: str) -> bool:
+    """TensorFlow/absl start-up lines that say nothing about the run."""
+    return line.startswith(("WARNING: All log messages before absl", "I0000 ", "E0000 ", "W0000 ",
+                            "To enable the following instructions",
+                            "USDT:")) or "DeviceProperties.cpp" in line  # torch.profiler (Kineto)
+
+
+def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = None,
+                  extra: tuple[str, ...] = (), resume: bool = False,
+                  files: Path | None = None) -> Outcome:
+    """Run `config.framework` in a subprocess, writing into config.out; with `resume`,
+    continuing from the checkpoint there (compare.checkpoint). `files` (default config.out)
+    takes this process's config.json and log.txt: a process other than rank 0 of a
+    multi-process launch (compare.cluster) writes no result, and its status is its exit.
+
+    With `on_line` None the child shares the terminal (live progress bar); otherwise its
+    output goes line by line to `on_line` and to out/log.txt. Ctrl-C reaches the child
+    too (same process group); other stop signals are passed on to it under
+    compare.shutdown.forwarding(). Either way we wait for it to finish writing.
+    """
+    out = Path(config.out)
+    stop = shutdown.parent_stop()
+    if stop is not None:  # stopping: start nothing new
+        return Outcome(config.framework, out, 128 + stop, "interrupted", "interrupted")
+    files = out if files is None else Path(files)
+    files.mkdir(parents=True, exist_ok=True)
+    config_path = schema.write_atomic(files / "config.json", lambda f: f.write(config.to_json()))
+    argv = command(config_path, config.framework, (*extra, *(("--resume",) if resume else ())))
+    last_error = None
+    if on_line is None:
+        process = subprocess.Popen(argv, env=child_environment(), stderr=subprocess.PIPE, text=True)
+        stream = process.stderr
+    else:
+        process = subprocess.Popen(argv, env=child_environment(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        stream = process.stdout
+    interrupted = False
+    with shutdown.watching(process), open(files / "log.txt", "a") as log:
+        while True:
+            try:
+                line = stream.readline()
+            except KeyboardInterrupt:  # the child got SIGINT too: let it finish writing
+                interrupted = True
+                continue
+            if not line:
+                break
+            log.write(line)
+            log.flush()
+            if line.startswith("error:"):
+                last_error = line[len("error:"):].strip()
+            if _noise(line):
+                continue
+            if on_line is None:
+                sys.stderr.write(line)
+            else:
+                on_line(line.rstrip("\n"))
+        code = _wait(process)
+    if interrupted and code == 0:
+        code = EXIT_INTERRUPTED
+    status = result_status(out) if files == out else "completed" if code == 0 else "failed"
+    if code < 0:  # killed by a signal: say which
+        last_error = f"{config.framework} process killed by {signal.Signals(-code).name}"
+    if status == "running":  # the child died mid-epoch: its last write is still 'running'
+        status = "failed"
+        last_error = record_death(out / "result.json", code, files / "log.txt")
+    if code != 0 and status == "completed":
+        status = "failed"
+    if shutdown.is_interrupt(code) and (files != out or not (out / "result.json").exists()):
+        status = "interrupted"  # stopped while starting up, before its first result
+    return Outcome(config.framework, out, code, status, last_error)
+
+
+LOG_TAIL_LINES = 20  # of a dead trainer's log, kept in its result
+
+
+def exit_reason(code: int) -> str:
+    """How a trainer process ended, in words: 'killed by SIGKILL', 'exited with code 1'."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def record_death(result_path: Path, code: int, log_path: Path) -> str:
+    """A trainer that ended without writing its end (SIGKILL, the kernel's OOM killer, a
+    crash inside a CUDA library) left its result 'running'; its parent, which saw the exit,
+    marks it failed with how it ended and the last lines of its log. The error written."""
+    reason = (f"the trainer process {exit_reason(code)} without writing its end (the kernel's "
+              "OOM killer and crashes in native libraries end a process so)")
+    try:
+        lines = [ln.rstrip("\n") for ln in log_path.read_text(errors="replace").splitlines()
+                 if ln.strip() and not _noise(ln)]
+    except OSError:
+        lines = []
+    try:
+        schema.mark_failed(result_path, reason, {"code": code, "reason": exit_reason(code),
+                                                  "log_tail": lines[-LOG_TAIL_LINES:]})
+    except schema.SchemaError:
+        pass  # nothing valid to mark: the caller reports the exit alone
+    return reason
+
+
+def _wait(process: subprocess.Popen) -> int:
+    while True:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            continue
+
+
+def result_status(out: Path) -> str:
+    try:
+        return schema.read_result(out / "result.json")["summary"]["status"]
+    except schema.SchemaError:
+        return "failed"
+
+
+def run_probe(config: RunConfig, path: Path, steps: int,
+              perturb: bool = False) -> tuple[int, str | None]:
+    """The parity probe of `config.framework`, as configured, written to `path` (initial
+    weights moved by 1 ulp with `perturb`); (exit code, last error)."""
+    extra = ("--parity", str(path), "--parity-steps", str(steps)) + (("--perturb",) * perturb)
+    outcome = run_framework(config, on_line=lambda line: None, extra=extra)
+    return outcome.code, outcome.error
+
+
+def concurrently(jobs: list[Callable[[], Any]], at_once: int = 2) -> list[Any]:
+    """Each job's result, in order, at most `at_once` running together (each a subprocess's
+    wait: untimed work such as the parity probes and the environment queries, whose start-up
+    dominates). Ctrl-C reaches the children (same process group); their results still come
+    back as they end."""
+    from concurrent.futures import ThreadPoolExecutor, wait
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        while True:
+            try:
+                wait(futures)
+                break
+            except KeyboardInterrupt:  # the children stop and write; wait for them
+                continue
+    return [f.result() for f in futures]
+
+
+def framework_environment(framework: str) -> dict:
+    """What the framework sees (its train module's --env), or an error entry."""
+    import json
+    try:
+        check_installed(framework)
+    except FrameworkMissing as exc:
+        return {"framework": framework, "error": str(exc)}
+    proc = subprocess.run([python_for(framework), "-m", MODULES[framework], "--env"],
+                          env=child_environment(), capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not _noise(ln)]
+        return {"framework": framework, "error": lines[-1] if lines else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout)

@@ -1,0 +1,80 @@
+"""The fairness manifest of a run: every setting DESIGN.md lists, as the run used it.
+
+The half that follows from the RunConfig alone is built here, once, for both frameworks;
+each framework's Trainer.manifest() adds only what it decides itself (its precision
+policy, TF32 and autotuning flags, loss scaling, BatchNorm conventions, optimizer and
+distribution machinery, compiler, memory layout, input pipeline, default initialisers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compare.experiment.config import RunConfig, steps_per_call, steps_per_call_source, update_rule
+from compare.process import cluster
+from compare.run.interface import DeviceChoice
+
+# Keys the framework half must provide (tests check both trainers against this list).
+FRAMEWORK_KEYS = ("precision", "precision_policy", "tf32", "cudnn_autotune", "loss_scaling",
+                  "bn_momentum_as_set", "bn_running_variance", "optimizer_implementation",
+                  "distribution", "strategy", "step_batching", "input_wait", "compile",
+                  "channels_last", "pipeline", "default_init", "loss_scale_check",
+                  "batchnorm_kernel")
+
+
+def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
+             framework_half: dict[str, Any]) -> dict[str, Any]:
+    """The whole manifest: the config's shared half merged with the framework's own."""
+    missing = [k for k in FRAMEWORK_KEYS if k not in framework_half]
+    if missing:
+        raise ValueError(f"the framework's manifest lacks {', '.join(missing)}")
+    own = dict(framework_half)
+    launched = cluster.launch(config.framework)
+    default_init = own.pop("default_init")
+    return {
+        # The precision resolved on this device (compare.precision): requested, chosen, why.
+        "precision": own.pop("precision"),
+        "precision_policy": own.pop("precision_policy"),
+        "tf32": own.pop("tf32"),
+        "cudnn_autotune": own.pop("cudnn_autotune"),
+        "deterministic": config.deterministic,
+        "loss_scaling": own.pop("loss_scaling"),
+        # Compared in PyTorch's convention (new = (1 - m) * old + m * batch); `as_set` is
+        # the number the framework was given in its own convention.
+        "bn_momentum": {"torch_convention": config.bn_momentum,
+                        "as_set": own.pop("bn_momentum_as_set")},
+        "bn_epsilon": config.bn_epsilon,
+        "bn_running_variance": own.pop("bn_running_variance"),
+        "bn_statistics": "per replica" if replicas > 1 else "single replica",
+        "update_rule": update_rule(config),
+        "optimizer_implementation": own.pop("optimizer_implementation"),
+        "weight_decay_form": f"L2 {config.weight_decay} added to the gradient before momentum",
+        "loss": f"mean cross-entropy, label smoothing {config.label_smoothing}",
+        "lr_schedule": f"{config.schedule}, peak {config.lr}, set every step",
+        "global_batch": config.batch_size,
+        "per_replica_batch": config.batch_size // replicas,
+        "replicas": replicas,
+        "processes": choice.processes,
+        "launcher": launched.launcher or "cnncompare (one process group)",
+        "nodes": launched.nodes,
+        "distribution": own.pop("distribution"),
+        "strategy": own.pop("strategy"),  # the wrapper --strategy chose (compare.strategy)
+        # Steps per call of the step function, resolved (compare.config.steps_per_call), and
+        # how the framework batches them.
+        "steps_per_call": steps_per_call(config, choice.on_gpu),
+        "steps_per_call_from": steps_per_call_source(config, choice.on_gpu),
+        "step_batching": own.pop("step_batching"),
+        "input_wait": own.pop("input_wait"),  # where the input wait is timed
+        "compile": own.pop("compile"),
+        "channels_last": own.pop("channels_last"),
+        "pipeline": own.pop("pipeline"),
+        # Each framework's own behaviour that no setting changes (the report's notes).
+        "loss_scale_check": own.pop("loss_scale_check"),
+        "batchnorm_kernel": own.pop("batchnorm_kernel"),
+        "init_source": (f"compare.init numpy weights, seed {config.seed}" if config.shared_init
+                        else default_init),
+        "data_plan_seed": config.seed,
+        "device_kind": choice.kind,
+        "device": choice.description,
+        **own,  # anything else the framework records
+    }

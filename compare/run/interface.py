@@ -1,0 +1,144 @@
+"""What a framework package provides, written down once.
+
+`tf_impl` and `torch_impl` implement these protocols; `compare.loop`, `compare.parity` and
+`compare.worker` use nothing else of them. They are also the checklist for a third
+framework: a package with a `train` module that satisfies `FrameworkModule`, whose
+`Trainer` satisfies `Trainer` and `ProbeTrainer`.
+
+Words used throughout: a *replica* is one model copy kept in sync with the others (the
+global batch is split over the replicas); `--devices N` asks for N replicas. A *process*
+is an operating-system process: TensorFlow runs all its replicas in one process
+(MirroredStrategy), PyTorch one replica per process (DDP); `rank` numbers the processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
+
+from compare.experiment.config import RunConfig
+
+if TYPE_CHECKING:  # annotations only
+    import numpy as np
+
+    from compare.experiment import specs
+    from compare.experiment.datasets import Dataset
+    from compare.run import phases
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """Where this process trains: chosen once by the framework's select_device, passed down."""
+
+    kind: str  # "gpu" or "cpu"
+    # The framework's device name of each replica this process trains: all of TensorFlow's
+    # (MirroredStrategy keeps every local replica in one process), PyTorch's one (DDP runs a
+    # process per replica). Other processes' devices are not listed.
+    names: tuple[str, ...]
+    name: str | None  # the accelerator's product name, e.g. "NVIDIA H100 80GB HBM3"; None on CPU
+    description: str  # what the user is told, e.g. "GPU: NVIDIA H100 80GB HBM3"
+    rank: int = 0  # this process's index among the processes of the run
+    processes: int = 1  # processes that train together (DDP ranks; 1 for MirroredStrategy)
+    capability: tuple[int, int] | None = None  # the GPU's CUDA compute capability; None on CPU
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.kind == "gpu"
+
+    @property
+    def is_chief(self) -> bool:
+        """The process that writes files and shows progress."""
+        return self.rank == 0
+
+
+class Trainer(Protocol):
+    """One framework's model, optimizer and pipelines, driven by compare.loop."""
+
+    framework: str  # "tf" or "torch"
+    choice: DeviceChoice
+    spec: "specs.ModelSpec"
+    replicas: int  # model copies over all processes
+    steps_per_epoch: int
+    steps_per_call: int  # training steps per train_steps call (compare.config.steps_per_call)
+    gpu_indices: list[int] | None  # NVML indices of this run's GPUs; None on CPU
+
+    def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice) -> None: ...
+    def batches(self, epoch: int) -> Iterator[Any]: ...  # epoch is 0-based
+    # The loop's call: len(lrs) steps (lrs: each step's learning rate) on the next len(lrs)
+    # batches of `batches`, as the framework batches steps (TF: one tf.function that reads
+    # the iterator in the graph). Returns a handle of the steps' losses, not synchronised.
+    def train_steps(self, batches: Iterator[Any], lrs: list[float]) -> Any: ...
+    # The global-batch losses of every step of these train_steps handles, in one transfer,
+    # and the seconds those steps waited for their batches (timed where the framework
+    # takes them: around next() in PyTorch, around the iterator's get_next in TF's graph).
+    def read_steps(self, pending: list[Any]) -> tuple[list[float], float]: ...
+    # One step on a batch the caller holds (the parity probe, the doctor), and its losses.
+    def train_step(self, batch: Any, lr: float) -> Any: ...  # the loss, not yet synchronised
+    def losses(self, pending: list[Any]) -> list[float]: ...  # global-batch losses, one transfer
+    def sync(self) -> None: ...  # wait for all queued device work
+    def epoch_device_time(self) -> float | None: ...  # seconds from device events, if any
+    def evaluate(self) -> tuple[float, float]: ...  # (test loss, test accuracy)
+    def peak_memory(self) -> tuple[int | None, str | None]: ...  # (bytes, how / why None)
+    def reset_peak_memory(self) -> None: ...  # the next peak_memory counts from now
+    def save_model(self, directory: Path) -> str: ...  # the file name written
+    # Everything a resumed run needs that the data plan does not give: weights, BatchNorm
+    # statistics, optimizer state (momentum buffers) and the loss scale; files in `directory`.
+    def save_checkpoint(self, directory: Path) -> str: ...  # the file (prefix) written
+    def load_checkpoint(self, directory: Path) -> None: ...  # what save_checkpoint wrote
+    def is_out_of_memory(self, exc: BaseException) -> bool: ...
+    def manifest(self) -> dict[str, Any]: ...  # this framework's half of the fairness manifest
+    def start_profile(self, directory: Path) -> None: ...  # the framework's own profiler
+    # The trace written and the recorded steps' phases read from it (compare.phases).
+    def stop_profile(self) -> "phases.Capture": ...
+    def scalar_writer(self, directory: Path) -> Any: ...  # .scalar(tag, value, step), .flush(),
+    # .close(): TensorBoard events through the framework's own summary writer
+    # Every process's `figures`, one row per process in rank order: a collective that all
+    # processes of a multi-process run call together (compare.loop.per_process).
+    def gather_figures(self, figures: list[float]) -> list[list[float]]: ...
+    # After `exc` ended a multi-process run: on the chief, what each other rank said of its
+    # end ({rank: reason}), None elsewhere or for a single process.
+    def peer_failures(self, exc: BaseException) -> dict[int, str] | None: ...
+    def close(self) -> None: ...
+
+
+class ProbeTrainer(Trainer, Protocol):
+    """The parity probe's extra methods (compare.parity.write_probe)."""
+
+    initial: dict[str, np.ndarray] | None  # the shared initial weights, canonical layout
+
+    def gradients(self, batch: Any) -> tuple[np.ndarray, float, dict[str, np.ndarray]]: ...
+    def reset_weights(self) -> None: ...
+    def weights(self) -> dict[str, np.ndarray]: ...
+
+
+class FrameworkModule(Protocol):
+    """The module `python -m <package>.train` runs (see compare.worker.main)."""
+
+    FRAMEWORK: str
+    Trainer: type
+
+    def select_device(self, config: RunConfig) -> DeviceChoice: ...
+    def describe_environment(self) -> dict[str, Any]: ...
+    def parity_probe(self, config: RunConfig, dataset: Dataset, path: Path, steps: int,
+                     perturb: bool) -> None: ...
+    def train(self, config: RunConfig, dataset: Dataset, resume: bool = False) -> int: ...
+
+
+def check_module(module: ModuleType) -> list[str]:
+    """The FrameworkModule and Trainer members `module` lacks (empty when it is complete)."""
+    missing = [f"{module.__name__}.{name}" for name in ("FRAMEWORK", "Trainer", "select_device",
+                                                        "describe_environment", "parity_probe",
+                                                        "train") if not hasattr(module, name)]
+    trainer = getattr(module, "Trainer", None)
+    for protocol in (Trainer, ProbeTrainer):
+        for name in _methods(protocol):
+            if trainer is not None and not callable(getattr(trainer, name, None)):
+                missing.append(f"{module.__name__}.Trainer.{name}")
+    return sorted(set(missing))
+
+
+def _methods(protocol: type) -> list[str]:
+    return [name for name, value in vars(protocol).items()
+            if callable(value) and not name.startswith("_")]

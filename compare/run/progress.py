@@ -1,0 +1,59 @@
+"""What a training process shows: a rich progress bar with live img/s, loss and accuracy,
+or one line per epoch with --quiet (the parent of a comparison reads those lines)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compare.experiment.config import RunConfig
+
+
+class ProgressDisplay:
+    """Live progress of one run on the chief; silent elsewhere."""
+
+    def __init__(self, config: RunConfig, framework: str, steps_per_epoch: int, enabled: bool):
+        self.enabled = enabled
+        self.epochs = config.epochs
+        self.label = framework
+        self.accuracy: float | None = None  # the last epoch's test accuracy, shown live
+        self.progress = None
+        if enabled and not config.quiet:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+            self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                     MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
+                                     TimeElapsedColumn(), refresh_per_second=4)
+            self.progress.start()
+            self.task = self.progress.add_task(self.label, total=steps_per_epoch, stats="")
+
+    def start_epoch(self, epoch: int) -> None:
+        if self.progress:
+            self.progress.reset(self.task, description=f"{self.label} epoch {epoch}/{self.epochs}",
+                                stats="")
+
+    def window(self, steps_done: int, images_per_s: float, mean_loss: float) -> None:
+        if self.progress:
+            accuracy = f"  test acc {self.accuracy:.3f}" if self.accuracy is not None else ""
+            self.progress.update(self.task, completed=steps_done,
+                                 stats=f"{images_per_s:,.0f} img/s  loss {mean_loss:.4f}{accuracy}")
+
+    def end_epoch(self, record: dict[str, Any]) -> None:
+        self.accuracy = record["test_accuracy"]
+        line = (f"{self.label} epoch {record['epoch']}/{self.epochs}  "
+                f"train_loss {record['train_loss']:.4f}  test_loss {record['test_loss']:.4f}  "
+                f"test_acc {record['test_accuracy']:.4f}  train {record['train_time_s']:.2f}s  "
+                f"eval {record['eval_time_s']:.2f}s  {record['images_per_s']:,.0f} img/s")
+        if self.progress:
+            self.progress.console.print(line)
+        elif self.enabled:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        if self.progress:
+            self.progress.stop()
+            self.progress = None

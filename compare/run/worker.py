@@ -1,0 +1,94 @@
+"""Entry point of a framework subprocess: `python -m tf_impl.train CONFIG.json` (or torch_impl).
+
+The parent (`cnncompare run/compare/sweep`) writes the RunConfig as JSON and starts the
+framework's train module, which calls `main` here with its own implementation module.
+Errors the user can act on print one line and exit non-zero; --debug shows tracebacks.
+Stop signals and the parent's death are handled as compare.shutdown describes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import NoReturn
+
+from compare import errors
+from compare.experiment import datasets
+from compare.experiment.config import ComparisonConfig, RunConfig
+from compare.process import shutdown
+
+
+def quiet_framework_logs() -> None:
+    """Keep TensorFlow's C++ start-up chatter off the user's terminal (set before import)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "2")
+
+
+def main(impl: ModuleType, argv: list[str] | None = None) -> int:
+    """Run what the arguments ask of `impl` (a compare.interface.FrameworkModule)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {impl.__name__}",
+                                     description="One framework's side of cnncompare "
+                                                 "(started by the CLI).")
+    parser.add_argument("config", nargs="?", help="RunConfig JSON file")
+    parser.add_argument("--parity", metavar="NPZ",
+                        help="write the parity probe to NPZ instead of training")
+    parser.add_argument("--parity-steps", type=int, default=ComparisonConfig.parity_steps)
+    parser.add_argument("--perturb", action="store_true",
+                        help="parity probe: move every initial weight by 1 ulp (the noise floor)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the checkpoint in the config's out directory")
+    parser.add_argument("--env", action="store_true",
+                        help="print what this framework sees, as JSON")
+    parser.add_argument("--doctor", metavar="JSON",
+                        help="train a few steps per precision and write what happened to JSON")
+    args = parser.parse_args(argv)
+    shutdown.install_trainer()  # stops are remembered from here on, and act where it is safe
+    debug = False
+    try:
+        if args.env:
+            print(json.dumps(impl.describe_environment(), indent=2))
+            return 0
+        if not args.config:
+            parser.error("a config file is needed")
+        config = RunConfig.from_json(Path(args.config).read_text())
+        debug = config.debug
+        if args.doctor:  # its own small synthetic data: no dataset to load
+            from compare import schema
+            from compare.machine import doctor
+            with shutdown.interruptible():  # nothing to keep: stop at once
+                found = doctor.train_steps(impl, config)
+            schema.write_json_atomic(Path(args.doctor), found)
+            return 0
+        dataset = datasets.config_dataset(config)
+        if args.parity:
+            with shutdown.interruptible():  # nothing to keep: stop at once
+                impl.parity_probe(config, dataset, Path(args.parity), args.parity_steps,
+                                  args.perturb)
+            return 0
+        return impl.train(config, dataset, resume=args.resume)
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line unless --debug
+        return errors.report(exc, debug, where=impl.__name__)
+
+
+def leave(code: int) -> NoReturn:
+    """End a framework process whose work is written: flush, then exit at once. The
+    frameworks' own exit-time teardown can abort or hold a finished process (Kineto's
+    profiler threads ended one with "terminate called without an active exception" after its
+    result was complete, so the run counted as failed; a tf.data iterator's worker waiting for
+    the GIL of a finalising interpreter held one for minutes). Every file the run writes is
+    written atomically and closed before this."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say
+            pass
+    os._exit(code)
+
+
+def run(impl: ModuleType) -> NoReturn:
+    """`python -m <package>.train`: `main`, then `leave`."""
+    leave(main(impl))
