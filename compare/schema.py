@@ -1,24 +1,178 @@
-"""The result contract both trainers write, its validation, and atomic file writes."""
+"""What each file the tool writes holds, declared once: the run result (its epochs, summary,
+fairness manifest and environment) and the comparison summary; their versions, the
+migration of older files, and the one-line refusal of a file that cannot be used. Readers
+and writers go through `read_result`, `read_summary` and the TypedDicts here; where the files
+live is compare.files's.
+"""
 
-from __future__ import annotations
-
-import json
-import math
-import os
-import tempfile
+import math  # no `from __future__ import annotations`: TypedDict reads NotRequired from them
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, NotRequired, TypedDict
 
-SCHEMA_VERSION = 1
+from compare import files
+
+RESULT_VERSION = 2  # 2: fairness.strategy and fairness.precision are records
+SUMMARY_VERSION = 3  # 3: intervals as low/high (v1: ci95_low/high), order_note, runs' exit
 STATUSES = ("running", "completed", "interrupted", "diverged", "failed")
 
-EPOCH_KEYS = ("epoch", "train_loss", "test_loss", "test_accuracy", "train_time_s",
-              "eval_time_s", "images_per_s")
-SUMMARY_KEYS = ("final_test_accuracy", "best_test_accuracy", "train_time_s", "warmup_time_s",
-                "steady_step_time_ms", "images_per_s", "input_wait_fraction",
-                "peak_device_memory_bytes", "replicas", "train_flops_per_image", "status")
-TOP_KEYS = ("schema_version", "framework", "model", "config", "environment", "fairness",
-            "epochs", "summary", "measurement")
+
+class SchemaError(files.Unreadable):
+    """A result or summary that does not follow its schema (one line, naming the file)."""
+
+
+class Epoch(TypedDict):
+    """One epoch of a run (compare.run.loop), figures as compare.schema.MEASUREMENT says."""
+
+    epoch: int  # 1-based
+    train_loss: float
+    test_loss: float
+    test_accuracy: float  # fraction
+    train_time_s: float
+    eval_time_s: float
+    images_per_s: float
+    images: NotRequired[int]
+    steps: NotRequired[int]
+    input_wait_s: NotRequired[float]
+    device_time_s: NotRequired[float | None]  # CUDA events (PyTorch on a GPU)
+    peak_device_memory_bytes: NotRequired[int | None]
+    host_rss_bytes: NotRequired[int | None]
+    gpu: NotRequired[dict]  # NVML: energy, power, utilisation (compare.machine.gpu_metrics)
+    session: NotRequired[int]  # the process that trained it (a resume starts another)
+    processes: NotRequired[list[dict]]  # each process's own clock (several processes)
+
+
+class RunSummary(TypedDict):
+    """A run's figures (compare.run.summary), recomputed from its epochs and windows."""
+
+    status: str  # one of STATUSES
+    replicas: int
+    train_flops_per_image: int
+    final_test_accuracy: float | None
+    best_test_accuracy: float | None
+    train_time_s: float
+    warmup_time_s: float | None
+    steady_step_time_ms: dict  # median, p90, windows, steps_per_window, window_target_s
+    images_per_s: float | None
+    input_wait_fraction: float | None
+    peak_device_memory_bytes: int | None
+    epochs_completed: NotRequired[int]
+    eval_time_s: NotRequired[float]
+    mfu: NotRequired[float | None]
+    energy_j: NotRequired[float | None]
+    time_to_target_s: NotRequired[float | None]
+
+
+class Environment(TypedDict):
+    """What the framework's process saw (its describe_environment) and trained on."""
+
+    framework: str
+    python: str
+    platform: str
+    device_used: str  # the framework's own words
+    hardware: NotRequired[dict]  # compare.machine.devices.hardware: how reports group runs
+
+
+class Result(TypedDict):
+    """result.json: one run of one framework."""
+
+    schema_version: int
+    framework: str  # "tf" or "torch"
+    model: dict  # the spec described: name, parameters, FLOPs
+    config: dict  # the RunConfig
+    environment: Environment
+    fairness: dict  # the manifest: MANIFEST's fields
+    measurement: dict  # MEASUREMENT, as the run used it
+    epochs: list[Epoch]
+    summary: RunSummary
+    data: NotRequired[dict]
+    files: NotRequired[dict]  # the run's other files, by role
+    started_at: NotRequired[str]
+    finished_at: NotRequired[str]
+    updated_at: NotRequired[str]
+    sessions: NotRequired[list[dict]]
+    error: NotRequired[str | None]
+    exit: NotRequired[dict]  # how a process that wrote no end ended (compare.process.runner)
+    peer_failures: NotRequired[dict]
+    profile: NotRequired[dict]  # the phase split (compare.run.phases)
+
+
+class Summary(TypedDict):
+    """summary.json: one comparison (compare.report.aggregate)."""
+
+    schema_version: int
+    frameworks: dict  # per framework: runs, completed, each figure over the seeds
+    ratios: dict  # TF / PyTorch, paired by seed
+    accuracy_difference: dict
+    environment: dict
+    fairness: dict  # per framework, the manifest of its first run
+    config: dict
+    seeds: NotRequired[list[int]]
+    parity: NotRequired[dict | None]
+    accuracy_equivalence: NotRequired[dict]
+    runs: NotRequired[list[dict]]
+    not_run: NotRequired[list[dict]]
+    skipped: NotRequired[list[dict]]
+    machine: NotRequired[dict]
+    model: NotRequired[dict | None]
+    data: NotRequired[dict | None]
+    measurement: NotRequired[dict]
+    verdict: NotRequired[list[str]]
+    order_note: NotRequired[str | None]
+    command: NotRequired[str | None]
+    created_at: NotRequired[str]
+
+
+@dataclass(frozen=True)
+class ManifestField:
+    """A setting the fairness manifest records: `comparable` ones must agree between the
+    frameworks (the report flags those that differ); the others name each framework's own
+    machinery and are expected to read differently."""
+
+    comparable: bool
+    meaning: str
+
+
+_C, _I = True, False
+MANIFEST: dict[str, ManifestField] = {
+    "precision": ManifestField(_C, "the precision resolved on the device, and why"),
+    "precision_policy": ManifestField(_I, "the framework's mixed-precision mechanism"),
+    "tf32": ManifestField(_C, "TensorFloat-32 for matmuls and convolutions"),
+    "cudnn_autotune": ManifestField(_C, "cuDNN picks its algorithms by timing them"),
+    "deterministic": ManifestField(_C, "the frameworks' determinism flags"),
+    "loss_scaling": ManifestField(_C, "dynamic loss scaling under float16"),
+    "bn_momentum": ManifestField(_C, "BatchNorm momentum, compared in PyTorch's convention"),
+    "bn_epsilon": ManifestField(_C, "BatchNorm epsilon"),
+    "bn_running_variance": ManifestField(_C, "how the running variance is updated"),
+    "bn_statistics": ManifestField(_C, "BatchNorm statistics per replica or global"),
+    "update_rule": ManifestField(_C, "the SGD update both apply (PyTorch's form)"),
+    "optimizer_implementation": ManifestField(_I, "the optimizer's code"),
+    "weight_decay_form": ManifestField(_C, "how weight decay enters the update"),
+    "loss": ManifestField(_C, "the loss"),
+    "lr_schedule": ManifestField(_C, "the learning-rate schedule"),
+    "global_batch": ManifestField(_C, "images per step over all replicas"),
+    "per_replica_batch": ManifestField(_C, "images per step per replica"),
+    "replicas": ManifestField(_C, "model copies in sync"),
+    "processes": ManifestField(_C, "operating-system processes training together"),
+    "launcher": ManifestField(_I, "what started the processes"),
+    "nodes": ManifestField(_C, "machines"),
+    "distribution": ManifestField(_I, "the distribution machinery"),
+    "strategy": ManifestField(_I, "the distribution wrapper --strategy chose, and why"),
+    "steps_per_call": ManifestField(_C, "training steps per call of the step function"),
+    "steps_per_call_from": ManifestField(_C, "where steps_per_call came from"),
+    "step_batching": ManifestField(_I, "how the framework runs a call's steps"),
+    "input_wait": ManifestField(_I, "where the input wait is timed"),
+    "compile": ManifestField(_C, "the compiler (XLA, torch.compile)"),
+    "channels_last": ManifestField(_C, "the memory format of activations"),
+    "pipeline": ManifestField(_I, "the input pipeline the framework built"),
+    "loss_scale_check": ManifestField(_I, "the framework's own overflow check (no setting)"),
+    "batchnorm_kernel": ManifestField(_I, "the framework's own BatchNorm kernels (no setting)"),
+    "init_source": ManifestField(_C, "where the initial weights came from"),
+    "data_plan_seed": ManifestField(_C, "the seed of the shared data plan"),
+    "device_kind": ManifestField(_C, "gpu or cpu"),
+    "device": ManifestField(_I, "the device in the framework's words"),
+}
+
 
 # How each figure is measured; copied into every result so a report can quote it.
 MEASUREMENT = {
@@ -51,38 +205,48 @@ MEASUREMENT = {
     "test_accuracy": "fraction of the test set classified correctly (0..1)",
     "test_loss": "mean cross-entropy on the test set, without label smoothing",
     "train_loss": "mean of the epoch's per-step training losses (with label smoothing)",
+    "host_peak_rss_bytes": "getrusage ru_maxrss of the trainer process",
+    "achieved_flops_per_s": "analytic training FLOPs per image (3 x forward, multiply-add = 2) "
+                            "x images/s",
+    "mfu": "achieved FLOP/s / the device's dense peak for the precision (the table in "
+           "compare/machine/gpu_metrics.py); n/a on CPU or an unknown GPU",
+    "energy_j": "NVML cumulative energy counter (or sampled power where a device refuses it), "
+                "difference over each epoch's training, every GPU of the run on the chief's "
+                "machine; n/a without NVML",
+    "energy_per_image_j": "training energy / images trained",
+    "time_to_target_s": "cumulative training time at the end of the first epoch whose test "
+                        "accuracy reaches --target-accuracy",
 }
 
 
-class SchemaError(ValueError):
-    """A result file does not follow the contract."""
-
-
-def validate_result(result: dict[str, Any]) -> dict[str, Any]:
-    """Check a result dict against the contract; returns it or raises SchemaError."""
-    missing = [k for k in TOP_KEYS if k not in result]
-    if missing:
-        raise SchemaError(f"result lacks {', '.join(missing)}")
+def validate_result(result: dict[str, Any], where: str = "result") -> dict[str, Any]:
+    """`result` if it follows Result, else SchemaError saying what is wrong."""
+    _require(result, Result, where)
     if result["framework"] not in ("tf", "torch"):
-        raise SchemaError(f"unknown framework {result['framework']!r}")
+        raise SchemaError(f"{where}: unknown framework {result['framework']!r}")
     for i, epoch in enumerate(result["epochs"]):
-        lacking = [k for k in EPOCH_KEYS if k not in epoch]
-        if lacking:
-            raise SchemaError(f"epoch {i + 1} lacks {', '.join(lacking)}")
-        _fraction(epoch["test_accuracy"], f"epoch {i + 1} test_accuracy")
+        _require(epoch, Epoch, f"{where}: epoch {i + 1}")
+        _fraction(epoch["test_accuracy"], f"{where}: epoch {i + 1} test_accuracy")
     summary = result["summary"]
-    lacking = [k for k in SUMMARY_KEYS if k not in summary]
-    if lacking:
-        raise SchemaError(f"summary lacks {', '.join(lacking)}")
+    _require(summary, RunSummary, f"{where}: summary")
     if summary["status"] not in STATUSES:
-        raise SchemaError(f"summary.status {summary['status']!r} is not one of {STATUSES}")
+        raise SchemaError(f"{where}: summary.status {summary['status']!r} is not one of "
+                          f"{', '.join(STATUSES)}")
     for key in ("final_test_accuracy", "best_test_accuracy"):
         if summary[key] is not None:
-            _fraction(summary[key], f"summary.{key}")
+            _fraction(summary[key], f"{where}: summary.{key}")
     step = summary["steady_step_time_ms"]
     if not isinstance(step, dict) or set(step) < {"median", "p90"}:
-        raise SchemaError("summary.steady_step_time_ms must hold median and p90")
+        raise SchemaError(f"{where}: summary.steady_step_time_ms must hold median and p90")
     return result
+
+
+def _require(record: Any, kind: type, where: str) -> None:
+    if not isinstance(record, dict):
+        raise SchemaError(f"{where}: not a JSON object")
+    missing = [k for k in kind.__required_keys__ if k not in record]
+    if missing:
+        raise SchemaError(f"{where} lacks {', '.join(sorted(missing))}")
 
 
 def _fraction(value: Any, what: str) -> None:
@@ -90,42 +254,76 @@ def _fraction(value: Any, what: str) -> None:
         raise SchemaError(f"{what} must be a fraction in [0, 1], got {value!r}")
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:
-    """Write through `write(file)` to a temporary file beside `path`, then rename over it.
-
-    A kill at any moment leaves either the previous file or the new one, never a torn one.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def read_result(path: str | Path) -> dict[str, Any]:
+    """A result file, migrated to RESULT_VERSION and validated; SchemaError (one line, naming
+    the file) when it cannot be used."""
     try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        data = files.read_json(path)
+    except files.Unreadable as exc:
+        raise SchemaError(str(exc)) from None
+    return validate_result(migrate_result(data, path), str(path))
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    return write_atomic(path, lambda f: json.dump(_finite(obj), f, indent=2, sort_keys=False))
+def migrate_result(data: dict[str, Any], path: str | Path = "result") -> dict[str, Any]:
+    """An older result as RESULT_VERSION writes it; SchemaError for a version this
+    cnncompare does not know (a newer one)."""
+    version = data.get("schema_version")
+    if version == RESULT_VERSION:
+        return data
+    if version != 1:
+        raise SchemaError(f"{path}: result schema version {version!r}; this cnncompare reads "
+                          f"versions 1 to {RESULT_VERSION}")
+    for manifest in [data.get("fairness") or {}]:
+        old = manifest.get("strategy")
+        if isinstance(old, str):  # v1: TensorFlow's --strategy name, or "not applicable"
+            distribution = str(manifest.get("distribution", ""))
+            wrapped = distribution.startswith(("MirroredStrategy", "MultiWorker",
+                                               "DistributedDataParallel"))
+            wrapper = (None if not wrapped else "DistributedDataParallel"
+                       if distribution.startswith("Distributed") else "MirroredStrategy")
+            manifest["strategy"] = {"choice": old, "wrapper": wrapper,
+                                    "reason": "recorded before --strategy applied to both"}
+    return {**data, "schema_version": RESULT_VERSION}
 
 
-def _finite(obj: Any) -> Any:
-    """JSON has no NaN/inf: write them as null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
+def read_summary(path: str | Path) -> list[dict[str, Any]]:
+    """The comparisons in a summary file (one) or a combined file (several), migrated to
+    SUMMARY_VERSION; SchemaError (one line) when torn, of an unknown version, or lacking the
+    figures."""
+    try:
+        data = files.read_json(path)
+    except files.Unreadable as exc:
+        raise SchemaError(str(exc)) from None
+    summaries = data["groups"] if isinstance(data.get("groups"), list) else [data]
+    return [migrate_summary(s, path) for s in summaries]
 
 
-def mark_failed(path: str | os.PathLike, error: str, exit_record: dict[str, Any]) -> None:
+def migrate_summary(summary: dict[str, Any], path: str | Path = "summary") -> dict[str, Any]:
+    version = summary.get("schema_version")
+    if version not in (1, 2, SUMMARY_VERSION):
+        raise SchemaError(f"{path}: summary schema version {version!r}; this cnncompare reads "
+                          f"versions 1 to {SUMMARY_VERSION}")
+    _require(summary, Summary, str(path))
+    if version == 1:  # intervals were ci95_low/ci95_high
+        for entry in _interval_entries(summary):
+            if "ci95_low" in entry:
+                entry.setdefault("low", entry.pop("ci95_low"))
+                entry.setdefault("high", entry.pop("ci95_high", None))
+    for key, empty in (("not_run", []), ("skipped", []), ("order_note", None)):
+        summary.setdefault(key, empty)
+    summary["schema_version"] = SUMMARY_VERSION
+    return summary
+
+
+def _interval_entries(summary: dict) -> list[dict]:
+    entries = [e for e in (summary.get("ratios") or {}).values() if isinstance(e, dict)]
+    entries += [summary.get("accuracy_difference") or {}]
+    for fw in (summary.get("frameworks") or {}).values():
+        entries += [e for e in fw.values() if isinstance(e, dict)]
+    return entries
+
+
+def mark_failed(path: str | Path, error: str, exit_record: dict[str, Any]) -> None:
     """Rewrite a result its trainer left 'running' as failed: the error, and how the process
     ended (`exit`: code, reason, the last lines of its log). Its epochs stay as written."""
     result = read_result(path)
@@ -134,13 +332,4 @@ def mark_failed(path: str | os.PathLike, error: str, exit_record: dict[str, Any]
     result["summary"]["status"] = "failed"
     result["error"] = error if not result.get("error") else f"{result['error']}; {error}"
     result["exit"] = exit_record
-    write_json_atomic(path, result)
-
-
-def read_result(path: str | os.PathLike) -> dict[str, Any]:
-    """Load and validate a result.json."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SchemaError(f"cannot read {path}: {exc}") from exc
-    return validate_result(data)
+    files.write_json(path, result)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from compare import schema
+from compare import files, schema
 from compare.experiment import plan, specs, weights
 from compare.experiment.config import RunConfig, learning_rate, recipe_config
 from compare.run import summary as run_summary
@@ -118,14 +118,34 @@ def _result(**summary) -> dict:
     base.update({"final_test_accuracy": 0.5, "best_test_accuracy": 0.6, **summary})
     epoch = {"epoch": 1, "train_loss": 1.0, "test_loss": 1.1, "test_accuracy": 0.5,
              "train_time_s": 2.0, "eval_time_s": 0.1, "images_per_s": 100.0}
-    return {"schema_version": 1, "framework": "torch", "model": {}, "config": {}, "environment": {},
-            "fairness": {}, "epochs": [epoch], "summary": base, "measurement": {}}
+    return {"schema_version": schema.RESULT_VERSION, "framework": "torch", "model": {},
+            "config": {}, "environment": {}, "fairness": {}, "epochs": [epoch], "summary": base,
+            "measurement": {}}
 
 
 def test_result_schema_round_trip(tmp_path):
-    path = schema.write_json_atomic(tmp_path / "result.json", _result())
+    path = files.write_json(tmp_path / "result.json", _result())
     assert schema.read_result(path) == json.loads(path.read_text())
     assert schema.read_result(path)["summary"]["final_test_accuracy"] == 0.5
+
+
+def test_a_result_of_the_first_schema_is_read_as_the_current_one(tmp_path):
+    """Version 1 recorded TensorFlow's --strategy as its name and PyTorch's as "not
+    applicable"; read today, each says whether its framework trained under a wrapper."""
+    old = _result()
+    old["schema_version"] = 1
+    old["fairness"] = {"strategy": "mirrored", "distribution": "MirroredStrategy over /cpu:0"}
+    path = files.write_json(tmp_path / "result.json", old)
+    read = schema.read_result(path)
+    assert read["schema_version"] == schema.RESULT_VERSION
+    assert read["fairness"]["strategy"]["wrapper"] == "MirroredStrategy"
+    future = {**_result(), "schema_version": schema.RESULT_VERSION + 1}
+    with pytest.raises(schema.SchemaError, match="this cnncompare reads versions 1 to"):
+        schema.read_result(files.write_json(tmp_path / "future.json", future))
+    torn = tmp_path / "torn.json"
+    torn.write_text('{"schema_version": 2, "fram')
+    with pytest.raises(schema.SchemaError, match="torn.json: not valid JSON"):
+        schema.read_result(torn)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -139,21 +159,20 @@ def test_result_schema_rejects_bad_values(tmp_path, change, message):
 
 
 def test_nan_is_written_as_null(tmp_path):
-    path = schema.write_json_atomic(tmp_path / "x.json",
-                                     {"loss": float("nan"), "ok": [1.0, float("inf")]})
+    path = files.write_json(tmp_path / "x.json", {"loss": float("nan"), "ok": [1.0, float("inf")]})
     assert json.loads(path.read_text()) == {"loss": None, "ok": [1.0, None]}
 
 
 def test_atomic_write_keeps_the_previous_file_when_writing_fails(tmp_path):
     path = tmp_path / "result.json"
-    schema.write_json_atomic(path, {"version": 1})
+    files.write_json(path, {"version": 1})
 
     def fail_midway(f):
         f.write('{"version": 2, "trunc')
         raise OSError("disk full")
 
     with pytest.raises(OSError):
-        schema.write_atomic(path, fail_midway)
+        files.write_atomic(path, fail_midway)
     assert json.loads(path.read_text()) == {"version": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary left behind
 

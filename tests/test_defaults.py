@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from compare import report
 from compare.experiment import precision, strategy
-from compare.report import build as report
+from compare.report import verdict
 
 REPO = Path(__file__).resolve().parent.parent
 AVX2_ONLY = frozenset({"sse4_2", "avx", "avx2", "fma"})
@@ -68,13 +69,13 @@ def test_the_verdict_names_the_precision_and_the_wrappers_and_a_one_sided_wrappe
                             "torch": _manifest("torch", "float32", reason, None)},
                "machine": {"device": "CPU", "host": "Linux"}, "config": {"precision": "auto"},
                "seeds": [0, 1], "parity": {"passed": True}, "runs": []}
-    setup = report._setup_sentence(summary)
+    setup = verdict.setup_sentence(summary)
     assert f"float32 in both frameworks ({reason}" in setup
     assert "no distribution wrapper in either framework" in setup
     assert not any("wrapper" in c for c in report.fairness_caveats(summary))
     summary["fairness"]["tf"]["strategy"]["wrapper"] = "MirroredStrategy"
     assert "TensorFlow/Keras under MirroredStrategy, PyTorch without a wrapper" in \
-        report._setup_sentence(summary)
+        verdict.setup_sentence(summary)
     assert any("the wrapper's cost falls on one side only" in c
                for c in report.fairness_caveats(summary))
 

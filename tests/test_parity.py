@@ -10,6 +10,7 @@ from conftest import tiny_config
 
 from compare.experiment import datasets, parity
 from compare.experiment.config import PipelineConfig
+from compare.process import parity_check
 from compare.run import fairness, loop
 from compare.run import recorder as recorder_module
 
@@ -82,7 +83,7 @@ def test_parity_passes_on_cpu(tmp_path, tf_two_cpus, model, batch_size, changes)
 @pytest.mark.parametrize("model", ["lenet", "resnet9"])
 def test_the_timed_mixed_configuration_stays_within_its_noise_floor(tmp_path, tf_two_cpus, model):
     """bfloat16 on CPU: TF vs PyTorch against PyTorch vs itself moved by 1 ulp (the floor
-    parity.NOISE_FACTOR is justified by; the figures are printed for the README)."""
+    parity_check.NOISE_FACTOR is justified by; the figures are printed for the README)."""
     probes = _probes(tmp_path, tf_two_cpus, model, 32, timed=True, precision="mixed",
                      weight_decay=5e-4)
     versus = parity.compare_probes(probes["tf"], probes["torch"], steps=3)
@@ -92,7 +93,7 @@ def test_the_timed_mixed_configuration_stays_within_its_noise_floor(tmp_path, tf
         ratio = versus[key] / max(floor[key], 1e-30)
         print(f"{model} {key}: tf-vs-torch {versus[key]:.3g}, floor {floor[key]:.3g}, "
               f"ratio {ratio:.3g}")
-        assert versus[key] <= max(parity.NOISE_FACTOR * floor[key], getattr(limits, key)), key
+        assert versus[key] <= max(parity_check.NOISE_FACTOR * floor[key], getattr(limits, key)), key
     assert floor["params_rel_update_diff_after_steps"] > 0  # 1 ulp does move the result
 
 
@@ -189,7 +190,7 @@ def test_parity_catches_keras_momentum_form_under_a_changing_learning_rate(tmp_p
 
 
 def test_fairness_manifests_list_the_same_settings_and_agree(tmp_path, tf_two_cpus):
-    from compare.report import build as report
+    from compare import report
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, device="cpu", weight_decay=5e-4, nesterov=True)
     dataset = datasets.config_dataset(config)

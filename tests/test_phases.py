@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import tiny_config
 
-from compare import schema
+from compare import report, schema
 from compare.experiment import datasets
-from compare.report import build as report
+from compare.report import tables
 from compare.run import fairness, loop, phases, recorder
 
 
@@ -201,7 +201,7 @@ def test_profile_splits_extra_steps_after_training_into_phases(tmp_path, framewo
         assert list(written.glob("plugins/profile/*/*.xplane.pb"))
     result = schema.read_result(Path(config.out) / "result.json")
     assert result["files"]["profile"] == profile["files"]
-    rows = report._phases([{**result, "path": str(Path(config.out) / "result.json")}])
+    rows = tables.phase_rows([{**result, "path": str(Path(config.out) / "result.json")}])
     assert rows[0]["clock"] == "host" and len(rows[0]["cells"]) == len(phases.PHASES)
 
 

@@ -18,7 +18,7 @@ from conftest import tiny_config
 from compare import schema
 from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM, Interrupted
 from compare.experiment import specs
-from compare.process import lock, orchestrate, runner, shutdown
+from compare.process import comparison, lock, runner, shutdown
 from compare.run import loop
 from compare.run import recorder as recorder_module
 from compare.run.interface import DeviceChoice
@@ -257,7 +257,7 @@ def test_a_framework_killed_mid_comparison_leaves_the_other_and_the_report(tmp_p
     monkeypatch.setitem(runner.MODULES, "tf", "sigkill_self")
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
     config = tiny_config(tmp_path, epochs=1)
-    code = orchestrate.compare_frameworks(config, 1, tmp_path / "cmp", parity_steps=1,
+    code = comparison.compare_frameworks(config, 1, tmp_path / "cmp", parity_steps=1,
                                           ignore_parity=True, command="cnncompare compare (test)")
     assert code == EXIT_FAILED
     summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
@@ -282,7 +282,7 @@ def test_a_trainer_killed_mid_run_is_recorded_failed_with_its_exit(tmp_path, mon
     assert result["summary"]["status"] == "failed" and len(result["epochs"]) == 1
     assert result["exit"]["reason"] == "killed by SIGKILL" and result["exit"]["code"] == -9
     assert "dies_mid_run: SIGKILL" in result["exit"]["log_tail"]
-    from compare.report import build as report
+    from compare import report
     summary = report.summarise(report.load_runs([outcome.result_path]), None, None)
     assert "PyTorch seed 0 failed (killed by SIGKILL)" in " ".join(summary["verdict"])
     monkeypatch.setitem(runner.MODULES, "torch", "torch_impl.train")
@@ -293,12 +293,12 @@ def test_a_trainer_killed_mid_run_is_recorded_failed_with_its_exit(tmp_path, mon
 
 
 def test_parity_failure_stops_the_comparison_with_a_report(tmp_path, monkeypatch, capsys):
-    from compare.experiment import parity
-    monkeypatch.setattr(parity, "run_parity", lambda *a, **k: {
+    from compare.process import parity_check
+    monkeypatch.setattr(parity_check, "run_parity", lambda *a, **k: {
         "passed": False, "failed": ["grad_max_rel_diff"], "steps": 3, "tolerances": {},
         "logits_max_abs_diff": 0.0, "loss_abs_diff": 0.0, "grad_max_rel_diff": 0.4,
         "params_rel_update_diff_after_steps": 0.0, "params_max_abs_diff_after_steps": 0.0})
-    code = orchestrate.compare_frameworks(tiny_config(tmp_path), 1, tmp_path / "cmp",
+    code = comparison.compare_frameworks(tiny_config(tmp_path), 1, tmp_path / "cmp",
                                           command="x")
     assert code == EXIT_FAILED
     assert "the parity check failed (grad_max_rel_diff)" in capsys.readouterr().err
@@ -395,7 +395,7 @@ def test_sigterm_during_evaluation_stops_it_and_keeps_the_finished_epochs(tmp_pa
     """The evaluation is cut short (it would last a minute), not waited for."""
     from slow_evaluation import SLOW_EVALUATION_S
     out, evaluating = tmp_path / "run", tmp_path / "evaluating"
-    code = f"import compare.runner as r; r.MODULES['torch'] = 'slow_evaluation'; {CLI}"
+    code = f"import compare.process.runner as r; r.MODULES['torch'] = 'slow_evaluation'; {CLI}"
     process = _start("run", "--framework", "torch", *LONG_RUN, "--workers", "0",
                      "--out", str(out), out=out, code=code,
                      env={"PYTHONPATH": str(Path(__file__).parent),
@@ -445,7 +445,7 @@ def test_a_stop_while_shielded_takes_effect_when_the_shield_ends_and_only_once(m
 
 def _hold_lock(directory: Path) -> subprocess.Popen:
     """Another process holding `directory`'s lock until killed."""
-    code = ("import sys, time; from compare import lock\n"
+    code = ("import sys, time; from compare.process import lock\n"
             "with lock.hold(sys.argv[1], 'test'): print('held', flush=True); time.sleep(600)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(directory)], cwd=REPO,
                               stdout=subprocess.PIPE, text=True)

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from compare import schema
-from compare.report import build as report
+from compare import files, report, schema
 
 H100 = {"device_used": "GPU: NVIDIA H100 80GB HBM3", "platform": "Linux-6.8-x86_64-with-glibc2.39"}
 LAPTOP_CPU = {"device_used": "CPU (no GPU found), 1 logical device(s)",
@@ -64,7 +63,7 @@ def write_runs(root: Path, runs: list[dict], parity: dict | None = None) -> None
     parity record in summary.json."""
     for r in runs:
         run_dir = root / "runs" / f"{r['framework']}-seed{r['config']['seed']}"
-        schema.write_json_atomic(run_dir / "result.json", r)
+        files.write_json(run_dir / "result.json", r)
         step_ms = r["summary"]["train_time_s"]  # the fixture's step time, ms
         (run_dir / "steps.csv").write_text("global_step,epoch,lr,loss\n" + "".join(
             f"{s},{1 + s // 10},0.01,{2.3 / (1 + 0.1 * s):.4f}\n" for s in range(20)))
@@ -73,7 +72,7 @@ def write_runs(root: Path, runs: list[dict], parity: dict | None = None) -> None
         (run_dir / "windows.csv").write_text("epoch,first_step,steps,seconds,input_wait_s\n"
                                              + "".join(windows))
     if parity is not None:
-        schema.write_json_atomic(root / "summary.json", {"parity": parity, "command": "x"})
+        files.write_json(root / "summary.json", {"parity": parity, "command": "x"})
 
 
 PASSED = {"passed": True, "steps": 3, "tolerances": {}}
@@ -90,7 +89,7 @@ class _Collector(HTMLParser):
             if name in ("src", "href", "xlink:href", "action", "poster") and value \
                     and not value.startswith("#"):
                 self.external.append((tag, name, value))
-        if tag in ("link", "script", "iframe", "img"):
+        if tag in ("link", "iframe", "img"):  # an inline <script> fetches nothing
             self.external.append((tag, "", ""))
 
 
@@ -212,7 +211,8 @@ def test_html_parses_and_references_nothing_external(tmp_path):
     collector.feed(html)
     collector.close()
     assert collector.external == []
-    assert collector.tags.count("svg") == 3  # curves, step times, time breakdown: inline
+    # the headline (accuracy against time), curves, step times, time breakdown: inline
+    assert collector.tags.count("svg") == 4
     assert "training loss per step" in html and "6 windows" in html
     assert not re.search(r"url\((?!#)", html)  # only in-page references: clip-path="url(#id)"
     assert "@import" not in html and "<!DOCTYPE svg" not in html
@@ -258,10 +258,10 @@ def test_unreadable_results_are_listed_apart_in_the_report_and_on_stderr(tmp_pat
     torn.write_text('{"framework": "tf", "summ')
     future = fake_result("torch", 8, 8.0, 0.58)
     future["schema_version"] = 99
-    schema.write_json_atomic(tmp_path / "runs" / "torch-seed8" / "result.json", future)
+    files.write_json(tmp_path / "runs" / "torch-seed8" / "result.json", future)
     lacking = fake_result("torch", 9, 8.0, 0.58)
     del lacking["summary"]["status"]
-    schema.write_json_atomic(tmp_path / "runs" / "torch-seed9" / "result.json", lacking)
+    files.write_json(tmp_path / "runs" / "torch-seed9" / "result.json", lacking)
     outcome = _cli_report(str(tmp_path))
     assert outcome.exit_code == 0, outcome.output
     assert "skipped" in outcome.stderr and str(torn) in outcome.stderr
@@ -288,7 +288,7 @@ def test_two_machines_stay_apart_and_a_shipped_summary_reads_beside_runs(tmp_pat
 
     outcome = _cli_report(str(shipped), str(laptop))
     assert outcome.exit_code == 0, outcome.output
-    combined = json.loads((laptop / report.COMBINED_NAME).read_text())  # first directory given
+    combined = json.loads((laptop / files.COMBINED).read_text())  # first directory given
     assert "groups" not in json.loads((laptop / "summary.json").read_text())  # one comparison
     devices = [g["machine"]["device"] for g in combined["groups"]]
     assert sorted(devices) == ["CPU", "GPU: NVIDIA H100 80GB HBM3"]
@@ -302,7 +302,8 @@ def test_two_machines_stay_apart_and_a_shipped_summary_reads_beside_runs(tmp_pat
     assert markdown.count("PyTorch trained") == 2  # a verdict per machine
     assert "GPU: NVIDIA H100 80GB HBM3" in markdown and "glibc2.36" in markdown
     html = (laptop / "report.html").read_text()
-    assert html.count("<svg") == 3  # plots for the machine with runs; the summary has none
+    assert html.count("<svg") == 4  # the headline and 3 plots of the machine with runs; no plots
+    # for the summary
 
 
 def test_runs_of_two_machines_in_one_directory_are_split_and_out_is_honoured(tmp_path):
@@ -311,7 +312,7 @@ def test_runs_of_two_machines_in_one_directory_are_split_and_out_is_honoured(tmp
     built = report.build([tmp_path], tmp_path / "both")
     assert len(built.groups) == 2 and {g.summary["frameworks"]["tf"]["completed"]
                                        for g in built.groups} == {3}
-    assert (tmp_path / "both" / report.COMBINED_NAME).exists()
+    assert (tmp_path / "both" / files.COMBINED).exists()
     assert (tmp_path / "both" / "report.html").exists()
 
 
@@ -402,7 +403,7 @@ def test_a_rerun_with_fewer_completed_runs_never_overwrites_the_fuller_report(tm
     """`compare` again into the same directory, failing early: the earlier report stays."""
     import json
 
-    from compare.report import build as report
+    from compare import report
     out = tmp_path / "cmp"
     out.mkdir()
     fuller = {"runs": [{"framework": fw, "seed": 0, "status": "completed"}

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from conftest import tiny_config
 from test_reliability import CLI, _wait_for  # one copy of the subprocess helpers
 
-from compare import schema
+from compare import files, schema
 from compare.cli import cli
 from compare.errors import EXIT_INTERRUPTED
 from compare.experiment import datasets
@@ -66,7 +66,7 @@ def _straight_and_resumed(tmp_path, monkeypatch, module, framework: str) -> tupl
     stopped = schema.read_result(out / "result.json")
     assert stopped["summary"]["status"] == "interrupted" and len(stopped["epochs"]) == 1
     assert len((out / "steps.csv").read_text().splitlines()) == 1 + 8  # epoch 1's steps only
-    assert json.loads((out / checkpoint.CHECKPOINT_FILE).read_text())["next_epoch"] == 1
+    assert json.loads(files.RunDir(out).checkpoint.read_text())["next_epoch"] == 1
     assert module.train(resumed, dataset, resume=True) == 0
     return Path(straight.out), out
 
@@ -79,8 +79,8 @@ def _check_resumed_result(straight: Path, resumed: Path) -> None:
     assert [s["first_epoch"] for s in result["sessions"]] == [1, 2]
     assert result["epochs"][2]["test_loss"] == schema.read_result(
         straight / "result.json")["epochs"][2]["test_loss"]
-    assert not (resumed / checkpoint.CHECKPOINT_FILE).exists()  # a completed run keeps none
-    assert not (resumed / checkpoint.CHECKPOINT_DIR).exists()
+    assert not files.RunDir(resumed).checkpoint.exists()  # a completed run keeps none
+    assert not files.RunDir(resumed).checkpoint_states.exists()
 
 
 def test_torch_resumed_run_matches_an_uninterrupted_one_bit_for_bit(tmp_path, monkeypatch):
@@ -178,10 +178,10 @@ def test_one_framework_now_and_the_rest_on_resume(tmp_path):
     TensorFlow's seeds, keeps PyTorch's, and the report says the two were not alternated."""
     from conftest import tiny_config
 
-    from compare.process import orchestrate
+    from compare.process import comparison
     out = tmp_path / "cmp"
     config = tiny_config(tmp_path, epochs=1)
-    code = orchestrate.compare_frameworks(config, 2, out, parity_steps=1, command="(test)",
+    code = comparison.compare_frameworks(config, 2, out, parity_steps=1, command="(test)",
                                           frameworks=("torch",))
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -189,8 +189,8 @@ def test_one_framework_now_and_the_rest_on_resume(tmp_path):
     assert [r["framework"] for r in summary["not_run"]] == ["tf", "tf"]
     assert "not run yet" in summary["not_run"][0]["reason"]
     torch_result = schema.read_result(out / "runs" / "torch-seed0" / "result.json")
-    saved, _, _, _ = orchestrate.saved_comparison(out)
-    code = orchestrate.compare_frameworks(saved.replace(quiet=True), 2, out, parity_steps=1,
+    saved, _, _, _ = comparison.saved_comparison(out)
+    code = comparison.compare_frameworks(saved.replace(quiet=True), 2, out, parity_steps=1,
                                           command="(test)", resume=True)
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())

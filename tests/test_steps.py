@@ -15,13 +15,12 @@ from test_reliability import FakeTrainer
 
 from compare import schema
 from compare.cli import cli
-from compare.experiment import datasets, specs
+from compare.experiment import datasets, settings, specs
 from compare.experiment.config import (
     DEFAULT_STEPS_PER_CALL,
     PipelineConfig,
     RunConfig,
     learning_rate,
-    shown_default,
     steps_per_call,
 )
 from compare.process import sweep
@@ -59,7 +58,7 @@ def test_steps_per_call_resolves_per_device_in_one_place():
     assert steps_per_call(RunConfig(), on_gpu=False) == DEFAULT_STEPS_PER_CALL["cpu"] == 32
     assert steps_per_call(RunConfig(), on_gpu=True) == DEFAULT_STEPS_PER_CALL["gpu"] == 32
     assert steps_per_call(RunConfig(steps_per_call=3), on_gpu=True) == 3
-    assert shown_default("steps_per_call") == "[default: 32 on every device]"
+    assert settings.VARIABLE["steps-per-call"].shown_default() == "32 on every device"
     outcome = CliRunner().invoke(cli, ["run", "--help"])
     assert "--steps-per-call" in outcome.output and "--strategy" in outcome.output
     assert "--timing-window-s" in outcome.output
@@ -190,7 +189,8 @@ def test_windows_are_sized_by_time_in_the_first_epoch_then_held(tmp_path, monkey
 
 
 def test_sweep_varies_steps_per_call_and_strategy():
-    varies = [sweep.parse_vary("steps_per_call=1,8"), sweep.parse_vary("strategy=mirrored,none")]
+    varies = [settings.parse_vary("steps_per_call=1,8"),
+              settings.parse_vary("strategy=mirrored,none")]
     assert varies == [("steps-per-call", [1, 8]), ("strategy", ["mirrored", "none"])]
     rows = sweep.combinations(RunConfig(), varies, ["tf"])
     assert [(c.steps_per_call, c.strategy) for _, _, c in rows] == [
@@ -213,4 +213,4 @@ def test_cuda_graphs_on_the_cpu_are_one_clear_line_and_exit_2(tmp_path):
     assert "--cuda-graphs: CUDA graphs need a CUDA GPU" in done.stderr
     assert "Traceback" not in done.stderr and "it trained nothing" in done.stderr
     assert not (tmp_path / "run" / "result.json").exists()
-    assert sweep.parse_vary("cuda-graphs=off,on") == ("cuda-graphs", [False, True])
+    assert settings.parse_vary("cuda-graphs=off,on") == ("cuda-graphs", [False, True])

@@ -12,37 +12,39 @@ from conftest import tiny_config
 
 from compare.cli import cli
 from compare.errors import UserError
-from compare.experiment import datasets
+from compare.experiment import datasets, settings
 from compare.experiment.config import PipelineConfig, RunConfig
 from compare.process import sweep
+from compare.report import sweep as sweep_report
 
 
 def test_parse_vary_and_the_cartesian_plan():
-    varies = [sweep.parse_vary("precision=fp32,mixed"), sweep.parse_vary("batch_size=32, 64"),
-              sweep.parse_vary("compile=off,on")]
+    varies = [settings.parse_vary("precision=fp32,mixed"),
+              settings.parse_vary("batch_size=32, 64"), settings.parse_vary("compile=off,on")]
     assert varies == [("precision", ["fp32", "mixed"]), ("batch-size", [32, 64]),
                       ("compile", [False, True])]
     rows = sweep.combinations(RunConfig(), varies, ["tf", "torch"])
     assert len(rows) == 2 * 2 * 2 * 2
     assert [fw for fw, _, _ in rows[:4]] == ["tf", "torch", "torch", "tf"]  # order alternates
-    fw, settings, config = rows[-1]
-    assert settings == {"precision": "mixed", "batch-size": 64, "compile": True}
+    fw, chosen, config = rows[-1]
+    assert chosen == {"precision": "mixed", "batch-size": 64, "compile": True}
     assert (config.precision == "mixed" and config.batch_size == 64 and config.compile
             and config.framework == fw)
-    assert sweep.combinations(RunConfig(), [sweep.parse_vary("pipeline=device")],
+    assert sweep.combinations(RunConfig(), [settings.parse_vary("pipeline=device")],
                               ["tf"])[0][2].pipeline.kind == "device"
 
 
 @pytest.mark.parametrize("text, message", [
     ("precision", "expected NAME=V1,V2"),
     ("colour=red", "unknown setting 'colour'"),
-    ("batch-size=0,32", "'0' is not valid"),
+    ("batch-size=0,32", "--vary batch-size=0: Invalid value for '--batch-size': 0 is not an "
+                        "integer >= 1"),
     ("pipeline=fast", "'fast' is not valid (one of naive, tuned, device)"),
     ("compile=maybe", "'maybe' is not valid (on or off)"),
 ])
 def test_bad_vary_is_one_clear_line(text, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        sweep.parse_vary(text)
+        settings.parse_vary(text)
 
 
 def test_speedups_are_relative_to_each_frameworks_baseline():
@@ -50,12 +52,13 @@ def test_speedups_are_relative_to_each_frameworks_baseline():
         return {"framework": fw, "settings": {"precision": precision}, "status": "completed",
                 "path": "", "error": None,
                 "summary": {"images_per_s": ips, "time_to_target_s": tta}}
-    rows = sweep.with_speedups([row("tf", "fp32", 100.0, 10.0), row("tf", "mixed", 250.0, 4.0),
-                                row("torch", "fp32", 200.0), row("torch", "mixed", 300.0),
-                                {"framework": "torch", "settings": {"precision": "x"},
-                                 "status": "failed", "summary": None, "path": None,
-                                 "error": "boom"}],
-                               [("precision", ["fp32", "mixed"])])
+    rows = sweep_report.with_speedups([row("tf", "fp32", 100.0, 10.0),
+                                       row("tf", "mixed", 250.0, 4.0),
+                                       row("torch", "fp32", 200.0), row("torch", "mixed", 300.0),
+                                       {"framework": "torch", "settings": {"precision": "x"},
+                                        "status": "failed", "summary": None, "path": None,
+                                        "error": "boom"}],
+                                      [("precision", ["fp32", "mixed"])])
     assert [r["speedup"] for r in rows] == [1.0, 2.5, 1.0, 1.5, None]
     assert (rows[1]["time_to_target_speedup"] == 2.5 and rows[0]["baseline"]
             and not rows[1]["baseline"])

@@ -65,7 +65,8 @@ def test_compare_refuses_a_bad_setting_before_the_parity_check(tmp_path):
                                       "the training set (64 images)"),
     (["--devices", "4", "--vary", "batch-size=32,30"], "--vary batch-size=30: --batch-size 30 "
                                                        "does not split evenly over --devices 4"),
-    (["--vary", "epochs=0"], "--vary epochs: '0' is not valid (a positive integer)"),
+    (["--vary", "epochs=0"], "--vary epochs=0: Invalid value for '--epochs': 0 is not an integer "
+                             ">= 1"),
 ], ids=["lr-nan", "lr-inf", "batch-too-big", "uneven-split", "epochs-0"])
 def test_sweep_refuses_a_bad_combination_before_any_run(tmp_path, args, message):
     _refused(tmp_path, ["sweep", "--framework", "torch", *args], message)

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from compare import schema
+from compare import files
 from compare.errors import DeviceError
 from compare.experiment import parity, precision, specs, strategy, weights
 from compare.experiment.config import RunConfig, steps_per_call
@@ -296,7 +296,7 @@ class Trainer:
         state = {"spec": self.spec.name, "num_classes": self.spec.num_classes,
                  "state_dict": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
                  "config": self.config.to_dict()}
-        schema.write_atomic(Path(directory) / "model.pt", lambda f: torch.save(state, f),
+        files.write_atomic(Path(directory) / "model.pt", lambda f: torch.save(state, f),
                              mode="wb")
         return "model.pt"
 
@@ -306,7 +306,7 @@ class Trainer:
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict()}
         target = Path(directory) / "torch_state.pt"
-        schema.write_atomic(target, lambda f: torch.save(state, f), mode="wb")
+        files.write_atomic(target, lambda f: torch.save(state, f), mode="wb")
         return target.name
 
     def load_checkpoint(self, directory: Path) -> None:

@@ -1,8 +1,11 @@
-"""One place for every default of a run; variants override a few fields.
+"""One place for every default and setting of a run; variants override a few fields.
 
 A `RunConfig` is frozen: the CLI builds one, writes it to JSON beside the result, and the
 framework subprocess reads that JSON back. Both frameworks read the same file, so the
-recipe cannot drift between them.
+recipe cannot drift between them. A field that the user sets declares its option in its
+metadata (compare.experiment.checks.option): flag, help, check and whether `sweep` can vary
+it; compare.experiment.settings derives the command line, the checks, `--vary` and the docs'
+options table from these declarations.
 """
 
 from __future__ import annotations
@@ -14,23 +17,31 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from compare.experiment import specs
+from compare.experiment.checks import (
+    choice,
+    count,
+    flag,
+    number,
+    option,
+    optional,
+    path,
+    strategy_check,
+)
+
 FRAMEWORKS = ("tf", "torch")
 FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
-PRECISIONS = ("auto", "mixed", "fp32")  # compare.precision resolves auto per device
+PRECISIONS = ("auto", "mixed", "fp32")  # compare.experiment.precision resolves auto per device
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")
-STRATEGIES = ("auto", "none", "mirrored")  # both frameworks' wrapper (compare.strategy)
+STRATEGIES = ("auto", "none", "mirrored")  # both frameworks' wrapper (compare...strategy)
+DATASETS = ("cifar10", "tfds", "torchvision", "folder", "synthetic")
 # Training steps per call of a framework's step function when --steps-per-call is not given
-# (see steps_per_call below). Measured on 2 CPU cores (lenet, fp32, 10,000 synthetic images,
-# TensorFlow, MirroredStrategy, the second epoch's training time, medians of 3 alternated
-# runs): K = 32 trains in 1.37 s where K = 1 takes 1.83 s at batch 32 (5.30 s against
-# 7.51 s at batch 4): one tf.function call per step costs about 1 ms of host work here. On
-# a GPU, where a lenet step is tens of microseconds of compute, that host work per call
-# matters more still. A call of 32 resnet9 steps at batch 512 stays within a timing window
-# of about 0.5 s on a GPU (a window holds whole calls). PyTorch's K steps per call run as
-# K steps launched from Python (--cuda-graphs replays their forward and backward as graphs),
-# so K changes only how often the loop calls it.
+# (steps_per_call below): one call per step costs host work that, on a GPU where a LeNet step
+# is tens of microseconds of compute, would become the figure (docs/benchmarks.md: steps per
+# call). A call of 32 resnet9 steps at batch 512 stays within a timing window of about 0.5 s
+# on a GPU (a window holds whole calls).
 DEFAULT_STEPS_PER_CALL = {"cpu": 32, "gpu": 32}
 
 
@@ -43,11 +54,18 @@ class PipelineConfig:
     on the device, batches gathered and augmented there). The other fields refine it.
     """
 
-    kind: str = "tuned"
+    kind: str = field(default="tuned", metadata=option(
+        "--pipeline", "Input pipeline preset: tuned (parallel map, prefetch, workers), naive "
+        "(one synchronous stage) or device (the whole training set resident on the device).",
+        choice(PIPELINES), vary=True))
     cache: bool = True  # tf.data: cache the normalised test set in memory
     parallel_map: bool = True  # tf.data: map(num_parallel_calls=AUTOTUNE)
     prefetch: bool = True  # tf.data prefetch(AUTOTUNE); DataLoader prefetch_factor
-    workers: int | None = None  # DataLoader worker processes; None: from the cores (below)
+    # DataLoader worker processes; None: from the cores (loader_workers below)
+    workers: int | None = field(default=None, metadata=option(
+        "--workers", "DataLoader worker processes (PyTorch).", optional(count(0)), vary=True,
+        shown_default="tuned: none with 2 or fewer cores per process, else half the cores, "
+                      "at most 8"))
     prefetch_factor: int = 4  # batches each DataLoader worker keeps ready
     persistent_workers: bool = True  # DataLoader: keep workers alive between epochs
     pin_memory: bool = True  # DataLoader: page-locked host memory (GPU only)
@@ -87,72 +105,137 @@ class RunConfig:
     """Everything that defines one training run. Units in the comments."""
 
     framework: str = "torch"
-    model: str = "lenet"
-    dataset: str = "cifar10"
-    data_dir: str | None = None  # None: the cache under $CNNCOMPARE_HOME
-    synthetic_train_size: int = 10_000  # images (synthetic dataset only)
-    synthetic_test_size: int = 2_000  # images (synthetic dataset only)
-    validation_fraction: float = 0.1  # folder datasets without test/: held-out share
-    epochs: int = 2
-    batch_size: int = 32  # global batch, images per optimizer step over all replicas
-    lr: float = 0.01  # peak learning rate per step
-    schedule: str = "constant"  # constant | onecycle (linear up for warmup_fraction, down to 0)
-    warmup_fraction: float = 0.2  # share of all steps spent rising (onecycle only)
-    momentum: float = 0.9
+    model: str = field(default="lenet", metadata=option(
+        "--model", "Network: lenet (the seed's 62k-parameter Net) or resnet9 (DAWNBench "
+        "ResNet).", choice(tuple(specs.MODELS)), vary=True))
+    dataset: str = field(default="cifar10", metadata=option(
+        "--dataset", "Data source: the official CIFAR-10 archive, tfds, torchvision, an image "
+        "folder, or generated synthetic images.", choice(DATASETS)))
+    data_dir: str | None = field(default=None, metadata=option(  # None: the cache
+        "--data-dir", "cifar10: the tar.gz or extracted cifar-10-batches-py/; folder: the root "
+        "with train/<class>/; tfds/torchvision: their data root.", optional(
+            path()), path=True, shown_default="the cache under $CNNCOMPARE_HOME"))
+    synthetic_train_size: int = field(default=10_000, metadata=option(  # images
+        "--synthetic-size", "Synthetic training images (test set: a fifth).", count()))
+    synthetic_test_size: int | None = None  # images; None: a fifth of the training images
+    validation_fraction: float = field(default=0.1, metadata=option(  # held-out share
+        "--validation-fraction", "Folder datasets without test/: the share of train/ held "
+        "out as the test set.", number(0, 1, low_open=True, high_open=True)))
+    epochs: int = field(default=2, metadata=option(
+        "--epochs", "Passes over the training set.", count(), vary=True))
+    batch_size: int = field(default=32, metadata=option(  # images per step, all replicas
+        "--batch-size", "Global batch: images per optimizer step over all replicas.", count(),
+        vary=True))
+    lr: float = field(default=0.01, metadata=option(  # peak learning rate per step
+        "--lr", "Peak learning rate per step.", number(0, low_open=True), vary=True))
+    schedule: str = field(default="constant", metadata=option(
+        "--schedule", "Learning-rate schedule, applied per step: constant, or onecycle (linear "
+        "up for --warmup-fraction of the steps, then down to 0).", choice(SCHEDULES)))
+    warmup_fraction: float = field(default=0.2, metadata=option(  # share of all steps
+        "--warmup-fraction", "onecycle: the share of all steps spent rising.",
+        number(0, 1, low_open=True)))
+    momentum: float = field(default=0.9, metadata=option(
+        "--momentum", "SGD momentum (PyTorch's form in both frameworks).",
+        number(0, 1, high_open=True)))
     nesterov: bool = False
-    weight_decay: float = 0.0  # L2 coefficient added to the gradient (PyTorch SGD form)
-    label_smoothing: float = 0.0
+    weight_decay: float = field(default=0.0, metadata=option(  # PyTorch SGD form
+        "--weight-decay", "L2 coefficient added to the gradient.", number(0)))
+    label_smoothing: float = field(default=0.0, metadata=option(
+        "--label-smoothing", "Label smoothing of the cross-entropy.",
+        number(0, 1, high_open=True)))
     bn_momentum: float = 0.1  # PyTorch convention: new = (1 - m) * old + m * batch
     bn_epsilon: float = 1e-5
-    augment: bool = True  # random crop with padding + horizontal flip, from the data plan
+    augment: bool = field(default=True, metadata=option(
+        "--augment/--no-augment", "Random crop (4-pixel zero padding) and horizontal flip, "
+        "from the shared data plan.", flag()))
     crop_padding: int = 4  # pixels of zero padding before the random crop
-    # auto | mixed | fp32 (compare.precision): auto is mixed (float16 + loss scaling) on GPUs
-    # with tensor cores, mixed (bfloat16) on CPUs that compute it natively, float32 elsewhere
-    precision: str = "auto"
-    tf32: bool = False  # TensorFloat-32 matmuls/convs; off in both for equal numerics
+    precision: str = field(default="auto", metadata=option(
+        "--precision", "auto: mixed on a GPU with tensor cores and on a CPU that computes "
+        "bfloat16 natively (AMX, AVX512-BF16), float32 elsewhere; mixed: float16 + loss "
+        "scaling on a GPU, bfloat16 on a CPU; fp32: float32. The choice and its reason are "
+        "recorded.", choice(PRECISIONS), vary=True))
+    tf32: bool = field(default=False, metadata=option(  # off in both: equal numerics
+        "--tf32/--no-tf32", "Allow TensorFloat-32 on Ampere+ GPUs, in both frameworks alike.",
+        flag(), vary=True))
     # Dynamic loss scaling under float16 (GPU), the same policy in both: start here, double
     # after this many steps without overflow, halve on overflow (PyTorch GradScaler defaults).
     loss_scale_initial: float = 65536.0
     loss_scale_growth_interval: int = 2000  # steps
     # PyTorch's memory format; None: channels_last on GPU (the AMP guide's advice for tensor
     # cores), contiguous on CPU. Keras always computes NHWC.
-    channels_last: bool | None = None
-    device: str = "auto"  # auto (GPU if present) | cpu | gpu
-    devices: int = 1  # replicas: GPUs, or logical CPU devices / gloo processes on CPU
+    channels_last: bool | None = field(default=None, metadata=option(
+        "--channels-last/--no-channels-last", "PyTorch's memory format (Keras always "
+        "computes NHWC).", optional(flag()),
+        shown_default="channels_last on GPU, contiguous on CPU"))
+    device: str = field(default="auto", metadata=option(
+        "--device", "auto: the GPU if there is one (and say which); gpu: fail if there is "
+        "none.", choice(DEVICE_CHOICES), vary=True))
+    devices: int = field(default=1, metadata=option(  # replicas
+        "--devices", "Replicas: GPUs, or on CPU logical devices (tf) / gloo processes "
+        "(torch).", count(), vary=True))
     allow_mixed_devices: bool = False  # compare/sweep: let the frameworks differ in device kind
     # Runs over several processes (TF_CONFIG workers, torchrun, DDP on one machine): how long
-    # a collective waits for a peer before the run fails with the peer's name, seconds.
-    # Long enough for a cold XLA/cuDNN autotune of resnet9 on one worker, short enough that
-    # a dead machine does not hold the others for TensorFlow's and NCCL's default 30 min.
-    collective_timeout_s: float = 300.0
-    compile: bool = False  # XLA jit_compile (tf) / torch.compile (torch)
+    # a collective waits for a peer before the run fails with the peer's name. Long enough
+    # for a cold XLA/cuDNN autotune of resnet9 on one worker, short enough that a dead
+    # machine does not hold the others for TensorFlow's and NCCL's default 30 min.
+    collective_timeout_s: float = field(default=300.0, metadata=option(  # seconds
+        "--collective-timeout", "Runs over several processes or machines: seconds a "
+        "collective waits for a peer before the run fails naming it.",
+        number(0, low_open=True, what="a number of seconds")))
+    compile: bool = field(default=False, metadata=option(
+        "--compile/--no-compile", "XLA jit_compile (tf) and torch.compile (torch).", flag(),
+        vary=True))
     # PyTorch on a GPU: replay the model's forward and backward as CUDA graphs
     # (torch.compile mode "reduce-overhead"), PyTorch's counterpart of TensorFlow's in-graph
-    # step batching (steps_per_call). Off by default until measured on a GPU; TensorFlow
-    # ignores it.
-    cuda_graphs: bool = False
+    # step batching (steps_per_call). TensorFlow ignores it.
+    cuda_graphs: bool = field(default=False, metadata=option(
+        "--cuda-graphs/--no-cuda-graphs", "PyTorch on a GPU: replay the model's forward and "
+        "backward as CUDA graphs (torch.compile mode reduce-overhead); TensorFlow ignores it.",
+        flag(), vary=True))
     cudnn_benchmark: bool = True  # cuDNN autotuning (torch; TF autotunes always)
     deterministic: bool = False  # framework determinism flags
-    shared_init: bool = True  # load the same numpy-generated initial weights in both
-    seed: int = 0
+    shared_init: bool = field(default=True, metadata=option(
+        "--shared-init/--no-shared-init", "Start both frameworks from the same "
+        "numpy-generated weights.", flag()))
+    seed: int = field(default=0, metadata=option(
+        "--seed", "Seed of the initial weights and the data plan.", count(0)))
     # Training steps per call of the framework's step function: TF runs them in one
     # tf.function that takes its batches from the iterator inside the graph (what Keras'
     # steps_per_execution does); PyTorch runs them in one trainer call. None: the device's
     # default (steps_per_call below, DEFAULT_STEPS_PER_CALL).
-    steps_per_call: int | None = None
-    # Both frameworks' distribution wrapper (compare.strategy): auto (none for one replica,
-    # MirroredStrategy and DDP for several), none, mirrored (the wrapper also on one
+    steps_per_call: int | None = field(default=None, metadata=option(
+        "--steps-per-call", "Training steps per call of the step function: TF runs them in "
+        "one tf.function that reads the iterator inside the graph (as Keras' "
+        "steps_per_execution); PyTorch in one trainer call.", optional(count()), vary=True,
+        shown_default=(f"{DEFAULT_STEPS_PER_CALL['cpu']} on every device"
+                       if len(set(DEFAULT_STEPS_PER_CALL.values())) == 1 else
+                       ", ".join(f"{k} on {d.upper()}"
+                                 for d, k in DEFAULT_STEPS_PER_CALL.items()))))
+    # Both frameworks' distribution wrapper (compare.experiment.strategy): auto (none for one
+    # replica, MirroredStrategy and DDP for several), none, mirrored (the wrapper also on one
     # replica), or tf=CHOICE,torch=CHOICE to set them apart (a fairness caveat).
-    strategy: str = "auto"
+    strategy: str = field(default="auto", metadata=option(
+        "--strategy", "Both frameworks' distribution wrapper: auto (none for one replica; "
+        "MirroredStrategy and DDP for several), none (one replica), mirrored (the wrapper "
+        "also on one replica), or tf=CHOICE,torch=CHOICE to set them apart (the report names "
+        "it as a caveat).", strategy_check(), vary=True, metavar="auto|none|mirrored"))
     # Synchronised timing windows end on call boundaries and last about timing_window_s
     # seconds (the loop sizes them from the first epoch's calls); timing_window, when set,
     # fixes them at that many steps instead (rounded up to whole calls).
-    timing_window_s: float = 0.5  # seconds
+    timing_window_s: float = field(default=0.5, metadata=option(  # seconds
+        "--timing-window-s", "Target length of a synchronised timing window, seconds "
+        "(windows end on call boundaries).", number(0, low_open=True,
+                                                     what="a number of seconds")))
     timing_window: int | None = None  # steps
     # Training steps recorded by each framework's profiler after the last epoch (rounded up
-    # to whole calls), split into the step's phases (compare.phases); 0: none.
-    profile_steps: int = 32
-    target_accuracy: float | None = None  # fraction; reports time-to-accuracy when set
+    # to whole calls), split into the step's phases (compare.run.phases); 0: none.
+    profile_steps: int = field(default=32, metadata=option(
+        "--profile", "After the last epoch, train this many more steps under each framework's "
+        "profiler and split a step's time into its phases (input, copy, forward, backward, "
+        "all-reduce, update); 0: off. They count in no other figure.", count(0)))
+    target_accuracy: float | None = field(default=None, metadata=option(  # a fraction
+        "--target-accuracy", "Report the training time to reach this test accuracy "
+        "(fraction).", optional(number(0, 1, low_open=True, what="a fraction"))))
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     tensorboard_dir: str | None = None  # TensorBoard root; None: <out>/tensorboard
     out: str = "runs/latest"  # the CLI names it after the command: runs/<command>-...
@@ -184,9 +267,15 @@ class RunConfig:
 class ComparisonConfig:
     """How `compare` runs the two frameworks beside each other."""
 
-    seeds: int = 1  # runs per framework, seeds seed, seed + 1, ...; 2+ give intervals
-    parity_steps: int = 3  # SGD steps of the parity probe after the first-batch gradients
-    ignore_parity: bool = False  # run even when the parity check fails (the report says so)
+    seeds: int = field(default=1, metadata=option(  # runs per framework: seed, seed + 1, ...
+        "--seeds", "Seeds per framework (seed, seed+1, ...): 2 give a range of the ratios, "
+        "3 or more a 95% confidence interval.", count()))
+    # SGD steps of the parity probe after the first-batch gradients
+    parity_steps: int = field(default=3, metadata=option(
+        "--parity-steps", "SGD steps of the parity check before the comparison.", count()))
+    ignore_parity: bool = field(default=False, metadata=option(  # the report says so
+        "--ignore-parity", "Run the comparison even when the parity check fails (the report "
+        "says so).", flag()))
 
 
 # Per-model recipes: only the fields that differ from RunConfig's defaults. `lenet` is
@@ -197,27 +286,6 @@ RECIPES: dict[str, dict[str, Any]] = {
     "resnet9": {"batch_size": 512, "lr": 0.2, "schedule": "onecycle", "weight_decay": 5e-4,
                 "nesterov": True, "label_smoothing": 0.2, "epochs": 10},
 }
-
-
-def shown_default(field_name: str) -> str:
-    """A RunConfig field's default as --help shows it: one value, or one per model recipe
-    when the recipes differ (e.g. "lenet 32, resnet9 512")."""
-    if field_name == "steps_per_call":  # a default per device, not per model
-        if len(set(DEFAULT_STEPS_PER_CALL.values())) == 1:
-            return f"[default: {DEFAULT_STEPS_PER_CALL['cpu']} on every device]"
-        return ("[default: " + ", ".join(f"{k} on {d.upper()}"
-                                          for d, k in DEFAULT_STEPS_PER_CALL.items()) + "]")
-    base = getattr(RunConfig(), field_name)
-    per_model = {model: recipe.get(field_name, base) for model, recipe in RECIPES.items()}
-    if len(set(map(repr, per_model.values()))) == 1:
-        return f"[default: {_shown(base)}]"
-    return "[default: " + ", ".join(f"{m} {_shown(v)}" for m, v in per_model.items()) + "]"
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return "none" if value is None else str(value)
 
 
 def steps_per_call(config: RunConfig, on_gpu: bool) -> int:
@@ -232,7 +300,8 @@ def steps_per_call_source(config: RunConfig, on_gpu: bool) -> str:
     """Where steps_per_call came from, for the fairness manifest."""
     if config.steps_per_call is not None:
         return "--steps-per-call"
-    return f"the default on {'GPU' if on_gpu else 'CPU'} (compare.config.DEFAULT_STEPS_PER_CALL)"
+    return (f"the default on {'GPU' if on_gpu else 'CPU'} "
+            "(compare.experiment.config.DEFAULT_STEPS_PER_CALL)")
 
 
 def recipe_config(model: str, **overrides: Any) -> RunConfig:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from compare import schema
+from compare import files, schema
 from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
 from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
 from compare.process import shutdown
@@ -30,7 +30,7 @@ class Outcome:
 
     @property
     def result_path(self) -> Path:
-        return self.out / "result.json"
+        return files.RunDir(self.out).result
 
     @property
     def interrupted(self) -> bool:
@@ -92,14 +92,15 @@ def _noise(line: str) -> bool:
 
 def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = None,
                   extra: tuple[str, ...] = (), resume: bool = False,
-                  files: Path | None = None) -> Outcome:
+                  directory: Path | None = None) -> Outcome:
     """Run `config.framework` in a subprocess, writing into config.out; with `resume`,
-    continuing from the checkpoint there (compare.checkpoint). `files` (default config.out)
-    takes this process's config.json and log.txt: a process other than rank 0 of a
-    multi-process launch (compare.cluster) writes no result, and its status is its exit.
+    continuing from the checkpoint there (compare.run.checkpoint). `directory` (default
+    config.out) takes this process's config and log: a process other than rank 0 of a
+    multi-process launch (compare.process.cluster) writes no result, and its status is its
+    exit.
 
     With `on_line` None the child shares the terminal (live progress bar); otherwise its
-    output goes line by line to `on_line` and to out/log.txt. Ctrl-C reaches the child
+    output goes line by line to `on_line` and to the log. Ctrl-C reaches the child
     too (same process group); other stop signals are passed on to it under
     compare.shutdown.forwarding(). Either way we wait for it to finish writing.
     """
@@ -107,9 +108,9 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
     stop = shutdown.parent_stop()
     if stop is not None:  # stopping: start nothing new
         return Outcome(config.framework, out, 128 + stop, "interrupted", "interrupted")
-    files = out if files is None else Path(files)
-    files.mkdir(parents=True, exist_ok=True)
-    config_path = schema.write_atomic(files / "config.json", lambda f: f.write(config.to_json()))
+    own = files.RunDir(out if directory is None else directory)
+    own.path.mkdir(parents=True, exist_ok=True)
+    config_path = files.write_atomic(own.config, lambda f: f.write(config.to_json()))
     argv = command(config_path, config.framework, (*extra, *(("--resume",) if resume else ())))
     last_error = None
     if on_line is None:
@@ -120,7 +121,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
                                    stderr=subprocess.STDOUT, text=True)
         stream = process.stdout
     interrupted = False
-    with shutdown.watching(process), open(files / "log.txt", "a") as log:
+    with shutdown.watching(process), open(own.log, "a") as log:
         while True:
             try:
                 line = stream.readline()
@@ -142,15 +143,16 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
         code = _wait(process)
     if interrupted and code == 0:
         code = EXIT_INTERRUPTED
-    status = result_status(out) if files == out else "completed" if code == 0 else "failed"
+    chief = own.path == Path(out)
+    status = result_status(out) if chief else "completed" if code == 0 else "failed"
     if code < 0:  # killed by a signal: say which
         last_error = f"{config.framework} process killed by {signal.Signals(-code).name}"
     if status == "running":  # the child died mid-epoch: its last write is still 'running'
         status = "failed"
-        last_error = record_death(out / "result.json", code, files / "log.txt")
+        last_error = record_death(files.RunDir(out).result, code, own.log)
     if code != 0 and status == "completed":
         status = "failed"
-    if shutdown.is_interrupt(code) and (files != out or not (out / "result.json").exists()):
+    if shutdown.is_interrupt(code) and (not chief or not files.RunDir(out).result.exists()):
         status = "interrupted"  # stopped while starting up, before its first result
     return Outcome(config.framework, out, code, status, last_error)
 
@@ -197,7 +199,7 @@ def _wait(process: subprocess.Popen) -> int:
 
 def result_status(out: Path) -> str:
     try:
-        return schema.read_result(out / "result.json")["summary"]["status"]
+        return schema.read_result(files.RunDir(out).result)["summary"]["status"]
     except schema.SchemaError:
         return "failed"
 

@@ -12,19 +12,15 @@ the data. A completed run's checkpoint is removed: the result and model file rem
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from compare import schema
+from compare import files
 from compare.errors import UserError
 from compare.experiment.config import RunConfig
 from compare.run.interface import Trainer
 
-CHECKPOINT_FILE = "checkpoint.json"
-CHECKPOINT_DIR = "checkpoint"
-CONFIG_FILE = "config.json"  # the RunConfig the run was started with (compare.runner)
 SCHEMA_VERSION = 1
 # Settings that do not change what is computed: a resumed run may differ in these.
 NOT_COMPARED = ("out", "quiet", "debug")
@@ -33,32 +29,33 @@ NOT_COMPARED = ("out", "quiet", "debug")
 def save(out: Path, trainer: Trainer, config: RunConfig, epochs_done: int,
          recorded: dict[str, Any]) -> None:
     """The checkpoint after `epochs_done` epochs; `recorded`: the recorder's resume_state()."""
-    directory = out / CHECKPOINT_DIR / f"epoch-{epochs_done:04d}"
+    run = files.RunDir(out)
+    directory = run.checkpoint_states / f"epoch-{epochs_done:04d}"
     if directory.exists():  # left by a write that was cut short
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     state_file = trainer.save_checkpoint(directory)
-    schema.write_json_atomic(out / CHECKPOINT_FILE, {
+    files.write_json(run.checkpoint, {
         "schema_version": SCHEMA_VERSION, "framework": trainer.framework,
         "next_epoch": epochs_done,  # 0-based index of the epoch to train next
         "state": f"{directory.relative_to(out)}/{state_file}", "config": config.to_dict(),
         **recorded})
-    for old in (out / CHECKPOINT_DIR).iterdir():
+    for old in run.checkpoint_states.iterdir():
         if old != directory:
             shutil.rmtree(old, ignore_errors=True)
 
 
 def load(config: RunConfig) -> dict[str, Any] | None:
     """The checkpoint in config.out, checked against `config`; None when there is none."""
-    out = Path(config.out)
-    try:
-        state = json.loads((out / CHECKPOINT_FILE).read_text())
-    except FileNotFoundError:
+    out, run = Path(config.out), files.RunDir(config.out)
+    if not run.checkpoint.exists():
         return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"cannot read the checkpoint {out / CHECKPOINT_FILE}: {exc}") from None
+    try:
+        state = files.read_json(run.checkpoint)
+    except files.Unreadable as exc:
+        raise UserError(f"cannot read the checkpoint: {exc}") from None
     if state.get("schema_version") != SCHEMA_VERSION:
-        raise UserError(f"{out / CHECKPOINT_FILE} has schema version "
+        raise UserError(f"{run.checkpoint} has schema version "
                         f"{state.get('schema_version')}, not {SCHEMA_VERSION}: start afresh")
     saved, wanted = _compared(state["config"]), _compared(config.to_dict())
     changed = sorted(k for k in wanted if saved.get(k) != wanted[k])
@@ -75,17 +72,18 @@ def state_directory(config: RunConfig, state: dict[str, Any]) -> Path:
 
 def remove(out: Path) -> None:
     """Delete the checkpoint in `out` (a completed run, or a fresh start in an old directory)."""
-    (out / CHECKPOINT_FILE).unlink(missing_ok=True)
-    shutil.rmtree(out / CHECKPOINT_DIR, ignore_errors=True)
+    run = files.RunDir(out)
+    run.checkpoint.unlink(missing_ok=True)
+    shutil.rmtree(run.checkpoint_states, ignore_errors=True)
 
 
 def saved_config(directory: Path) -> RunConfig:
     """The config of the run in `directory`, to resume it there (wherever it was started)."""
-    path = Path(directory) / CONFIG_FILE
+    path = files.RunDir(directory).config
     try:
         config = RunConfig.from_json(path.read_text())
     except FileNotFoundError:
-        raise UserError(f"--resume {directory}: no {CONFIG_FILE} there, so it is not a run "
+        raise UserError(f"--resume {directory}: no {path.name} there, so it is not a run "
                         f"directory") from None
     except (OSError, ValueError, TypeError) as exc:
         raise UserError(f"--resume {directory}: cannot read {path}: {exc}") from None

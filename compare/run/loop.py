@@ -310,7 +310,7 @@ def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | Non
         trainer.sync()
         if recorder is not None:
             try:
-                trainer.start_profile(recorder.out / "profile")
+                trainer.start_profile(recorder.files.profile)
                 started = True
             except Exception as exc:  # noqa: BLE001 - the steps still run: peers wait on them
                 failure = exc

@@ -1,4 +1,5 @@
-"""The result directory of one run: result.json, steps.csv and windows.csv, written atomically.
+"""The files of one run (compare.files.RunDir): its result, every step and every timing
+window, written atomically.
 
 Only the chief process records. The files are rewritten after every epoch and once more
 when the run ends, so a run stopped at any moment keeps every finished epoch.
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compare import schema
+from compare import files, schema
 from compare.experiment import precision, specs
 from compare.experiment.config import RunConfig
 from compare.run.interface import Trainer
@@ -34,6 +35,7 @@ class Recorder:
     def __init__(self, config: RunConfig, trainer: Trainer, spec: specs.ModelSpec,
                  environment: dict, fairness: dict, data_info: dict):
         self.out = Path(config.out)
+        self.files = files.RunDir(self.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.config = config
         self.trainer = trainer
@@ -42,7 +44,7 @@ class Recorder:
         self.windows: list[dict[str, float]] = []  # synchronised timing windows
         self.steps: list[list[Any]] = []  # [global step, epoch, lr, loss] per optimizer step
         self.result: dict[str, Any] = {
-            "schema_version": schema.SCHEMA_VERSION,
+            "schema_version": schema.RESULT_VERSION,
             "framework": trainer.framework,
             "model": specs.describe(spec),
             "config": config.to_dict(),
@@ -52,7 +54,8 @@ class Recorder:
             "measurement": schema.MEASUREMENT,
             "epochs": [],
             "summary": {},
-            "files": {"result": "result.json", "steps": "steps.csv", "windows": "windows.csv"},
+            "files": {role: getattr(self.files, role).name
+                      for role in ("result", "steps", "windows")},
             "started_at": _now(),
             # The processes that trained this run: one, or one more per resume; each epoch
             # record names its session, so every timing says which process measured it.
@@ -141,9 +144,9 @@ class Recorder:
     def write(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         self.result["updated_at"] = _now()
-        schema.write_json_atomic(self.out / "result.json", self.result)
-        _write_csv(self.out / "steps.csv", STEP_COLUMNS, self.steps)
-        _write_csv(self.out / "windows.csv", WINDOW_COLUMNS,
+        files.write_json(self.files.result, self.result)
+        _write_csv(self.files.steps, STEP_COLUMNS, self.steps)
+        _write_csv(self.files.windows, WINDOW_COLUMNS,
                    [[w[c] for c in WINDOW_COLUMNS] for w in self.windows])
 
 
@@ -168,7 +171,7 @@ def tensorboard_directory(config: RunConfig) -> Path:
     """Where a run's TensorBoard events go: <tensorboard_dir or out/tensorboard>/<fw>-seed<N>,
     so `tensorboard --logdir DIR/tensorboard` overlays the two frameworks of a comparison."""
     root = (Path(config.tensorboard_dir) if config.tensorboard_dir
-            else Path(config.out) / "tensorboard")
+            else files.RunDir(config.out).tensorboard)
     return root / f"{config.framework}-seed{config.seed}"
 
 
@@ -177,7 +180,7 @@ def _write_csv(path: Path, header: tuple[str, ...], rows: list) -> None:
     writer = csv.writer(buffer)
     writer.writerow(header)
     writer.writerows(rows)
-    schema.write_atomic(path, lambda f: f.write(buffer.getvalue()))
+    files.write_atomic(path, lambda f: f.write(buffer.getvalue()))
 
 
 def _now() -> str:

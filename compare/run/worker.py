@@ -57,11 +57,11 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
         config = RunConfig.from_json(Path(args.config).read_text())
         debug = config.debug
         if args.doctor:  # its own small synthetic data: no dataset to load
-            from compare import schema
+            from compare import files
             from compare.machine import doctor
             with shutdown.interruptible():  # nothing to keep: stop at once
                 found = doctor.train_steps(impl, config)
-            schema.write_json_atomic(Path(args.doctor), found)
+            files.write_json(Path(args.doctor), found)
             return 0
         dataset = datasets.config_dataset(config)
         if args.parity:

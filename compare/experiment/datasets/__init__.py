@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compare.errors import DataError
+from compare.experiment.config import DATASETS
 from compare.experiment.datasets.cache import CACHE_FORMAT, clear_cache, describe_cache, home
 from compare.experiment.datasets.cifar10 import (
     CIFAR10_ARCHIVE,
@@ -39,7 +40,7 @@ from compare.experiment.datasets.folder import IMAGE_SUFFIXES, load_folder
 from compare.experiment.datasets.frameworks import load_tfds, load_torchvision
 from compare.experiment.datasets.synthetic import SYNTHETIC_CLASSES, synthetic
 
-SOURCES = ("cifar10", "tfds", "torchvision", "folder", "synthetic")
+SOURCES = DATASETS  # declared with the --dataset setting
 
 __all__ = ["CACHE_FORMAT", "CIFAR10_ARCHIVE", "CIFAR10_CLASSES", "CIFAR10_DIR", "CIFAR10_MD5",
            "CIFAR10_TEST_BATCH", "CIFAR10_TRAIN_BATCHES", "CIFAR10_URL", "IMAGE_SHAPE",
@@ -92,5 +93,6 @@ def config_dataset(config) -> Dataset:
     data plan, never the data."""
     return load(config.dataset, config.data_dir,
                 synthetic_train_size=config.synthetic_train_size,
-                synthetic_test_size=config.synthetic_test_size,
+                synthetic_test_size=(config.synthetic_test_size if config.synthetic_test_size
+                                     is not None else max(1, config.synthetic_train_size // 5)),
                 validation_fraction=config.validation_fraction, progress=not config.quiet)

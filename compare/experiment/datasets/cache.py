@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from compare.experiment.datasets.dataset import Dataset
-from compare.schema import write_atomic
+from compare.files import write_atomic
 
 log = logging.getLogger("cnncompare.data")
 

@@ -1,0 +1,48 @@
+"""`cnncompare doctor`: can each framework train here, and can the two be compared?"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from compare.cli.options import CONTEXT
+from compare.experiment import specs
+from compare.experiment.config import FRAMEWORKS, RunConfig
+from compare.process import cluster
+
+
+@click.command(context_settings=CONTEXT)
+@click.option("--model", type=click.Choice(list(specs.MODELS)), default=RunConfig.model,
+              show_default=True, help="Network to train a few steps of.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
+              help="Examine only this framework (repeatable); exit 0 when it can train. "
+                   "[default: both]")
+def doctor(model: str, as_json: bool, frameworks: tuple[str, ...]):
+    """Can each framework train here, on which device, and can the two be compared?
+
+    For each framework in its own processes: versions, the GPUs it sees, the CUDA/cuDNN it
+    loaded, and a few real training steps of MODEL in float32 and mixed precision, with
+    their time: on the GPU alone where the framework sees one, else on the CPU. Then a
+    verdict per framework and for the pair. When a framework sees no GPU on a GPU machine,
+    it says why. Exits 0 only when both frameworks can train on the same device kind.
+
+    \b
+    Examples:
+      cnncompare doctor
+      cnncompare doctor --model resnet9 --json > doctor.json
+      cnncompare doctor --framework torch
+    """
+    from compare.machine import doctor as doctor_module
+    dropped = cluster.forget_launch()
+    if dropped:
+        click.echo(f"note: doctor examines this machine alone; ignoring {', '.join(dropped)}",
+                   err=True)
+    found = doctor_module.examine(model, frameworks or FRAMEWORKS)
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+    else:
+        doctor_module.print_report(found)
+    sys.exit(0 if found["ready"] else 1)

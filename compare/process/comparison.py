@@ -1,0 +1,159 @@
+"""`cnncompare compare`: the parity check, both frameworks over the seeds in alternating
+order, the report; `--resume` finishes what did not complete, and `--framework` runs one
+framework's part now and the rest later."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from compare import files, report
+from compare.errors import EXIT_FAILED, UserError
+from compare.experiment import parity as parity_module
+from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
+from compare.machine import devices
+from compare.process import parity_check, runner, shutdown
+from compare.process.queue import QueuedRun, replay_command, run_queue, seed_order
+
+
+def compare_frameworks(config: RunConfig, seeds: int, out: Path,
+                       parity_steps: int = ComparisonConfig.parity_steps,
+                       ignore_parity: bool = False, command: str | None = None,
+                       resume: bool = False,
+                       frameworks: tuple[str, ...] = FRAMEWORKS) -> int:
+    """The whole comparison into `out`: parity check, both frameworks over the seeds, the
+    report; returns the exit code. One framework failing does not stop the other.
+
+    With `resume`, rerun only what did not complete: a passed parity record is kept,
+    completed runs are kept, unfinished ones continue from their checkpoints. `frameworks`
+    runs only some of the comparison's runs now (a GPU machine whose TensorFlow arrives
+    later): the parity check waits for an invocation that runs both, the others' runs are
+    listed as not run yet, and `compare --resume` runs what is left.
+    """
+    from rich.console import Console
+    console = Console(stderr=True)
+    selected = tuple(fw for fw in FRAMEWORKS if fw in frameworks)
+    command = command or replay_command()
+    out.mkdir(parents=True, exist_ok=True)
+    for framework in selected:
+        runner.check_installed(framework)
+    devices.check_same_device([config.replace(framework=fw) for fw in selected])
+    directory = files.ComparisonDir(out)
+    saved = files.read_json_or_empty(directory.comparison) if resume else {}
+    command = saved.get("command") or command  # a resumed report replays the first command
+    invocations = saved.get("invocations") or ([{"frameworks": list(FRAMEWORKS)}] if resume
+                                               else [])
+    invocations = invocations + [{"frameworks": list(selected),
+                                  "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
+    files.write_json(directory.comparison, {
+        "config": config.to_dict(), "seeds": seeds, "parity_steps": parity_steps,
+        "ignore_parity": ignore_parity, "command": command, **saved,
+        "invocations": invocations})
+
+    both = selected == FRAMEWORKS
+    parity = _saved_parity(out) if resume else None
+    if parity is not None:
+        console.print(f"parity check: passed before, kept ({directory.parity})")
+    elif both:
+        console.print(f"parity check: both builds on the first batch, float32, then "
+                      f"{parity_steps} SGD steps")
+        parity = parity_check.run_parity(config.replace(quiet=True), directory.parity_dir,
+                                         parity_steps)
+        files.write_json(directory.parity, parity)
+    else:
+        console.print(f"parity check: not run ({_names(selected)} alone in this invocation; "
+                      f"`cnncompare compare --resume {out}` runs it with the rest)")
+    if parity is not None:
+        console.print(parity_module.describe(parity))
+    planned = [QueuedRun(f"{framework} seed {seed}",
+                         config.replace(framework=framework, seed=seed,
+                                        out=str(directory.run(framework, seed).path),
+                                        tensorboard_dir=str(directory.tensorboard)), resume)
+               for framework, seed in seed_order(seeds, config.seed)]
+    queue = [q for q in planned if q.config.framework in selected]
+    later = [q for q in planned if q.config.framework not in selected]
+    earlier = [files.RunDir(q.config.out).result for q in later
+               if files.RunDir(q.config.out).result.exists()]
+    waiting = [_not_run(q, f"not run yet: this invocation ran {_names(selected)} alone "
+                           f"(cnncompare compare --resume {out} runs the rest)")
+               for q in later if not files.RunDir(q.config.out).result.exists()]
+    order = order_note(invocations)
+    stop = shutdown.parent_stop()
+    if stop is not None:  # stopped during the parity check: report that nothing ran
+        report.write(out, report.load_runs(earlier), parity, command,
+                     [_not_run(q, "interrupted") for q in queue] + waiting, order_note=order)
+        return 128 + stop
+    if parity is not None and not parity["passed"] and not ignore_parity:
+        not_run = [_not_run(q, "parity check failed") for q in queue] + waiting
+        paths = report.write(out, report.load_runs(earlier), parity, command, not_run,
+                             order_note=order)
+        console.print(f"error: the parity check failed ({', '.join(parity.get('failed', []))}): "
+                      f"the two builds are not the same experiment; see {paths[1]} "
+                      f"(or pass --ignore-parity)")
+        return EXIT_FAILED
+
+    done = run_queue(queue, "compare", config.quiet, console)
+    finished = [o.result_path for _, o in done.outcomes if o is not None and o.result_path.exists()]
+    not_run = [_not_run(q, _why_no_result(o)) for q, o in done.outcomes
+               if o is None or not o.result_path.exists()] + waiting
+    for path in report.write(out, report.load_runs(finished + earlier), parity, command,
+                             not_run, order_note=order):
+        console.print(f"wrote {path}")
+    _print_verdict(out, console)
+    return done.exit_code
+
+
+def order_note(invocations: list[dict]) -> str | None:
+    """When the comparison's runs were made in invocations of one framework each (compare
+    --framework), the caveat that drift between them is not balanced; None when every
+    invocation ran both frameworks, alternated."""
+    split = [i["frameworks"] for i in invocations if sorted(i["frameworks"]) != sorted(FRAMEWORKS)]
+    if not split:
+        return None
+    return ("the frameworks ran in separate invocations (" + ", then ".join(
+        _names(tuple(fws)) for fws in split) + "), not alternated seed by seed, so drift of "
+        "the machine between them is not balanced")
+
+
+def _names(frameworks: tuple[str, ...]) -> str:
+    return " and ".join(FRAMEWORK_NAMES[fw] for fw in frameworks)
+
+
+def _print_verdict(out: Path, console) -> None:
+    """The report's opening sentences, on the terminal too (from the summary just written)."""
+    summary = files.read_json_or_empty(files.ComparisonDir(out).summary)
+    for sentence in summary.get("verdict") or report.verdict_sentences(summary):
+        console.print(sentence)
+
+
+def saved_comparison(directory: Path) -> tuple[RunConfig, int, int, bool]:
+    """(config, seeds, parity steps, ignore parity) of the comparison in `directory`, to
+    resume it there (wherever it was started)."""
+    path = files.ComparisonDir(directory).comparison
+    if not path.exists():
+        raise UserError(f"--resume {directory}: no {path.name} there, so it is not a "
+                        f"comparison directory")
+    try:
+        saved = files.read_json(path)
+        config = RunConfig.from_dict(saved["config"]).replace(out=str(directory))
+        return config, saved["seeds"], saved["parity_steps"], saved["ignore_parity"]
+    except files.Unreadable as exc:
+        raise UserError(f"--resume {directory}: {exc}") from None
+    except (KeyError, TypeError) as exc:
+        raise UserError(f"--resume {directory}: {path} lacks {exc}") from None
+
+
+def _saved_parity(out: Path) -> dict | None:
+    """The parity record of an earlier session, if it passed (a failed one is redone)."""
+    parity = files.read_json_or_empty(files.ComparisonDir(out).parity)
+    return parity if parity.get("passed") else None
+
+
+def _not_run(queued: QueuedRun, reason: str) -> dict:
+    return {"framework": queued.config.framework, "seed": queued.config.seed, "reason": reason}
+
+
+def _why_no_result(outcome: runner.Outcome | None) -> str:
+    if outcome is None:
+        return "interrupted"
+    return outcome.error or f"exit code {outcome.code}, no result written"

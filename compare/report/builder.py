@@ -1,0 +1,197 @@
+"""`cnncompare report` and the report `compare` writes: results read and grouped into
+comparisons, summary.json (or combined.json) and the two pages; an earlier, fuller report
+is kept aside, never overwritten."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compare import files, schema
+from compare.errors import UserError
+from compare.report import stats
+from compare.report.aggregate import MACHINE_IDENTITY, machine_of, precision_label, summarise
+from compare.report.render import Group, render
+from compare.report.verdict import verdict_sentences
+
+
+def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every result file at or below `paths`, each with its `path`.
+
+    A file that cannot be used (torn JSON, an unknown schema version, missing fields) becomes
+    a placeholder with `unreadable` set to why; summarise() lists it apart, never as a run.
+    """
+    runs = []
+    for root in paths:
+        for path in files.results_under(Path(root)):
+            try:
+                result = schema.read_result(path)
+            except schema.SchemaError as exc:
+                result = {"framework": "tf" if path.parent.name.startswith("tf") else "torch",
+                          "unreadable": str(exc).replace(f"{path}: ", "", 1), "epochs": [],
+                          "summary": {"status": "unreadable"}, "config": {}}
+            result["path"] = str(path)
+            runs.append(result)
+    return runs
+
+
+def write(out_dir: Path, runs: list[dict], parity: dict | None, command: str | None,
+          planned: list[dict] | None = None,
+          margin: float = stats.EQUIVALENCE_MARGIN, order_note: str | None = None) -> list[Path]:
+    """summary.json, report.md and report.html for these runs (one comparison)."""
+    summary = summarise(runs, parity, command, planned, margin, order_note)
+    directory = files.ComparisonDir(out_dir)
+    keep_a_fuller_report(directory, _completed(summary))
+    paths = [files.write_json(directory.summary, summary)]
+    return paths + render([Group(summary, runs, str(out_dir))], out_dir)
+
+
+def _completed(summary: dict) -> int:
+    return sum(1 for r in summary.get("runs") or [] if r.get("status") == "completed")
+
+
+def keep_a_fuller_report(directory: files.ComparisonDir, completed_now: int) -> Path | None:
+    """Move the report in `directory` to earlier/<when>/ when it counted more completed runs
+    than the one about to be written (a rerun that failed early must not erase it)."""
+    previous = files.read_json_or_empty(directory.summary)
+    if _completed(previous) <= completed_now:
+        return None
+    target = directory.earlier / time.strftime("%Y%m%d-%H%M%S")
+    target.mkdir(parents=True, exist_ok=True)
+    for path in (directory.summary, *directory.pages):
+        if path.exists():
+            path.replace(target / path.name)
+    print(f"note: the earlier report in {directory.path} had {_completed(previous)} completed "
+          f"run(s), this one {completed_now}: it is kept in {target}", file=sys.stderr,
+          flush=True)
+    return target
+
+
+@dataclass
+class Built:
+    """What `build` wrote, and the files it could not use (path, why)."""
+
+    paths: list[Path]
+    groups: list[Group]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+def _run_key(run: dict) -> tuple:
+    return (precision_label(run), (run.get("model") or {}).get("name"),
+            (run.get("data") or {}).get("source"))
+
+
+def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
+    """Runs split into comparisons: by compare directory, then pooled across directories
+    whose machine, precision, model and data agree; never across machines."""
+    where = {id(r): files.ComparisonDir.of(Path(r["path"])) for r in runs}
+    hosts: dict[Path, set] = {}  # a run that failed before recording its host gets its dir's
+    for run in runs:
+        platform = (run.get("environment") or {}).get("platform")
+        hosts.setdefault(where[id(run)], set()).update({platform} - {None})
+    units: dict[tuple, list[dict]] = {}
+    for run in runs:  # one unit per compare directory, precision, model, data and host
+        directory = where[id(run)]
+        platform = (run.get("environment") or {}).get("platform") or (
+            next(iter(hosts[directory])) if len(hosts[directory]) == 1 else None)
+        units.setdefault((str(directory), *_run_key(run), platform), []).append(run)
+    pooled: dict[tuple, list[dict]] = {}
+    for key, unit in units.items():
+        environment = {fw: next((r.get("environment") for r in unit if r["framework"] == fw
+                                 and r.get("environment")), None) for fw in ("tf", "torch")}
+        pooled.setdefault((machine_of(environment)["id"], *key[1:4]), []).append(unit)
+    groups = []
+    for units_of_group in pooled.values():
+        group_runs = [r for unit in units_of_group for r in unit]
+        parity, command, planned, order = None, None, [], None
+        for directory in dict.fromkeys(where[id(r)] for r in group_runs):
+            previous = files.read_json_or_empty(files.ComparisonDir(directory).summary)
+            if isinstance(previous.get("groups"), list):
+                previous = {}
+            found = previous.get("parity")
+            if found is not None and (parity is None or not found.get("passed")):
+                parity = found  # a failed check anywhere in the group is the one to show
+            command = command or previous.get("command")
+            planned += previous.get("not_run") or []
+            order = order or previous.get("order_note")
+        summary = summarise(group_runs, parity, command, planned, margin, order)
+        groups.append(Group(summary, group_runs,
+                            ", ".join(sorted({str(where[id(r)]) for r in group_runs}))))
+    return groups
+
+
+def _summary_file(source: Path) -> Path | None:
+    """The summary a source names: the file itself, or a directory's summary.json (else its
+    combined.json); None when there is none."""
+    if not source.is_dir():
+        return source
+    directory = files.ComparisonDir(source)
+    for candidate in (directory.summary, directory.combined):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def build(sources: list[Path], out_dir: Path | None = None,
+          margin: float = stats.EQUIVALENCE_MARGIN) -> Built:
+    """`cnncompare report`: one report from result directories and shipped summaries.
+
+    Each source is a directory with result files below it, a result file, a directory
+    holding a summary.json (and no results), or a summary.json / combined.json file. The
+    report goes to `out_dir`, else the first source that is a directory. One comparison
+    writes summary.json there; several (machines, precisions) write combined.json and leave
+    summary.json alone. Raises UserError when no readable result remains.
+    """
+    runs: list[dict] = []
+    summary_groups: list[Group] = []
+    skipped: list[dict[str, str]] = []
+    for source in map(Path, sources):
+        found = files.results_under(source)
+        if found:
+            runs += load_runs(found)
+            continue
+        summary_file = _summary_file(source)
+        if summary_file is None:
+            continue
+        try:
+            summary_groups += [Group(s, None, str(summary_file))
+                               for s in schema.read_summary(summary_file)]
+        except schema.SchemaError as exc:
+            skipped.append({"path": str(summary_file), "reason": str(exc)})
+    skipped += [{"path": r["path"], "reason": r["unreadable"]} for r in runs if r.get("unreadable")]
+    readable = [r for r in runs if not r.get("unreadable")]
+    if not readable and not summary_groups:
+        where = ", ".join(map(str, sources))
+        why = f"; skipped {len(skipped)}: " + "; ".join(
+            f"{s['path']} ({s['reason']})" for s in skipped) if skipped else ""
+        raise UserError(f"no readable result (result.json or summary.json) under {where}{why}")
+    groups = _groups_from_runs(readable, margin) + summary_groups
+    for i, g in enumerate(groups):
+        g.summary["skipped"] = skipped if i == 0 else []  # listed once, in the first
+        g.summary["verdict"] = verdict_sentences(g.summary)
+    if out_dir is None:
+        out_dir = next((Path(s) for s in sources if Path(s).is_dir()), None)
+        if out_dir is None:
+            raise UserError("none of the sources is a directory to write the report into: "
+                            "pass --out DIR")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    directory = files.ComparisonDir(out_dir)
+    if len(groups) == 1:
+        paths = [files.write_json(directory.summary, groups[0].summary)]
+    else:
+        paths = [files.write_json(directory.combined, {
+            "schema_version": schema.SUMMARY_VERSION, "machine_identity": MACHINE_IDENTITY,
+            "groups": [g.summary for g in groups]})]
+    return Built(paths + render(groups, out_dir), groups, skipped)
+
+
+def rebuild(out_dir: Path, run_dirs: list[Path]) -> list[Path]:
+    """The reports again from the result files under run_dirs, into out_dir; skipped files
+    are named on stderr."""
+    built = build(list(run_dirs), out_dir)
+    for s in built.skipped:
+        print(f"skipped {s['path']}: {s['reason']}", file=sys.stderr)
+    return built.paths

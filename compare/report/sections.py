@@ -1,0 +1,214 @@
+"""Each section of the report, declared once: its title, what it explains, its table's columns
+and rows, its notes and figures. compare.report.render writes the same description as
+Markdown (report.md) and as HTML (report.html, long sections folded).
+
+The page opens with the verdict, the headline table and the headline figure (test accuracy
+against training time); every other section follows, folded in the HTML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from compare.experiment.config import FRAMEWORK_NAMES
+from compare.report import plots, tables
+from compare.report.verdict import behaviour_notes, phase_clocks_differ
+from compare.run import phases
+
+TF, TORCH = FRAMEWORK_NAMES["tf"], FRAMEWORK_NAMES["torch"]
+
+
+@dataclass
+class Section:
+    key: str  # the anchor: "<key>-<group index>"
+    title: str
+    intro: str = ""  # Markdown
+    columns: tuple[str, ...] = ()
+    rows: list[list[Any]] = field(default_factory=list)
+    notes: str = ""  # Markdown after the table
+    items: list[str] = field(default_factory=list)  # bullet points after the notes, Markdown
+    figures: list[str] = field(default_factory=list)  # inline SVG (the HTML page)
+    figures_elsewhere: str = ""  # what report.md says in their place
+    code: str | None = None  # a block of text to copy (a command)
+    folded: bool = True  # the HTML shows the title and unfolds the rest on a click
+
+
+SEEDS_NOTE = ("Each figure is the centre over completed seeds (geometric mean for times, sizes "
+              "and rates; mean for accuracies and fractions), then its interval in brackets: "
+              "the 95% interval for 3+ seeds, or the min-max range marked \"n=2: range\" for two "
+              "(see how each figure is measured). Ratios are TF / PyTorch, paired by seed: "
+              "above 1, TensorFlow took longer (times) or did more (rates). Accuracy: TF - "
+              "PyTorch in percentage points (pts).")
+FIGURE_COLUMNS = ("Figure", TF, TORCH, "TF vs PyTorch")
+
+
+def headline(g: dict) -> Section:
+    rows = [[r["figure"], r["tf"], r["torch"], r["versus"]]
+            for r in tables.verdict_rows(g["summary"], headline=True)
+            if (r["tf"], r["torch"]) != ("n/a", "n/a")]  # e.g. memory and energy on a CPU
+    figure = [plots.headline(g["runs"])] if g["runs"] else []
+    return Section("figures", "Side by side", SEEDS_NOTE, FIGURE_COLUMNS, rows, figures=figure,
+                   figures_elsewhere=("Test accuracy against training time is plotted in "
+                                      "report.html." if figure else ""), folded=False)
+
+
+def all_figures(g: dict) -> Section:
+    rows = [[r["figure"], r["tf"], r["torch"], r["versus"]]
+            for r in tables.verdict_rows(g["summary"])]
+    return Section("all-figures", "Every figure", columns=FIGURE_COLUMNS, rows=rows)
+
+
+def methods(g: dict) -> Section:
+    summary = g["summary"]
+    named: dict[str, list[str]] = {}  # each definition once, with every figure it defines
+    for r in tables.verdict_rows(summary):
+        named.setdefault(r["how"], []).append(r["figure"])
+    items = [f"**{', '.join(figures)}**: {how}." for how, figures in named.items()]
+    if summary.get("accuracy_equivalence"):
+        items.append(f"**Accuracy equivalence**: {summary['accuracy_equivalence']['method']}.")
+    across = "; ".join(tables.interval_methods(summary))
+    return Section("how", "How each figure is measured", items=items,
+                   intro=f"Across seeds: {across}." if across else "")
+
+
+def curves(g: dict) -> Section:
+    if g["runs"] is None:
+        return Section("curves", "Learning curves and step times",
+                       intro=f"Read from `{g['source']}`: a summary holds no per-step files, "
+                             "so there are no plots for it.")
+    drawn = plots.plots(g["runs"])
+    return Section(
+        "curves", "Learning curves and step times",
+        intro="Training loss: each run's per-step loss (steps.csv) as an exponential moving "
+              "average over about a tenth of an epoch, the raw steps faint behind; colour: "
+              "framework, line style: seed. Step times: every synchronised timing window of "
+              "the epochs after the first (windows.csv), seeds pooled per framework; the box "
+              "spans the middle half with the median. Time breakdown: the first epoch's "
+              "training time (warm-up), the rest, the input wait (all epochs), the evaluation.",
+        figures=[drawn["curves"], drawn["step_times"], drawn["breakdown"]],
+        figures_elsewhere="The learning curves, the step-time distribution and the time "
+                          "breakdown are plotted in report.html.")
+
+
+def runs(g: dict) -> Section:
+    rows = [[r["framework"], r["seed"], r["status"], r["epochs"], r["accuracy"],
+             r["train_time"], r["throughput"], r["error"], f"`{r['path']}`" if r["path"] else ""]
+            for r in tables.run_rows(g["runs"], g["summary"])]
+    board = tables.tensorboard_root(g["runs"])
+    return Section("runs", "Runs", columns=(
+        "Framework", "Seed", "Status", "Epochs", "Final accuracy", "Training time",
+        "Throughput", "Error", "Result"), rows=rows,
+        notes=(f"TensorBoard (loss, learning rate, step time, img/s, test accuracy; the same "
+               f"tags in both frameworks): `tensorboard --logdir {board}`" if board else ""))
+
+
+def processes(g: dict) -> Section | None:
+    rows = [[p["framework"], p["seed"], p["rank"], p["where"], p["train_time"],
+             p["input_wait"], p["step_ms"]] for p in tables.process_rows(g["runs"] or [])]
+    if not rows:
+        return None
+    return Section("processes", "Each process's clock",
+                   "Multi-process runs: each process's own clock over the steady epochs; the "
+                   "slowest sets the pace of all.",
+                   ("Framework", "Seed", "Rank", "Where", "Training time", "Input wait",
+                    "Median step"), rows)
+
+
+def phase_split(g: dict) -> Section | None:
+    found = tables.phase_rows(g["runs"] or [])
+    if not found:
+        return None
+    columns = ("Framework", "Seed", "Clock", "Steps", "Step",
+               *(tables.PHASE_HEADINGS[k] for k in phases.PHASES), "Other", "Device idle",
+               "Input stall")
+    rows = []
+    for p in found:
+        if p["error"]:
+            rows.append([p["framework"], p["seed"], f"profile failed: {p['error']}"]
+                        + [""] * (len(columns) - 3))
+        else:
+            rows.append([p["framework"], p["seed"], p["clock"], p["steps"], p["step"],
+                         *p["cells"], p["other"], p["device_idle"], p["input_stall"]])
+    legend = " ".join(f"**{tables.PHASE_HEADINGS[k]}**: {v}." for k, v in phases.PHASES.items())
+    traces = "; ".join(f"{p['framework']} seed {p['seed']}: `{p['files']}`"
+                       + (f" ({p['notes']})" if p["notes"] else "")
+                       for p in found if p.get("files"))
+    clocks = phase_clocks_differ(g["runs"] or [])
+    return Section(
+        "phases", "Where a step's time goes",
+        "From each framework's own profiler, on `--profile` steps trained after the last "
+        "epoch (they count in no other figure; the profiler slows them, so read the shares "
+        "more than the milliseconds). Each phase: the time in which at least one of its "
+        "operations ran, per step, and its share of the profiled step. Phases can overlap "
+        "(DDP all-reduces while the backward pass runs), so they need not add up; \"Other\" is "
+        "the time in which none ran. Clock \"device\": kernels and copies on GPU 0; \"host\": "
+        "the host's work (CPU runs, where the host computes)."
+        + (f"\n\n**{clocks}**" if clocks else ""),
+        columns, rows,
+        notes=f"{legend} **Device idle** (GPU): the device ran nothing. **Input stall**: the "
+              "device computed nothing because the step was still waiting for its batch (GPU: "
+              "device idle inside the input phase; CPU: the input phase), the same in both "
+              "frameworks. Traces (TensorFlow: `tensorboard --logdir FOLDER`, profile tab; "
+              f"PyTorch: the .json in ui.perfetto.dev): {traces or 'none kept'}.")
+
+
+PARITY_CHECKS = ("logits_max_abs_diff", "loss_abs_diff", "grad_max_rel_diff",
+                 "params_rel_update_diff_after_steps")
+
+
+def parity(g: dict) -> Section:
+    record = g["summary"].get("parity")
+    if not record:
+        return Section("parity", "Parity check",
+                       "No parity check was recorded for these runs.")
+    verdict = "PASSED" if record.get("passed") else "FAILED"
+    tolerances = record.get("tolerances") or {}
+    rows = [[key, _g3(record.get(key)), _g3(tolerances.get(key))] for key in PARITY_CHECKS]
+    rows += [[f"{key} (recorded, not gated)", _g3(record.get(key)), ""]
+             for key in ("params_max_abs_diff_after_steps", "bn_running_stats_max_abs_diff")]
+    error = f": {record['error']}" if record.get("error") else ""
+    return Section(
+        "parity", "Parity check", f"**{verdict}**{error}. {record.get('method', '')}",
+        ("Check", "Measured", "Tolerance"), rows,
+        notes="grad_max_rel_diff: the largest per-weight relative L2 difference of the step-0 "
+              "gradients. params_rel_update_diff_after_steps: how far the two builds' weight "
+              "updates differ, relative to the update (L2 over all trainable weights). Float32 "
+              "rounding differs between the builds' convolution algorithms and early training "
+              "amplifies it, so the steps are compared relative to the update; BatchNorm "
+              "running statistics differ by convention (biased vs unbiased variance).")
+
+
+def _g3(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
+
+
+def fairness(g: dict) -> Section:
+    rows = [[r["setting"], r["tf"], r["torch"], r["same"]]
+            for r in tables.fairness_rows(g["summary"])]
+    notes = behaviour_notes(g["summary"])
+    return Section("fairness", "Fairness manifest",
+                   "Every setting as each framework ran it; \"(implementation)\" marks each "
+                   "framework's own machinery, which reads differently by nature.",
+                   ("Setting", TF, TORCH, "Same?"), rows,
+                   items=notes, notes="Each framework's own behaviour, which no setting "
+                                      "changes:" if notes else "")
+
+
+def environment(g: dict) -> Section:
+    rows = [[r["key"], r["tf"], r["torch"]] for r in tables.environment_rows(g["summary"])]
+    return Section("environment", "Environment", columns=("", TF, TORCH), rows=rows)
+
+
+def replay(g: dict) -> Section:
+    return Section("replay", "Replay", code=g["summary"].get("command")
+                   or "(command not recorded)")
+
+
+# The sections of a comparison, in page order; a builder may give None (nothing to show).
+SECTIONS = (headline, all_figures, methods, curves, runs, processes, phase_split, parity,
+            fairness, environment, replay)
+
+
+def of_group(g: dict) -> list[Section]:
+    return [s for s in (build(g) for build in SECTIONS) if s is not None]

@@ -1,0 +1,118 @@
+"""sweep.json, sweep.md and sweep.html: the sweep's rows with their speed-ups over each
+framework's baseline, as sections (compare.report.sections) written by the same renderers
+as the comparison report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from compare import files, schema
+from compare.experiment.config import FRAMEWORK_NAMES
+from compare.report import plots
+from compare.report.render import environment
+from compare.report.sections import Section
+from compare.report.tables import fmt
+
+SPEEDUP = ("images/s of the row / images/s of the same framework's baseline row (first value "
+           "of every varied setting)")
+
+
+def with_speedups(rows: list[dict], varies: list[tuple[str, list[Any]]]) -> list[dict]:
+    """Each row's throughput and time-to-target relative to its framework's baseline row."""
+    baseline_settings = {name: values[0] for name, values in varies}
+    baselines = {r["framework"]: r for r in rows
+                 if r["settings"] == baseline_settings and r["summary"]}
+    out = []
+    for r in rows:
+        row = dict(r)
+        base = baselines.get(r["framework"])
+        s, b = r["summary"] or {}, (base or {}).get("summary") or {}
+        ips, base_ips = s.get("images_per_s"), b.get("images_per_s")
+        row["speedup"] = ips / base_ips if ips and base_ips else None
+        tta, base_tta = s.get("time_to_target_s"), b.get("time_to_target_s")
+        row["time_to_target_speedup"] = base_tta / tta if tta and base_tta else None
+        row["baseline"] = r["settings"] == baseline_settings
+        out.append(row)
+    return out
+
+
+def _label(settings: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def bars(rows: list[dict]) -> str:
+    """The speed-up of every combination, a bar per framework."""
+    plots.matplotlib_agg()
+    import matplotlib.pyplot as plt
+    labels = sorted({_label(r["settings"]) for r in rows})
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.55 * len(labels)))
+    height = 0.38
+    for offset, fw in ((-height / 2, "tf"), (height / 2, "torch")):
+        values = []
+        for label in labels:
+            match = [r for r in rows if r["framework"] == fw and _label(r["settings"]) == label]
+            values.append(match[0]["speedup"] or 0.0 if match else 0.0)
+        ax.barh([i + offset for i in range(len(labels))], values, height,
+                color=plots.COLOURS[fw], label=FRAMEWORK_NAMES[fw])
+    ax.axvline(1.0, color="#444", linewidth=0.8)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("throughput speed-up over the framework's baseline (x); 0 = failed or not run")
+    ax.legend(fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return plots.svg(fig)
+
+
+COLUMNS = ("Framework", "Settings", "Status", "Throughput", "Speed-up", "Training time",
+           "Step (median)", "Input wait", "Final accuracy", "Peak memory", "MFU",
+           "Energy/image")
+
+
+def _cells(r: dict, target: bool) -> list[str]:
+    s = r["summary"] or {}
+    cells = [FRAMEWORK_NAMES[r["framework"]],
+             _label(r["settings"]) + (" (baseline)" if r["baseline"] else ""),
+             r["status"] + (f": {r['error']}" if r["error"] else ""),
+             fmt(s.get("images_per_s"), "ips"), fmt(r["speedup"], "x"),
+             fmt(s.get("train_time_s") if s.get("epochs_completed") else None, "s"),
+             fmt((s.get("steady_step_time_ms") or {}).get("median"), "ms"),
+             fmt(s.get("input_wait_fraction"), "pct"), fmt(s.get("final_test_accuracy"), "acc"),
+             fmt(s.get("peak_device_memory_bytes"), "mib"), fmt(s.get("mfu"), "pct"),
+             fmt(s.get("energy_per_image_j"), "j")]
+    return cells + ([fmt(s.get("time_to_target_s"), "s")] if target else [])
+
+
+def sections_of(document: dict) -> list[Section]:
+    rows = document["rows"]
+    target = any((r["summary"] or {}).get("target_accuracy") for r in rows)
+    varied = "; ".join(f"`{name}` = {', '.join(map(str, values))}"
+                       for name, values in document["varied"].items())
+    baseline = ", ".join(f"{k}={v}" for k, v in document["baseline"].items())
+    return [
+        Section("speedup", "Speed-up over the baseline",
+                f"Varied: {varied}. Baseline: {baseline}. Speed-up: {SPEEDUP}.",
+                figures=[bars(rows)], figures_elsewhere="The speed-up bars are in sweep.html.",
+                folded=False),
+        Section("sweep", "All runs", columns=COLUMNS + (("Time to target",) if target else ()),
+                rows=[_cells(r, target) for r in rows], folded=False),
+        Section("replay", "Replay", code=document["command"]),
+    ]
+
+
+def write(out: Path, rows: list[dict], varies: list[tuple[str, list[Any]]],
+          command: str) -> list[Path]:
+    """sweep.json, then the two pages."""
+    rows = with_speedups(rows, varies)
+    document = {"schema_version": 1, "command": command, "varied": {n: v for n, v in varies},
+                "baseline": {n: v[0] for n, v in varies}, "rows": rows,
+                "measurement": {"speedup": SPEEDUP, **schema.MEASUREMENT}}
+    directory = files.SweepDir(out)
+    paths = [files.write_json(directory.sweep, document)]
+    env = environment()
+    context = {"title": "cnncompare sweep", "sections": sections_of(document),
+               "names": FRAMEWORK_NAMES}
+    for page in directory.pages:
+        text = env.get_template(f"{page.name}.j2").render(**context)
+        paths.append(files.write_atomic(page, lambda f, t=text: f.write(t)))
+    return paths

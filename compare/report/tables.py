@@ -1,0 +1,261 @@
+"""The report's tables as rows of text: the figures with their intervals, the fairness
+manifest, the environment, the runs, each process's clock and the phase split."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compare import schema
+from compare.experiment.config import FRAMEWORK_NAMES
+from compare.report.aggregate import machine_of, precision_label, seed_of
+from compare.run import phases
+
+FORMATS = {  # how each kind of figure is printed in tables
+    "pct": lambda v: f"{100 * v:.1f}%",
+    "acc": lambda v: f"{v:.4f}",
+    "mib": lambda v: f"{v / 2**20:,.0f} MiB",
+    "s": lambda v: f"{v:,.2f} s",
+    "ms": lambda v: f"{v:,.2f} ms",
+    "ips": lambda v: f"{v:,.0f} img/s",
+    "flops": lambda v: f"{v / 1e9:,.1f} GFLOP/s",
+    "x": lambda v: f"{v:.3f}x",
+    "j": lambda v: f"{v:,.0f} J" if v >= 10 else f"{v:.4g} J",
+}
+
+
+def fmt(value: float | None, kind: str) -> str:
+    return "n/a" if value is None else FORMATS[kind](value)
+
+
+def with_interval(agg: dict | None, kind: str) -> str:
+    """'value [low, high] (n=3)', '... (n=2: range)' or 'value (n=1)'."""
+    if not agg or agg.get("n", 0) == 0:
+        return "n/a"
+    text = fmt(agg.get("centre", agg.get("mean")), kind)
+    if agg.get("low") is not None:
+        text += f" [{fmt(agg['low'], kind)}, {fmt(agg['high'], kind)}]"
+    suffix = ": range" if agg.get("interval") == "range" else ""
+    return text + f" (n={agg['n']}{suffix})"
+
+
+def ratio_text(r: dict | None) -> str:
+    if not r or r.get("ratio") is None:
+        return "n/a"
+    text = fmt(r["ratio"], "x")
+    if r.get("low") is not None:
+        text += f" [{fmt(r['low'], 'x')}, {fmt(r['high'], 'x')}]"
+    return text + (" (range)" if r.get("interval") == "range" else "")
+
+
+def difference_text(diff: dict | None) -> str:
+    if not diff or diff.get("mean") is None:
+        return "n/a"
+    text = f"{100 * diff['mean']:+.2f} pts"
+    if diff.get("low") is not None:
+        text += f" [{100 * diff['low']:+.2f}, {100 * diff['high']:+.2f}]"
+    return text + (" (range)" if diff.get("interval") == "range" else "")
+
+
+# The figures of the side-by-side table: name, summary key, format, ratio key (or "accuracy"
+# for the paired difference), definition; `headline` rows also open the page.
+FIGURES: tuple[tuple[str, str, str, str | None, str, bool], ...] = (
+    ("Training time", "train_time_s", "s", "train_time_s", "train_time_s", True),
+    ("Throughput", "images_per_s", "ips", "images_per_s", "images_per_s", True),
+    ("Steady step time (median)", "steady_step_time_ms", "ms", "steady_step_time_ms",
+     "steady_step_time_ms", True),
+    ("Steady step time (p90)", "steady_step_time_p90_ms", "ms", None, "steady_step_time_ms",
+     False),
+    ("Warm-up (first epoch)", "warmup_time_s", "s", "warmup_time_s", "warmup_time_s", False),
+    ("Input wait", "input_wait_fraction", "pct", None, "input_wait_fraction", False),
+    ("Evaluation time", "eval_time_s", "s", None, "eval_time_s", False),
+    ("Final test accuracy", "final_test_accuracy", "acc", "accuracy", "test_accuracy", True),
+    ("Best test accuracy", "best_test_accuracy", "acc", None, "test_accuracy", False),
+    ("Peak device memory", "peak_device_memory_bytes", "mib", "peak_device_memory_bytes",
+     "peak_device_memory_bytes", True),
+    ("Host peak RSS", "host_peak_rss_bytes", "mib", None, "host_peak_rss_bytes", False),
+    ("Achieved FLOP/s", "achieved_flops_per_s", "flops", None, "achieved_flops_per_s", False),
+    ("MFU", "mfu", "pct", None, "mfu", True),
+    ("Energy (training)", "energy_j", "j", "energy_j", "energy_j", True),
+    ("Energy per image", "energy_per_image_j", "j", None, "energy_per_image_j", False),
+    ("Time to target accuracy", "time_to_target_s", "s", None, "time_to_target_s", True),
+)
+
+
+def verdict_rows(summary: dict, headline: bool = False) -> list[dict[str, str]]:
+    """The side-by-side table: figure, TF, PyTorch, TF vs PyTorch, and what the figure is
+    (schema.MEASUREMENT); the headline rows alone with `headline`. Time to target only where
+    a run measured it."""
+    f = summary["frameworks"]
+    tf, torch = f.get("tf", {}), f.get("torch", {})
+    rows = []
+    for name, key, kind, versus, meaning, opens in FIGURES:
+        if headline and not opens:
+            continue
+        if key == "time_to_target_s" and not any((x.get(key) or {}).get("n")
+                                                 for x in (tf, torch)):
+            continue
+        if versus == "accuracy":
+            versus_text = difference_text(summary.get("accuracy_difference"))
+        else:
+            versus_text = ratio_text(summary["ratios"].get(versus)) if versus else ""
+        rows.append({"figure": name, "tf": with_interval(tf.get(key), kind),
+                     "torch": with_interval(torch.get(key), kind), "versus": versus_text,
+                     "how": schema.MEASUREMENT.get(meaning, "")})
+    return rows
+
+
+def interval_methods(summary: dict) -> list[str]:
+    """How the figures were taken across seeds, each method once: for one framework's
+    figures and for the TF-vs-PyTorch ratios and differences."""
+    entries = [e for fw in (summary.get("frameworks") or {}).values() for e in fw.values()
+               if isinstance(e, dict)]
+    found = [e.get("method") for e in entries if e.get("n") and e.get("method")]
+    versus = [e.get("method") for e in [*(summary.get("ratios") or {}).values(),
+                                        summary.get("accuracy_difference") or {}]
+              if isinstance(e, dict) and e.get("n") and e.get("method")]
+    return ([f"Each framework: {m}" for m in dict.fromkeys(found)]
+            + [f"TF vs PyTorch: {m}" for m in dict.fromkeys(versus)])
+
+
+def fairness_rows(summary: dict) -> list[dict[str, str]]:
+    """Each setting per framework, and whether the two agree (compared in one convention);
+    a setting that names each framework's own machinery (schema.MANIFEST) is marked so."""
+    tf, torch = summary["fairness"].get("tf") or {}, summary["fairness"].get("torch") or {}
+    rows = []
+    for key in dict.fromkeys(list(tf) + list(torch)):
+        a, b = plain(tf.get(key)), plain(torch.get(key))
+        declared = schema.MANIFEST.get(key)
+        if declared is not None and not declared.comparable:
+            same = "(implementation)"
+        elif isinstance(tf.get(key), dict) and "torch_convention" in tf.get(key, {}):
+            same = "yes" if tf[key]["torch_convention"] == (torch.get(key) or {}).get(
+                "torch_convention") else "differs"
+        else:
+            same = "yes" if a == b else "differs"
+        rows.append({"setting": key, "tf": a, "torch": b, "same": same})
+    return rows
+
+
+def plain(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={plain(v)}" for k, v in value.items())
+    return "n/a" if value is None else str(value)
+
+
+ENVIRONMENT_KEYS = ("hardware", "device_used", "tensorflow", "keras", "torch", "torchvision",
+                    "cuda", "cudnn", "gpus", "tf32_default", "mixed_precision", "python",
+                    "platform")
+
+
+def environment_rows(summary: dict) -> list[dict[str, str]]:
+    tf, torch = summary["environment"].get("tf") or {}, summary["environment"].get("torch") or {}
+    return [{"key": k, "tf": plain(tf.get(k)) if k in tf else "",
+             "torch": plain(torch.get(k)) if k in torch else ""}
+            for k in ENVIRONMENT_KEYS if k in tf or k in torch]
+
+
+def _readable(runs: list[dict]) -> list[dict]:
+    return sorted((r for r in runs if not r.get("unreadable")),
+                  key=lambda r: (r["framework"], seed_of(r) or 0))
+
+
+def run_rows(runs: list[dict] | None, summary: dict) -> list[dict[str, str]]:
+    """One row per run (from its result; from the summary alone, without figures, where the
+    results were not read), then the runs planned but not run."""
+    name = lambda fw: FRAMEWORK_NAMES.get(fw, fw)  # noqa: E731
+    if runs is None:
+        rows = [{"framework": name(r["framework"]), "seed": r["seed"], "status": r["status"],
+                 "epochs": "", "accuracy": "", "train_time": "", "throughput": "",
+                 "error": r.get("error") or "", "path": r["path"]}
+                for r in summary.get("runs") or []]
+    else:
+        rows = [{"framework": name(r["framework"]), "seed": seed_of(r),
+                 "status": r["summary"].get("status"), "epochs": len(r["epochs"]),
+                 "accuracy": fmt(r["summary"].get("final_test_accuracy"), "acc"),
+                 "train_time": fmt(r["summary"].get("train_time_s") if r["epochs"] else None,
+                                   "s"),
+                 "throughput": fmt(r["summary"].get("images_per_s"), "ips"),
+                 "error": r.get("error") or "", "path": r["path"]} for r in _readable(runs)]
+    return rows + [{"framework": name(r["framework"]), "seed": r["seed"], "status": "not run",
+                    "epochs": 0, "accuracy": "n/a", "train_time": "n/a", "throughput": "n/a",
+                    "error": r["reason"], "path": ""} for r in summary.get("not_run") or []]
+
+
+def tensorboard_root(runs: list[dict] | None) -> str | None:
+    """The folder `tensorboard --logdir` overlays every run of the comparison from."""
+    for r in runs or []:
+        board = (r.get("files") or {}).get("tensorboard")
+        if board:
+            return board.rsplit("/", 1)[0]
+    return None
+
+
+PHASE_HEADINGS = {"input": "Input", "host_to_device": "Host to device", "forward": "Forward",
+                  "backward": "Backward", "all_reduce": "All-reduce", "update": "Update"}
+
+
+def phase_rows(runs: list[dict]) -> list[dict[str, Any]]:
+    """Where a step's time goes, per run with a phase profile (compare.run.phases): each
+    phase's milliseconds per profiled step and share of the step, the rest, and on a GPU the
+    device's idle time."""
+    rows = []
+    for r in _readable(runs):
+        profile = r.get("profile") or {}
+        if not {"phases_ms", "error"} & set(profile):
+            continue
+        row = {"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]),
+               "seed": seed_of(r), "error": profile.get("error") or ""}
+        if "phases_ms" in profile:
+            share = phases.shares(profile)
+
+            def cell(name: str, ms: float | None) -> str:
+                if ms is None:
+                    return "n/a"
+                return fmt(ms, "ms") + (f" ({share[name]:.0%})" if share[name] is not None
+                                        else "")
+            row.update({"steps": profile["steps"], "clock": profile["clock"],
+                        "step": fmt(profile["step_ms"], "ms"),
+                        "other": cell("other", profile["other_ms"]),
+                        "device_idle": cell("device_idle", profile["device_idle_ms"]),
+                        "input_stall": cell("input_stall", profile["input_stall_ms"]),
+                        "files": profile.get("files") or "",
+                        "notes": "; ".join(profile.get("notes") or []),
+                        "cells": [cell(name, profile["phases_ms"].get(name))
+                                  for name in phases.PHASES]})
+        rows.append(row)
+    return rows
+
+
+def process_rows(runs: list[dict]) -> list[dict[str, str]]:
+    """Multi-process runs (DDP, MultiWorkerMirroredStrategy, several machines): each
+    process's own steady-state clock, from the run's summary."""
+    rows = []
+    for r in _readable(runs):
+        manifest = r.get("fairness") or {}
+        for p in r["summary"].get("processes") or []:
+            rows.append({"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]),
+                         "seed": seed_of(r), "rank": p["rank"],
+                         "where": f"{manifest.get('nodes', 1)} machine(s), "
+                                  f"{manifest.get('launcher', '')}",
+                         "train_time": fmt(p["train_time_s"], "s"),
+                         "input_wait": fmt(p["input_wait_fraction"], "pct"),
+                         "step_ms": fmt(p["median_step_ms"], "ms")})
+    return rows
+
+
+def overview_row(summary: dict, source: str) -> dict[str, str]:
+    """One line of the cross-machine table."""
+    f = summary["frameworks"]
+    machine = summary.get("machine") or machine_of(summary.get("environment") or {})
+    return {"device": machine["device"], "host": machine["host"],
+            "precision": precision_label(summary) or "?",
+            "model": f"{(summary.get('model') or {}).get('name', '?')} on "
+                     f"{(summary.get('data') or {}).get('source', '?')}",
+            "seeds": str(len(summary.get("seeds") or [])),
+            "tf_time": with_interval(f.get("tf", {}).get("train_time_s"), "s"),
+            "torch_time": with_interval(f.get("torch", {}).get("train_time_s"), "s"),
+            "time_ratio": ratio_text(summary["ratios"].get("train_time_s")),
+            "tf_accuracy": with_interval(f.get("tf", {}).get("final_test_accuracy"), "acc"),
+            "torch_accuracy": with_interval(f.get("torch", {}).get("final_test_accuracy"),
+                                            "acc"),
+            "source": source}
