@@ -108,11 +108,11 @@ def processes(g: dict) -> Section | None:
              p["input_wait"], p["step_ms"]] for p in tables.process_rows(g["runs"] or [])]
     if not rows:
         return None
-    return Section("processes", "Each process's clock",
-                   "Multi-process runs: each process's own clock over the steady epochs; the "
-                   "slowest sets the pace of all.",
-                   ("Framework", "Seed", "Rank", "Where", "Training time", "Input wait",
-                    "Median step"), rows)
+    return Section("processes", "Each process's own clock",
+                   columns=("Framework", "Seed", "Rank", "Where", "Training time",
+                            "Input wait", "Median step"), rows=rows,
+                   notes="Multi-process runs: each process's clock over the steady epochs; the "
+                         "slowest sets the pace of all.")
 
 
 def phase_split(g: dict) -> Section | None:
