@@ -11,7 +11,7 @@ from conftest import tiny_config
 from compare.experiment import datasets, parity
 from compare.experiment.config import PipelineConfig
 from compare.process import parity_check
-from compare.run import fairness, loop
+from compare.run import fairness, loop, worker
 from compare.run import recorder as recorder_module
 
 
@@ -54,7 +54,7 @@ def _probes(tmp_path, tf_train, model: str, batch_size: int, timed: bool = False
     try:
         for name, module, perturb in jobs:
             path = tmp_path / f"{name}.npz"
-            module.parity_probe(config, dataset, path, 3, perturb)
+            worker.probe(module, config, dataset, path, 3, perturb)
             with np.load(path) as z:
                 probes[name] = {k: z[k] for k in z.files}
     finally:

@@ -142,11 +142,11 @@ class TrainBatches:
             return tf.data.Dataset.from_tensor_slices(tuple(tf.unstack(rows)))
 
         def worker_batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            share = batch // context.num_input_pipelines  # this worker's images per step
-            start = context.input_pipeline_id * share
+            share = data_plan.process_share(batch, context.num_input_pipelines,
+                                            context.input_pipeline_id)
             ds = tf.data.Dataset.from_tensor_slices(keys).flat_map(epoch_keys)
             if context.num_input_pipelines > 1:
-                ds = ds.map(lambda *step: tuple(k[start:start + share] for k in step))
+                ds = ds.map(lambda *step: tuple(k[share] for k in step))
             ds = ds.rebatch(context.get_per_replica_batch_size(batch))
             if self.config.pipeline.kind != "device":
                 ds = _map(ds, self.source.load_batch, self.config)
@@ -216,8 +216,7 @@ def test_pipeline(dataset: Dataset, config: RunConfig,
 def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
     """What tf.data actually used, for the fairness manifest."""
     p = config.pipeline
-    augmentation = ("shared plan: zero-pad crop + flip as two batched tf.gather" if config.augment
-                    else "none (the plan's crop is the identity)")
+    augmentation = data_plan.augmentation_note(config.augment, "two batched tf.gather")
     if p.kind == "device":
         return {"kind": "device", "loader": "whole training set (uint8 bytes, packed 8 to an "
                 "int64 for TensorFlow's GPU gather) in a mirrored variable on each replica's "

@@ -55,21 +55,17 @@ def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
     device = busy = None
     if gpu is not None:
         device, busy = _device_phases(gpu, _launching_phase(ops, launches))
-    notes = []
+    missing = None
     if on_gpu and gpu is None:
-        notes.append("no /device:GPU:0 plane in the profile (CUPTI unavailable?): phases "
-                     "on the host clock")
+        missing = "no /device:GPU:0 plane in the profile (CUPTI unavailable?)"
     elif device is not None and not (device["forward"] or device["backward"]):
-        notes.append("no GPU kernel could be tied to an op of a phase (tf_op stat or launch "
-                     "correlation): phases on the host clock, device idle from the GPU")
-        device = None
-    return phases.Capture(
-        host=host, device=device, device_busy=busy, files=str(trace), notes=notes,
-        origin_s=origin_s,
-        source=("TensorFlow profiler (tf.profiler.experimental), XSpace " + newest.name + ": "
-                + ("kernels and copies on GPU:0 by the op that launched them"
-                   if device is not None else "op events on the host's executor threads")
-                + ", phases by name scope"))
+        missing = ("no GPU kernel could be tied to an op of a phase (tf_op stat or launch "
+                   "correlation); device idle from the GPU")
+    return phases.captured(
+        host, device, busy, str(trace),
+        "TensorFlow profiler (tf.profiler.experimental), XSpace " + newest.name,
+        "kernels and copies on GPU:0 by the op that launched them, phases by name scope",
+        "op events on the host's executor threads, phases by name scope", missing, origin_s)
 
 
 def _phase_of_op(op_name: str, op_type: str) -> str | None:

@@ -20,13 +20,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from compare.errors import DeviceError  # noqa: E402
-from compare.experiment import parity, precision, specs, strategy, weights  # noqa: E402
+from compare.experiment import precision, specs, strategy, weights  # noqa: E402
 from compare.experiment.config import RunConfig, steps_per_call  # noqa: E402
 from compare.experiment.datasets import Dataset  # noqa: E402
 from compare.experiment.validate import check_split  # noqa: E402
-from compare.machine import gpu_metrics  # noqa: E402
+from compare.machine import devices, gpu_metrics  # noqa: E402
 from compare.process import cluster  # noqa: E402
-from compare.run import loop  # noqa: E402
 from compare.run.interface import DeviceChoice  # noqa: E402
 from compare.run.phases import Capture, scope  # noqa: E402
 from tf_impl import data as tf_data  # noqa: E402
@@ -64,25 +63,26 @@ def select_device(config: RunConfig) -> DeviceChoice:
         name = details.get("device_name", used[0].name)
         names = tuple(f"/gpu:{i}" for i in range(config.devices))
         capability = details.get("compute_capability")
-        return DeviceChoice("gpu", names, name, f"GPU: {', '.join([name] * len(names))}{workers}",
+        return DeviceChoice("gpu", names, name,
+                            devices.description(name, len(names), config.device, "", workers),
                             launched.rank, launched.processes,
                             tuple(capability) if capability else None)
-    devices = 1 if launched.multi_process else config.devices  # one CPU replica per worker
+    replicas = 1 if launched.multi_process else config.devices  # one CPU replica per worker
     try:
         tf.config.set_visible_devices([], "GPU")
-        if devices > 1:
+        if replicas > 1:
             tf.config.set_logical_device_configuration(
                 tf.config.list_physical_devices("CPU")[0],
-                [tf.config.LogicalDeviceConfiguration() for _ in range(devices)])
+                [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)])
     except RuntimeError:  # TensorFlow already initialised in this process (tests): use it
         available = len(tf.config.list_logical_devices("CPU"))
-        if available < devices:
-            raise DeviceError(f"--devices {devices}: TensorFlow was initialised with "
+        if available < replicas:
+            raise DeviceError(f"--devices {replicas}: TensorFlow was initialised with "
                               f"{available} logical CPU device(s)") from None
-    names = tuple(f"/cpu:{i}" for i in range(devices))
-    why = "no GPU found" if config.device == "auto" else "--device cpu"
-    return DeviceChoice("cpu", names, None, f"CPU ({why}), {devices} logical device(s){workers}",
-                        launched.rank, launched.processes)
+    names = tuple(f"/cpu:{i}" for i in range(replicas))
+    return DeviceChoice("cpu", names, None, devices.description(
+        None, replicas, config.device, "logical device(s)", workers),
+        launched.rank, launched.processes)
 
 
 def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Strategy:
@@ -541,30 +541,13 @@ def describe_environment() -> dict:
                                 else "mixed_bfloat16 (CPU)")}
 
 
-def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int,
-                 perturb: bool) -> None:
-    """This framework's side of the parity check, in the config it is given (the parent
-    chooses: compare.parity.probe_config or timed_config); see compare.parity.write_probe."""
-    trainer = Trainer(config, dataset, select_device(config))
-    parity.write_probe(trainer, config, path, steps, perturb)
-
-
 def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     """Train as `config` says, all replicas in this process under make_strategy's
     strategy (compare.strategy); an exit code.
     With `resume`, continue from the checkpoint in config.out (compare.checkpoint)."""
     check_split(config)
-    choice = select_device(config)
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability)
-    if choice.is_chief:
-        if not config.quiet:
-            print(f"{FRAMEWORK}: training on {choice.description}, {resolved.describe()}",
-                  flush=True)
-        if resolved.warning:
-            print(f"warning: {resolved.warning}", file=sys.stderr, flush=True)
-    trainer = Trainer(config, dataset, choice)
-    environment = {**describe_environment(), "device_used": choice.description}
-    return loop.train_and_record(trainer, config, environment, dataset.info(), resume)
+    return worker.train_process(sys.modules[__name__], config, dataset, select_device(config),
+                                resume)
 
 
 def _pci_bus_ids(choice: DeviceChoice) -> list[str]:

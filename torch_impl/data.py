@@ -84,10 +84,9 @@ class TrainBatches:
         keys = data_plan.epoch_plan(self.train_size, self.config.batch_size, epoch,
                                     self.config.seed, self.config.augment,
                                     self.config.crop_padding).keys()
-        share = self.config.batch_size // self.choice.processes
-        first = self.choice.rank * share
-        steps = keys.reshape(4, self.steps_per_epoch, self.config.batch_size)
-        return steps[:, :, first:first + share]
+        share = data_plan.process_share(self.config.batch_size, self.choice.processes,
+                                        self.choice.rank)
+        return keys.reshape(4, self.steps_per_epoch, self.config.batch_size)[:, :, share]
 
     def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self.sampler.epoch = epoch
@@ -151,8 +150,7 @@ def test_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> 
 def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
     """What the DataLoader actually used, for the fairness manifest."""
     p = config.pipeline
-    augmentation = ("shared plan: zero-pad crop + flip as one tensor gather" if config.augment
-                    else "none (the plan's crop is the identity)")
+    augmentation = data_plan.augmentation_note(config.augment, "one tensor gather")
     if p.kind == "device":
         return {"kind": "device", "loader": "whole training set (uint8) resident on the device; "
                 "each epoch's plan keys copied there once, batches gathered on the loop's thread",

@@ -33,20 +33,15 @@ def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
             continue
         if phase is not None:
             host[phase].append(_interval(event))
-    device = busy = None
-    notes = []
+    device = busy = missing = None
     if on_gpu:
         device, busy = _device_phases(events, host)
         if not busy:
-            notes.append("no GPU events in the trace (CUPTI unavailable?): phases on the "
-                         "host clock")
-            device = busy = None
-    return phases.Capture(
-        host=host, device=device, device_busy=busy, files=str(trace), notes=notes,
-        source=("torch.profiler trace " + Path(trace).name + ": "
-                + ("kernels and copies by the phase range that launched them"
-                   if device is not None else "record_function ranges on the host")
-                + ", phases by record_function"))
+            missing, busy = "no GPU events in the trace (CUPTI unavailable?)", None
+    return phases.captured(
+        host, device, busy, str(trace), "torch.profiler trace " + Path(trace).name,
+        "kernels and copies by the phase range that launched them, phases by record_function",
+        "record_function ranges on the host, phases by record_function", missing)
 
 
 def _device_phases(events, host):

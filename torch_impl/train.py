@@ -24,13 +24,13 @@ import torch.nn.functional as F
 
 from compare import files
 from compare.errors import DeviceError
-from compare.experiment import parity, precision, specs, strategy, weights
+from compare.experiment import precision, specs, strategy, weights
 from compare.experiment.config import RunConfig, steps_per_call
 from compare.experiment.datasets import Dataset
 from compare.experiment.validate import check_split
-from compare.machine import gpu_metrics
+from compare.machine import devices, gpu_metrics
 from compare.process import cluster, shutdown
-from compare.run import loop, worker
+from compare.run import worker
 from compare.run.interface import DeviceChoice
 from compare.run.phases import Capture, scope
 from torch_impl import data as torch_data
@@ -68,11 +68,10 @@ def select_device(config: RunConfig) -> DeviceChoice:
                               f"{gpus} GPU(s)")
         name = torch.cuda.get_device_name(local_rank)
         return DeviceChoice("gpu", (f"cuda:{local_rank}",), name,
-                            f"GPU: {', '.join([name] * processes)}{machines}", rank, processes,
-                            tuple(torch.cuda.get_device_capability(local_rank)))
-    why = "no CUDA GPU found" if config.device == "auto" else "--device cpu"
-    return DeviceChoice("cpu", ("cpu",), None, f"CPU ({why}), {processes} process(es){machines}",
-                        rank, processes)
+                            devices.description(name, processes, config.device, "", machines),
+                            rank, processes, tuple(torch.cuda.get_device_capability(local_rank)))
+    return DeviceChoice("cpu", ("cpu",), None, devices.description(
+        None, processes, config.device, "process(es)", machines), rank, processes)
 
 
 def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
@@ -497,14 +496,6 @@ def describe_environment() -> dict:
                                 else "bfloat16 autocast (CPU)")}
 
 
-def parity_probe(config: RunConfig, dataset: Dataset, path: Path, steps: int,
-                 perturb: bool) -> None:
-    """This framework's side of the parity check, in the config it is given (the parent
-    chooses: compare.parity.probe_config or timed_config); see compare.parity.write_probe."""
-    trainer = Trainer(config, dataset, select_device(config))
-    parity.write_probe(trainer, config, path, steps, perturb)
-
-
 def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     """Train as `config` says, one DDP process per replica; an exit code.
     With `resume`, continue from the checkpoint in config.out (compare.checkpoint)."""
@@ -532,19 +523,10 @@ def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
 def _train_process(config: RunConfig, dataset: Dataset, resume: bool) -> int:
     """Train this process's replica (joining the process group when there are several)."""
     choice = select_device(config)
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability)
-    if choice.is_chief:
-        if not config.quiet:
-            print(f"{FRAMEWORK}: training on {choice.description}, {resolved.describe()}",
-                  flush=True)
-        if resolved.warning:
-            print(f"warning: {resolved.warning}", file=sys.stderr, flush=True)
     grouped = make_strategy(config, choice) is not None
     code = None
     try:
-        trainer = Trainer(config, dataset, choice)
-        environment = {**describe_environment(), "device_used": choice.description}
-        code = loop.train_and_record(trainer, config, environment, dataset.info(), resume)
+        code = worker.train_process(sys.modules[__name__], config, dataset, choice, resume)
         return code
     finally:
         if grouped:

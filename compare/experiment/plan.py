@@ -42,6 +42,19 @@ def steps_per_epoch(train_size: int, batch_size: int) -> int:
     return train_size // batch_size
 
 
+def process_share(batch_size: int, processes: int, rank: int) -> slice:
+    """Which images of each global batch process `rank` of `processes` loads: equal,
+    consecutive slices in rank order (check_split makes batch_size divide evenly)."""
+    share = batch_size // processes
+    return slice(rank * share, (rank + 1) * share)
+
+
+def augmentation_note(augment: bool, how: str) -> str:
+    """The manifest's augmentation entry: `how` the framework applies the shared plan."""
+    return f"shared plan: zero-pad crop + flip as {how}" if augment else \
+        "none (the plan's crop is the identity)"
+
+
 def epoch_plan(train_size: int, batch_size: int, epoch: int, seed: int,
                augment: bool = True, padding: int = 4) -> EpochPlan:
     """The plan for `epoch` (0-based); the last partial batch is dropped."""

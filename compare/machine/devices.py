@@ -66,6 +66,17 @@ def nvidia_gpus() -> int:
             pass
 
 
+def description(gpu_name: str | None, count: int, requested: str, units: str,
+                where: str = "") -> str:
+    """What the user is told of where a process trains: "GPU: <name>, <name>" for `count`
+    GPUs, or "CPU (why), <count> <units>" (units: the framework's word for its CPU replicas);
+    `where` adds the processes' layout over machines."""
+    if gpu_name is not None:
+        return f"GPU: {', '.join([gpu_name] * count)}{where}"
+    why = "no GPU found" if requested == "auto" else "--device cpu"
+    return f"CPU ({why}), {count} {units}{where}"
+
+
 def hardware(kind: str, model: str | None, replicas: int, nodes: int) -> dict:
     """The machine a run trained on, recorded the same way by both frameworks: the device
     kind, model and count (every replica over every process and machine) and the machines.

@@ -3,7 +3,8 @@
 `tf_impl` and `torch_impl` implement these protocols; `compare.loop`, `compare.parity` and
 `compare.worker` use nothing else of them. They are also the checklist for a third
 framework: a package with a `train` module that satisfies `FrameworkModule`, whose
-`Trainer` satisfies `Trainer` and `ProbeTrainer`.
+`Trainer` satisfies `ProbeTrainer`: the small protocols Training, Checkpointing, Profiling,
+Collectives and Probing together.
 
 Words used throughout: a *replica* is one model copy kept in sync with the others (the
 global batch is split over the replicas); `--devices N` asks for N replicas. A *process*
@@ -53,8 +54,8 @@ class DeviceChoice:
         return self.rank == 0
 
 
-class Trainer(Protocol):
-    """One framework's model, optimizer and pipelines, driven by compare.loop."""
+class Training(Protocol):
+    """One framework's model, optimizer and pipelines, as compare.loop drives them."""
 
     framework: str  # "tf" or "torch"
     choice: DeviceChoice
@@ -82,35 +83,61 @@ class Trainer(Protocol):
     def evaluate(self) -> tuple[float, float]: ...  # (test loss, test accuracy)
     def peak_memory(self) -> tuple[int | None, str | None]: ...  # (bytes, how / why None)
     def reset_peak_memory(self) -> None: ...  # the next peak_memory counts from now
+    def is_out_of_memory(self, exc: BaseException) -> bool: ...
+    def manifest(self) -> dict[str, Any]: ...  # this framework's half of the fairness manifest
+    def scalar_writer(self, directory: Path) -> Any: ...  # .scalar(tag, value, step), .flush(),
+    # .close(): TensorBoard events through the framework's own summary writer
+    def close(self) -> None: ...
+
+
+class Checkpointing(Protocol):
+    """What `--resume` and `--save-model` need (compare.checkpoint)."""
+
     def save_model(self, directory: Path) -> str: ...  # the file name written
     # Everything a resumed run needs that the data plan does not give: weights, BatchNorm
     # statistics, optimizer state (momentum buffers) and the loss scale; files in `directory`.
     def save_checkpoint(self, directory: Path) -> str: ...  # the file (prefix) written
     def load_checkpoint(self, directory: Path) -> None: ...  # what save_checkpoint wrote
-    def is_out_of_memory(self, exc: BaseException) -> bool: ...
-    def manifest(self) -> dict[str, Any]: ...  # this framework's half of the fairness manifest
+
+
+class Profiling(Protocol):
+    """The phase profile after the timed epochs (compare.phases)."""
+
     def start_profile(self, directory: Path) -> None: ...  # the framework's own profiler
     # The trace written and the recorded steps' phases read from it (compare.phases).
     def stop_profile(self) -> "phases.Capture": ...
-    def scalar_writer(self, directory: Path) -> Any: ...  # .scalar(tag, value, step), .flush(),
-    # .close(): TensorBoard events through the framework's own summary writer
+
+
+class Collectives(Protocol):
+    """What the processes of a multi-process run tell each other."""
+
     # Every process's `figures`, one row per process in rank order: a collective that all
     # processes of a multi-process run call together (compare.loop.per_process).
     def gather_figures(self, figures: list[float]) -> list[list[float]]: ...
     # After `exc` ended a multi-process run: on the chief, what each other rank said of its
     # end ({rank: reason}), None elsewhere or for a single process.
     def peer_failures(self, exc: BaseException) -> dict[int, str] | None: ...
-    def close(self) -> None: ...
 
 
-class ProbeTrainer(Trainer, Protocol):
-    """The parity probe's extra methods (compare.parity.write_probe)."""
+class Probing(Protocol):
+    """The parity probe's access to weights and gradients (compare.parity.write_probe)."""
 
     initial: dict[str, np.ndarray] | None  # the shared initial weights, canonical layout
 
     def gradients(self, batch: Any) -> tuple[np.ndarray, float, dict[str, np.ndarray]]: ...
     def reset_weights(self) -> None: ...
     def weights(self) -> dict[str, np.ndarray]: ...
+
+
+class Trainer(Training, Checkpointing, Profiling, Collectives, Protocol):
+    """Everything compare.loop uses of a framework's trainer."""
+
+
+class ProbeTrainer(Trainer, Probing, Protocol):
+    """A trainer the parity probe can drive: each framework's Trainer is one."""
+
+
+TRAINER_PROTOCOLS = (Training, Checkpointing, Profiling, Collectives, Probing)
 
 
 class FrameworkModule(Protocol):
@@ -121,18 +148,15 @@ class FrameworkModule(Protocol):
 
     def select_device(self, config: RunConfig) -> DeviceChoice: ...
     def describe_environment(self) -> dict[str, Any]: ...
-    def parity_probe(self, config: RunConfig, dataset: Dataset, path: Path, steps: int,
-                     perturb: bool) -> None: ...
     def train(self, config: RunConfig, dataset: Dataset, resume: bool = False) -> int: ...
 
 
 def check_module(module: ModuleType) -> list[str]:
     """The FrameworkModule and Trainer members `module` lacks (empty when it is complete)."""
-    missing = [f"{module.__name__}.{name}" for name in ("FRAMEWORK", "Trainer", "select_device",
-                                                        "describe_environment", "parity_probe",
-                                                        "train") if not hasattr(module, name)]
+    names = ("FRAMEWORK", "Trainer", "select_device", "describe_environment", "train")
+    missing = [f"{module.__name__}.{name}" for name in names if not hasattr(module, name)]
     trainer = getattr(module, "Trainer", None)
-    for protocol in (Trainer, ProbeTrainer):
+    for protocol in TRAINER_PROTOCOLS:
         for name in _methods(protocol):
             if trainer is not None and not callable(getattr(trainer, name, None)):
                 missing.append(f"{module.__name__}.Trainer.{name}")

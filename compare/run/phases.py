@@ -76,6 +76,20 @@ class Capture:
     origin_s: float = 0.0  # the intervals' zero, seconds since the epoch (where known)
 
 
+def captured(host: dict[str, list[Interval]], device: dict[str, list[Interval]] | None,
+             busy: list[Interval] | None, files: str, tool: str, on_device: str, on_host: str,
+             missing: str | None = None, origin_s: float = 0.0) -> Capture:
+    """A framework's Capture, its source saying how the phases were read: by `tool`, `on_device`
+    where the device's intervals are known, else `on_host`. `missing` says why a GPU's
+    intervals could not be tied to phases: the phases are then the host's, with a note."""
+    if missing:
+        device = None
+    return Capture(host=host, device=device, device_busy=busy, files=files,
+                   notes=[f"{missing}: phases on the host clock"] if missing else [],
+                   origin_s=origin_s,
+                   source=f"{tool}: {on_device if device is not None else on_host}")
+
+
 def union_seconds(intervals: Iterable[Interval]) -> float:
     """Seconds covered by at least one interval."""
     return sum(end - start for start, end in merged(intervals))

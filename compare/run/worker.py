@@ -19,7 +19,9 @@ from typing import NoReturn
 from compare import errors
 from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
+from compare.experiment.datasets import Dataset
 from compare.process import shutdown
+from compare.run.interface import DeviceChoice
 
 
 def quiet_framework_logs() -> None:
@@ -66,12 +68,38 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
         dataset = datasets.config_dataset(config)
         if args.parity:
             with shutdown.interruptible():  # nothing to keep: stop at once
-                impl.parity_probe(config, dataset, Path(args.parity), args.parity_steps,
-                                  args.perturb)
+                probe(impl, config, dataset, Path(args.parity), args.parity_steps, args.perturb)
             return 0
         return impl.train(config, dataset, resume=args.resume)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line unless --debug
         return errors.report(exc, debug, where=impl.__name__)
+
+
+def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, steps: int,
+          perturb: bool = False) -> None:
+    """This framework's side of the parity check, in the config it is given (the parent
+    chooses: compare.parity.probe_config or timed_config); see compare.parity.write_probe."""
+    from compare.experiment import parity
+    parity.write_probe(impl.Trainer(config, dataset, impl.select_device(config)), config, path,
+                       steps, perturb)
+
+
+def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice: DeviceChoice,
+                  resume: bool) -> int:
+    """Train this process's replicas with `impl`'s Trainer and record the run; an exit code.
+    The chief says where it trains and in what precision (and warns of emulated bfloat16)."""
+    from compare.experiment import precision
+    from compare.run import loop
+    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability)
+    if choice.is_chief:
+        if not config.quiet:
+            print(f"{impl.FRAMEWORK}: training on {choice.description}, {resolved.describe()}",
+                  flush=True)
+        if resolved.warning:
+            print(f"warning: {resolved.warning}", file=sys.stderr, flush=True)
+    trainer = impl.Trainer(config, dataset, choice)
+    environment = {**impl.describe_environment(), "device_used": choice.description}
+    return loop.train_and_record(trainer, config, environment, dataset.info(), resume)
 
 
 def leave(code: int) -> NoReturn:
