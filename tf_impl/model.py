@@ -8,38 +8,46 @@ import numpy as np
 from compare.experiment import specs, weights
 
 
-def _build(layers, x, bn_momentum: float, bn_epsilon: float):
+def _conv(layer: specs.Conv, x, norm: dict):
+    # Stride 1 with an odd kernel: "same" pads (kernel - 1) / 2 each side, inside the cuDNN
+    # call; a separate ZeroPadding2D would add a kernel and a copy.
+    same = layer.kernel % 2 == 1 and layer.padding == (layer.kernel - 1) // 2
+    if layer.padding and not same:
+        x = keras.layers.ZeroPadding2D(layer.padding, name=f"{layer.name}_pad")(x)
+    return keras.layers.Conv2D(layer.out_channels, layer.kernel,
+                               padding="same" if same and layer.padding else "valid",
+                               use_bias=layer.bias, name=layer.name)(x)
+
+
+def _residual(layer: specs.Residual, x, norm: dict):
+    return keras.layers.Add(name=layer.name)([x, _build(layer.layers, x, norm)])
+
+
+# Each spec kind's Keras layers: (spec layer, input tensor, BatchNorm settings) -> output.
+# Keras' BatchNorm momentum is the share kept from the old statistic: 1 - PyTorch's.
+KERAS_LAYERS = {
+    specs.Conv: _conv,
+    specs.BatchNorm: lambda layer, x, norm: keras.layers.BatchNormalization(
+        momentum=1.0 - norm["momentum"], epsilon=norm["epsilon"], name=layer.name)(x),
+    specs.ReLU: lambda layer, x, norm: keras.layers.ReLU(name=layer.name)(x),
+    specs.MaxPool: lambda layer, x, norm: keras.layers.MaxPooling2D(layer.size,
+                                                                    name=layer.name)(x),
+    specs.GlobalMaxPool: lambda layer, x, norm: keras.layers.GlobalMaxPooling2D(
+        keepdims=True, name=layer.name)(x),
+    specs.Flatten: lambda layer, x, norm: keras.layers.Flatten(name=layer.name)(x),
+    specs.Dense: lambda layer, x, norm: keras.layers.Dense(
+        layer.out_features, use_bias=layer.bias, name=layer.name)(x),
+    specs.Scale: lambda layer, x, norm: keras.layers.Rescaling(layer.factor,
+                                                               name=layer.name)(x),
+    specs.Residual: _residual,
+}
+
+
+def _build(layers, x, norm: dict):
     for layer in layers:
-        if isinstance(layer, specs.Conv):
-            # Stride 1 with an odd kernel: "same" pads (kernel - 1) / 2 each side, inside
-            # the cuDNN call; a separate ZeroPadding2D would add a kernel and a copy.
-            same = layer.kernel % 2 == 1 and layer.padding == (layer.kernel - 1) // 2
-            if layer.padding and not same:
-                x = keras.layers.ZeroPadding2D(layer.padding, name=f"{layer.name}_pad")(x)
-            x = keras.layers.Conv2D(layer.out_channels, layer.kernel,
-                                    padding="same" if same and layer.padding else "valid",
-                                    use_bias=layer.bias, name=layer.name)(x)
-        elif isinstance(layer, specs.BatchNorm):
-            # Keras' momentum is the share kept from the old statistic: 1 - torch's.
-            x = keras.layers.BatchNormalization(momentum=1.0 - bn_momentum, epsilon=bn_epsilon,
-                                                name=layer.name)(x)
-        elif isinstance(layer, specs.ReLU):
-            x = keras.layers.ReLU(name=layer.name)(x)
-        elif isinstance(layer, specs.MaxPool):
-            x = keras.layers.MaxPooling2D(layer.size, name=layer.name)(x)
-        elif isinstance(layer, specs.GlobalMaxPool):
-            x = keras.layers.GlobalMaxPooling2D(keepdims=True, name=layer.name)(x)
-        elif isinstance(layer, specs.Flatten):
-            x = keras.layers.Flatten(name=layer.name)(x)
-        elif isinstance(layer, specs.Dense):
-            x = keras.layers.Dense(layer.out_features, use_bias=layer.bias, name=layer.name)(x)
-        elif isinstance(layer, specs.Scale):
-            x = keras.layers.Rescaling(layer.factor, name=layer.name)(x)
-        elif isinstance(layer, specs.Residual):
-            branch = _build(layer.layers, x, bn_momentum, bn_epsilon)
-            x = keras.layers.Add(name=layer.name)([x, branch])
-        else:
+        if type(layer) not in KERAS_LAYERS:
             raise TypeError(f"no Keras build for {layer!r}")
+        x = KERAS_LAYERS[type(layer)](layer, x, norm)
     return x
 
 
@@ -52,39 +60,45 @@ def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1,
     """
     c, h, w = spec.input_shape
     inputs = keras.Input((h, w, c), name="images")
-    x = _build(spec.layers, inputs, bn_momentum, bn_epsilon)
+    x = _build(spec.layers, inputs, {"momentum": bn_momentum, "epsilon": bn_epsilon})
     outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(x)
     return keras.Model(inputs, outputs, name=spec.name)
 
 
+def _conv_variables(layer: specs.Conv, k, spec: specs.ModelSpec) -> dict[str, tuple]:
+    found = {"weight": (k.kernel, lambda a: a.transpose(2, 3, 1, 0),  # OIHW -> HWIO
+                        lambda a: a.transpose(3, 2, 0, 1))}
+    return {**found, "bias": (k.bias, _same, _same)} if layer.bias else found
+
+
+def _dense_variables(layer: specs.Dense, k, spec: specs.ModelSpec) -> dict[str, tuple]:
+    chw = weights.flatten_input_shape(spec, layer.name)
+    if chw is None:  # (out, in) -> (in, out)
+        found = {"weight": (k.kernel, lambda a: a.T, lambda a: a.T)}
+    else:  # also reorder the inputs: torch flattens CHW, Keras HWC
+        found = {"weight": (k.kernel, lambda a: weights.chw_to_hwc_rows(a, chw).T,
+                            lambda a: weights.hwc_to_chw_rows(a.T, chw))}
+    return {**found, "bias": (k.bias, _same, _same)} if layer.bias else found
+
+
+def _batchnorm_variables(layer: specs.BatchNorm, k, spec: specs.ModelSpec) -> dict[str, tuple]:
+    return {part: (variable, _same, _same) for part, variable in (
+        ("weight", k.gamma), ("bias", k.beta), ("running_mean", k.moving_mean),
+        ("running_var", k.moving_variance))}
+
+
+# Each weighted spec kind's Keras variables by part, with their converters from and to the
+# canonical layout: (spec layer, Keras layer, spec) -> {part: (variable, to Keras, back)}.
+KERAS_VARIABLES = {specs.Conv: _conv_variables, specs.Dense: _dense_variables,
+                   specs.BatchNorm: _batchnorm_variables}
+
+
 def _variables(model: keras.Model, spec: specs.ModelSpec) -> dict[str, tuple]:
     """Canonical weight name -> (Keras variable, canonical -> Keras converter, inverse)."""
-    found = {}
-    for layer in specs.walk(spec.layers):
-        if isinstance(layer, specs.Conv):
-            k = model.get_layer(layer.name)
-            # OIHW -> HWIO
-            found[f"{layer.name}.weight"] = (k.kernel, lambda a: a.transpose(2, 3, 1, 0),
-                                             lambda a: a.transpose(3, 2, 0, 1))
-            if layer.bias:
-                found[f"{layer.name}.bias"] = (k.bias, _same, _same)
-        elif isinstance(layer, specs.Dense):
-            k = model.get_layer(layer.name)
-            chw = weights.flatten_input_shape(spec, layer.name)
-            if chw is None:  # (out, in) -> (in, out)
-                found[f"{layer.name}.weight"] = (k.kernel, lambda a: a.T, lambda a: a.T)
-            else:  # also reorder the inputs: torch flattens CHW, Keras HWC
-                found[f"{layer.name}.weight"] = (
-                    k.kernel, lambda a, s=chw: weights.chw_to_hwc_rows(a, s).T,
-                    lambda a, s=chw: weights.hwc_to_chw_rows(a.T, s))
-            if layer.bias:
-                found[f"{layer.name}.bias"] = (k.bias, _same, _same)
-        elif isinstance(layer, specs.BatchNorm):
-            k = model.get_layer(layer.name)
-            for part, var in (("weight", k.gamma), ("bias", k.beta),
-                              ("running_mean", k.moving_mean), ("running_var", k.moving_variance)):
-                found[f"{layer.name}.{part}"] = (var, _same, _same)
-    return found
+    return {f"{layer.name}.{part}": found
+            for layer in specs.walk(spec.layers) if type(layer) in KERAS_VARIABLES
+            for part, found in KERAS_VARIABLES[type(layer)](
+                layer, model.get_layer(layer.name), spec).items()}
 
 
 def _same(a: np.ndarray) -> np.ndarray:

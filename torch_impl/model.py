@@ -41,38 +41,38 @@ class SpecNet(nn.Module):
         super().__init__()
         self.spec = spec
         self.named_layers: dict[str, nn.Module] = {}
-        self.body = self._build(spec.layers, bn_momentum, bn_epsilon)
+        self.body = self._build(spec.layers, {"momentum": bn_momentum, "epsilon": bn_epsilon})
 
-    def _build(self, layers, bn_momentum: float, bn_epsilon: float) -> nn.Sequential:
+    def _build(self, layers, norm: dict) -> nn.Sequential:
         modules = []
         for layer in layers:
-            if isinstance(layer, specs.Conv):
-                module = nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel,
-                                   padding=layer.padding, bias=layer.bias)
-            elif isinstance(layer, specs.BatchNorm):
-                module = nn.BatchNorm2d(layer.channels, momentum=bn_momentum, eps=bn_epsilon)
-            elif isinstance(layer, specs.ReLU):
-                module = nn.ReLU(inplace=True)
-            elif isinstance(layer, specs.MaxPool):
-                module = nn.MaxPool2d(layer.size)
-            elif isinstance(layer, specs.GlobalMaxPool):
-                module = GlobalMaxPool()
-            elif isinstance(layer, specs.Flatten):
-                module = nn.Flatten()
-            elif isinstance(layer, specs.Dense):
-                module = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias)
-            elif isinstance(layer, specs.Scale):
-                module = Scale(layer.factor)
-            elif isinstance(layer, specs.Residual):
-                module = Residual(self._build(layer.layers, bn_momentum, bn_epsilon))
-            else:
+            if type(layer) not in TORCH_LAYERS:
                 raise TypeError(f"no torch build for {layer!r}")
+            module = TORCH_LAYERS[type(layer)](layer, norm, self)
             self.named_layers[layer.name] = module
             modules.append(module)
         return nn.Sequential(*modules)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
+
+
+# Each spec kind's module: (spec layer, BatchNorm settings, the net building it) -> module.
+TORCH_LAYERS = {
+    specs.Conv: lambda layer, norm, net: nn.Conv2d(
+        layer.in_channels, layer.out_channels, layer.kernel, padding=layer.padding,
+        bias=layer.bias),
+    specs.BatchNorm: lambda layer, norm, net: nn.BatchNorm2d(
+        layer.channels, momentum=norm["momentum"], eps=norm["epsilon"]),
+    specs.ReLU: lambda layer, norm, net: nn.ReLU(inplace=True),
+    specs.MaxPool: lambda layer, norm, net: nn.MaxPool2d(layer.size),
+    specs.GlobalMaxPool: lambda layer, norm, net: GlobalMaxPool(),
+    specs.Flatten: lambda layer, norm, net: nn.Flatten(),
+    specs.Dense: lambda layer, norm, net: nn.Linear(layer.in_features, layer.out_features,
+                                                    bias=layer.bias),
+    specs.Scale: lambda layer, norm, net: Scale(layer.factor),
+    specs.Residual: lambda layer, norm, net: Residual(net._build(layer.layers, norm)),
+}
 
 
 def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1,

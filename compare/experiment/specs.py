@@ -7,12 +7,52 @@ input. Names are unique across a spec and name the weights in both builds. Shape
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Iterator
+
+import numpy as np
+
+Shape = tuple[int, ...]  # per image: (channels, height, width), or (features,)
+
+
+class LayerSpec:
+    """What every layer kind answers; a kind overrides what it changes. `name` names the
+    layer and, with a part ("conv1.weight"), its weights in both frameworks."""
+
+    name: str
+    sublayers: tuple["LayerSpec", ...] = ()  # a block's own layers (Residual's branch)
+
+    def output_shape(self, shape: Shape) -> Shape:
+        """The per-image output for input `shape` (checked against what the layer expects)."""
+        return shape
+
+    def parameter_shapes(self) -> dict[str, Shape]:
+        """Each weight's shape by part, in the canonical layout (PyTorch's: conv OIHW,
+        dense (out, in)); BatchNorm's running statistics included (see `trainable`)."""
+        return {}
+
+    def macs(self, output: Shape) -> int:
+        """Multiply-adds per image of the forward pass, given the layer's output shape;
+        only convolutions and dense layers count (see forward_flops)."""
+        return 0
+
+    def initial_weights(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Float32 initial weights by part (compare.experiment.weights): uniform in
+        ±1/sqrt(fan_in), PyTorch's default, drawn from `rng` part by part in order."""
+        shapes = self.parameter_shapes()
+        bound = 1.0 / math.sqrt(self.fan_in) if shapes else 0.0
+        return {part: rng.uniform(-bound, bound, size=shape).astype(np.float32)
+                for part, shape in shapes.items()}
+
+    @property
+    def fan_in(self) -> int:
+        """Inputs to each output unit."""
+        raise TypeError(f"{type(self).__name__} has no fan-in")
 
 
 @dataclass(frozen=True)
-class Conv:
+class Conv(LayerSpec):
     name: str
     in_channels: int
     out_channels: int
@@ -20,55 +60,124 @@ class Conv:
     padding: int = 0  # pixels each side; stride is always 1
     bias: bool = True
 
+    def output_shape(self, shape: Shape) -> Shape:
+        c, h, w = shape
+        if c != self.in_channels:
+            raise ValueError(f"{self.name}: expects {self.in_channels} channels, gets {c}")
+        return (self.out_channels, h + 2 * self.padding - self.kernel + 1,
+                w + 2 * self.padding - self.kernel + 1)
+
+    def parameter_shapes(self) -> dict[str, Shape]:
+        weight = {"weight": (self.out_channels, self.in_channels, self.kernel, self.kernel)}
+        return {**weight, "bias": (self.out_channels,)} if self.bias else weight
+
+    def macs(self, output: Shape) -> int:
+        c, h, w = output
+        return self.fan_in * c * h * w
+
+    @property
+    def fan_in(self) -> int:
+        return self.in_channels * self.kernel * self.kernel
+
 
 @dataclass(frozen=True)
-class BatchNorm:
+class BatchNorm(LayerSpec):
     name: str
     channels: int
 
+    def parameter_shapes(self) -> dict[str, Shape]:
+        return {part: (self.channels,)
+                for part in ("weight", "bias", "running_mean", "running_var")}
+
+    def initial_weights(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Scale 1, shift 0, running mean 0, running variance 1 (both frameworks' own)."""
+        ones, zeros = np.ones(self.channels, np.float32), np.zeros(self.channels, np.float32)
+        return {"weight": ones, "bias": zeros, "running_mean": zeros.copy(),
+                "running_var": ones.copy()}
+
 
 @dataclass(frozen=True)
-class ReLU:
+class ReLU(LayerSpec):
     name: str
 
 
 @dataclass(frozen=True)
-class MaxPool:
+class MaxPool(LayerSpec):
     name: str
     size: int = 2  # window and stride
 
+    def output_shape(self, shape: Shape) -> Shape:
+        c, h, w = shape
+        return (c, h // self.size, w // self.size)
+
 
 @dataclass(frozen=True)
-class GlobalMaxPool:
+class GlobalMaxPool(LayerSpec):
     name: str
 
+    def output_shape(self, shape: Shape) -> Shape:
+        return (shape[0], 1, 1)
+
 
 @dataclass(frozen=True)
-class Flatten:
+class Flatten(LayerSpec):
     name: str
 
+    def output_shape(self, shape: Shape) -> Shape:
+        return (math.prod(shape),)
+
 
 @dataclass(frozen=True)
-class Dense:
+class Dense(LayerSpec):
     name: str
     in_features: int
     out_features: int
     bias: bool = True
 
+    def output_shape(self, shape: Shape) -> Shape:
+        if shape != (self.in_features,):
+            raise ValueError(f"{self.name}: expects ({self.in_features},), gets {shape}")
+        return (self.out_features,)
+
+    def parameter_shapes(self) -> dict[str, Shape]:
+        weight = {"weight": (self.out_features, self.in_features)}
+        return {**weight, "bias": (self.out_features,)} if self.bias else weight
+
+    def macs(self, output: Shape) -> int:
+        return self.in_features * self.out_features
+
+    @property
+    def fan_in(self) -> int:
+        return self.in_features
+
 
 @dataclass(frozen=True)
-class Scale:
+class Scale(LayerSpec):
     name: str
     factor: float
 
 
 @dataclass(frozen=True)
-class Residual:
+class Residual(LayerSpec):
+    """x + branch(x): `layers` is the branch, which must keep the shape."""
+
     name: str
-    layers: tuple["Layer", ...]
+    layers: tuple[LayerSpec, ...]
+
+    @property
+    def sublayers(self) -> tuple[LayerSpec, ...]:
+        return self.layers
+
+    def output_shape(self, shape: Shape) -> Shape:
+        inner = shape
+        for layer in self.layers:
+            inner = layer.output_shape(inner)
+        if inner != shape:
+            raise ValueError(f"{self.name}: branch changes shape {shape} -> {inner}")
+        return shape
 
 
-Layer = Union[Conv, BatchNorm, ReLU, MaxPool, GlobalMaxPool, Flatten, Dense, Scale, Residual]
+Layer = LayerSpec  # any of the kinds above
 
 
 @dataclass(frozen=True)
@@ -82,8 +191,8 @@ class ModelSpec:
 def walk(layers: tuple[Layer, ...]) -> Iterator[Layer]:
     """Every layer in order, descending into residual blocks."""
     for layer in layers:
-        if isinstance(layer, Residual):
-            yield from walk(layer.layers)
+        if layer.sublayers:
+            yield from walk(layer.sublayers)
         else:
             yield layer
 
@@ -142,35 +251,15 @@ def get_spec(name: str, num_classes: int = 10) -> ModelSpec:
     return MODELS[name](num_classes)
 
 
-def output_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+def output_shapes(spec: ModelSpec) -> dict[str, Shape]:
     """Per-image output shape of every layer, checking that the layers fit together."""
-    shapes: dict[str, tuple[int, ...]] = {}
+    shapes: dict[str, Shape] = {}
 
-    def run(layers: tuple[Layer, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+    def run(layers: tuple[Layer, ...], shape: Shape) -> Shape:
         for layer in layers:
-            if isinstance(layer, Conv):
-                c, h, w = shape
-                if c != layer.in_channels:
-                    raise ValueError(f"{layer.name}: expects {layer.in_channels} channels, "
-                                     f"gets {c}")
-                size = lambda n: n + 2 * layer.padding - layer.kernel + 1  # noqa: E731
-                shape = (layer.out_channels, size(h), size(w))
-            elif isinstance(layer, MaxPool):
-                c, h, w = shape
-                shape = (c, h // layer.size, w // layer.size)
-            elif isinstance(layer, GlobalMaxPool):
-                shape = (shape[0], 1, 1)
-            elif isinstance(layer, Flatten):
-                shape = (shape[0] * shape[1] * shape[2],)
-            elif isinstance(layer, Dense):
-                if shape != (layer.in_features,):
-                    raise ValueError(f"{layer.name}: expects ({layer.in_features},), gets {shape}")
-                shape = (layer.out_features,)
-            elif isinstance(layer, Residual):
-                inner = run(layer.layers, shape)
-                if inner != shape:
-                    raise ValueError(f"{layer.name}: branch changes shape {shape} -> {inner}")
-            shapes[layer.name] = shape
+            if layer.sublayers:
+                run(layer.sublayers, shape)  # the block's own layers' shapes
+            shape = shapes[layer.name] = layer.output_shape(shape)
         return shape
 
     run(spec.layers, spec.input_shape)
@@ -188,26 +277,13 @@ def input_shape_of(spec: ModelSpec, name: str) -> tuple[int, ...]:
     raise KeyError(name)
 
 
-def parameter_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+def parameter_shapes(spec: ModelSpec) -> dict[str, Shape]:
     """Every weight in the canonical layout (PyTorch's: conv OIHW, dense (out, in)).
 
     Trainable weights and BatchNorm running statistics alike; see `trainable`.
     """
-    shapes: dict[str, tuple[int, ...]] = {}
-    for layer in walk(spec.layers):
-        if isinstance(layer, Conv):
-            shapes[f"{layer.name}.weight"] = (layer.out_channels, layer.in_channels, layer.kernel,
-                                              layer.kernel)
-            if layer.bias:
-                shapes[f"{layer.name}.bias"] = (layer.out_channels,)
-        elif isinstance(layer, Dense):
-            shapes[f"{layer.name}.weight"] = (layer.out_features, layer.in_features)
-            if layer.bias:
-                shapes[f"{layer.name}.bias"] = (layer.out_features,)
-        elif isinstance(layer, BatchNorm):
-            for part in ("weight", "bias", "running_mean", "running_var"):
-                shapes[f"{layer.name}.{part}"] = (layer.channels,)
-    return shapes
+    return {f"{layer.name}.{part}": shape for layer in walk(spec.layers)
+            for part, shape in layer.parameter_shapes().items()}
 
 
 def has_batchnorm(spec: ModelSpec) -> bool:
@@ -220,14 +296,8 @@ def trainable(name: str) -> bool:
 
 def parameter_count(spec: ModelSpec) -> int:
     """Trainable parameters (BatchNorm running statistics excluded, as both libraries count)."""
-    total = 0
-    for name, shape in parameter_shapes(spec).items():
-        if trainable(name):
-            n = 1
-            for d in shape:
-                n *= d
-            total += n
-    return total
+    return sum(math.prod(shape) for name, shape in parameter_shapes(spec).items()
+               if trainable(name))
 
 
 def forward_flops(spec: ModelSpec) -> int:
@@ -237,14 +307,7 @@ def forward_flops(spec: ModelSpec) -> int:
     are under 1% of the total for these networks and no peak-FLOP figure counts them.
     """
     shapes = output_shapes(spec)
-    macs = 0
-    for layer in walk(spec.layers):
-        if isinstance(layer, Conv):
-            c, h, w = shapes[layer.name]
-            macs += layer.kernel * layer.kernel * layer.in_channels * c * h * w
-        elif isinstance(layer, Dense):
-            macs += layer.in_features * layer.out_features
-    return 2 * macs
+    return 2 * sum(layer.macs(shapes[layer.name]) for layer in walk(spec.layers))
 
 
 def train_flops(spec: ModelSpec) -> int:

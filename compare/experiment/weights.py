@@ -10,8 +10,6 @@ Weights are in the canonical layout (`specs.parameter_shapes`); each framework c
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from compare.experiment import specs
@@ -21,35 +19,11 @@ INIT_STREAM = 0x1417
 
 
 def initial_weights(spec: specs.ModelSpec, seed: int) -> dict[str, np.ndarray]:
-    """Float32 weights for every entry of `specs.parameter_shapes(spec)`."""
+    """Float32 weights for every entry of `specs.parameter_shapes(spec)`, each layer's from
+    its spec (LayerSpec.initial_weights), drawn from one stream in the layers' order."""
     rng = np.random.default_rng([INIT_STREAM, seed])
-    weights: dict[str, np.ndarray] = {}
-    for name, shape in specs.parameter_shapes(spec).items():
-        part = name.rsplit(".", 1)[1]
-        if part in ("running_mean",) or (part == "bias" and _is_bn(spec, name)):
-            weights[name] = np.zeros(shape, np.float32)
-        elif part == "running_var" or (part == "weight" and _is_bn(spec, name)):
-            weights[name] = np.ones(shape, np.float32)
-        else:
-            bound = 1.0 / math.sqrt(_fan_in(spec, name))
-            weights[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
-    return weights
-
-
-def _layer(spec: specs.ModelSpec, name: str) -> specs.Layer:
-    layer_name = name.rsplit(".", 1)[0]
-    return next(layer for layer in specs.walk(spec.layers) if layer.name == layer_name)
-
-
-def _is_bn(spec: specs.ModelSpec, name: str) -> bool:
-    return isinstance(_layer(spec, name), specs.BatchNorm)
-
-
-def _fan_in(spec: specs.ModelSpec, name: str) -> int:
-    layer = _layer(spec, name)
-    if isinstance(layer, specs.Conv):
-        return layer.in_channels * layer.kernel * layer.kernel
-    return layer.in_features
+    return {f"{layer.name}.{part}": value for layer in specs.walk(spec.layers)
+            for part, value in layer.initial_weights(rng).items()}
 
 
 def chw_to_hwc_rows(weight: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray:
