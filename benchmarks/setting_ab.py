@@ -86,7 +86,7 @@ def main() -> int:
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
                "?")
-    forced = os.environ.get("CNNCOMPARE_CPU_FLAGS")  # compare.precision's override, if set
+    forced = os.environ.get("CNNCOMPARE_CPU_FLAGS")  # the precision rule's override, if set
     command = ((f"CNNCOMPARE_CPU_FLAGS='{forced}' " if forced else "")
                + " ".join(["python", *sys.argv]))
     document = {"command": command, "cpu": f"{cpu}, {os.cpu_count()} cores",

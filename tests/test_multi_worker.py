@@ -249,7 +249,7 @@ def test_multi_worker_torch_lost_worker_stops_the_chief_naming_it(tmp_path, sign
     assert result["peer_failures"]["1"].startswith("no answer"), result.get("error")
 
 
-# ---- the launch read from the environment (compare.cluster), no processes started
+# ---- the launch read from the environment (compare.process.cluster), no processes started
 
 def test_tf_config_gives_rank_processes_and_machines():
     from compare.process import cluster

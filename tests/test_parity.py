@@ -129,7 +129,7 @@ def test_loss_curves_agree_after_hundreds_of_steps(tmp_path, tf_two_cpus):
 
     Tolerances, and why. The two builds differ by float32 rounding from the first step
     (their kernels sum in other orders: activations agree to about 1e-5 relative, see
-    compare.parity.Tolerances), and SGD amplifies any such difference step by step, at a
+    compare.experiment.parity.Tolerances), and SGD amplifies any such difference step by step, at a
     rate that depends on the CPU's kernels: measured relative gaps of the loss at step 100
     were 3e-6 on an AVX-512/AMX Xeon and up to 5e-2 on an AVX2-only CPU, where the curves
     parted from step 64. So no fixed tolerance after the first steps holds on every CPU.

@@ -1,4 +1,4 @@
-"""Where a step's time goes (--profile): the interval arithmetic of compare.phases, each
+"""Where a step's time goes (--profile): the interval arithmetic of compare.run.phases, each
 framework's reading of its own profiler's trace (real CPU runs, and GPU traces built in
 the profilers' documented formats), and the report's table."""
 

@@ -39,7 +39,7 @@ def _windows(out: Path) -> list[dict[str, str]]:
 
 
 def _train(module, config):
-    """A real run through compare.loop; the trainer, for its traces."""
+    """A real run through compare.run.loop; the trainer, for its traces."""
     trainer = module.Trainer(config, datasets.config_dataset(config), module.select_device(config))
     manifest = fairness.manifest(config, trainer.choice, trainer.replicas, trainer.manifest())
     record = recorder_module.Recorder(config, trainer, trainer.spec, {}, manifest, {})

@@ -110,3 +110,83 @@ def test_lines_fit_in_100_columns_and_blank_runs_stay_short():
             if len(line) > 100 or blank_run > 2:
                 offenders.append(f"{path.relative_to(REPO)}:{number}")
     assert offenders == []
+
+
+def _shapes(path: Path) -> list[tuple[int, str]]:
+    """The file's code lines as shapes: names, one-line strings and numbers replaced by
+    placeholders (keywords kept), the lines of a longer string (a docstring) as written;
+    blank, comment-only, import and lone-punctuation lines left out. Each with its line
+    number."""
+    import keyword
+    import tokenize
+    lines: dict[int, list[str]] = {}
+    with path.open("rb") as source:
+        for token in tokenize.tokenize(source.readline):
+            if token.type == tokenize.NAME:
+                text = token.string if keyword.iskeyword(token.string) else "N"
+            elif token.type == tokenize.STRING and token.start[0] != token.end[0]:
+                for number, text in enumerate(token.string.splitlines(), token.start[0]):
+                    lines.setdefault(number, []).append(text.strip())  # prose, word for word
+                continue
+            elif token.type in (tokenize.STRING, getattr(tokenize, "FSTRING_START", None)):
+                text = "S"  # (Python 3.12 tokenises inside f-strings: their names count)
+            elif token.type == tokenize.NUMBER:
+                text = "0"
+            elif token.type == tokenize.OP:
+                text = token.string
+            else:
+                continue
+            lines.setdefault(token.start[0], []).append(text)
+    shapes = []
+    for number, words in sorted(lines.items()):
+        if words[0] in ("import", "from") or not any(w.isalnum() for w in words):
+            continue
+        shapes.append((number, " ".join(words)))
+    return shapes
+
+
+def test_no_block_of_six_lines_repeats_between_the_twins():
+    """What the two framework packages share belongs in compare/: no run of 6 code lines is
+    alike (up to names, strings and numbers) in tf_impl/ and torch_impl/."""
+    run = 6
+
+    def windows(package: str) -> dict[tuple[str, ...], str]:
+        found = {}
+        for path in sorted((REPO / package).glob("*.py")):
+            shapes = _shapes(path)
+            for i in range(len(shapes) - run + 1):
+                block = tuple(shape for _, shape in shapes[i:i + run])
+                found.setdefault(block, f"{package}/{path.name}:{shapes[i][0]}")
+        return found
+
+    tf_blocks, torch_blocks = windows("tf_impl"), windows("torch_impl")
+    assert [f"{tf_blocks[b]} ~ {torch_blocks[b]}" for b in tf_blocks if b in torch_blocks] == []
+
+
+def test_every_named_compare_module_exists():
+    """Code, docs and templates that name a `compare.…` module, function or constant name
+    one that exists (a module moved without its mentions leaves a stale map)."""
+    import importlib
+    import re
+    files = [REPO / name for name in subprocess.run(
+        ["git", "ls-files", "*.py", "*.md", "*.j2"], cwd=REPO, capture_output=True, text=True,
+        check=True).stdout.split()]
+    stale = set()
+    for path in files:
+        if not path.exists():
+            continue
+        for ref in set(re.findall(r"\bcompare(?:\.[a-z_0-9]+)+", path.read_text())):
+            if ref == "compare.json":  # a file the tool writes, not a module
+                continue
+            parts = ref.split(".")
+            for cut in range(len(parts), 0, -1):
+                try:
+                    found = importlib.import_module(".".join(parts[:cut]))
+                except ImportError:
+                    continue
+                for attribute in parts[cut:]:
+                    found = getattr(found, attribute, None)
+                if found is None:
+                    stale.add(f"{path.relative_to(REPO)}: {ref}")
+                break
+    assert sorted(stale) == []

@@ -1,5 +1,5 @@
-"""Bad settings are refused before any work starts (compare.validate): one line naming the
-option, exit code 2, no traceback, and nothing trained (no result written)."""
+"""Bad settings are refused before any work starts (compare.experiment.validate): one line
+naming the option, exit code 2, no traceback, and nothing trained (no result written)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
 from compare.run.interface import DeviceChoice
 
-# Epochs the phase profile may take after the run's (compare.loop.profile_phases): a warm
+# Epochs the phase profile may take after the run's (compare.run.loop.profile_phases): a warm
 # epoch and a profiled one when an epoch holds fewer than two calls.
 PROFILE_EPOCHS = 2
 
@@ -19,7 +19,7 @@ PROFILE_EPOCHS = 2
 class PlanImages:
     """Images and labels, and the batched load of plan keys into a normalised batch.
 
-    `load_batch` computes exactly compare.plan.augment_batch then normalise, vectorised
+    `load_batch` computes exactly compare.experiment.plan.augment_batch then normalise, vectorised
     over the batch (the tf.data guide's "vectorized mapping": batch, then map). `device`
     None keeps the images in host memory; a device name (the first replica's) makes them
     a variable which, created under strategy.scope(), MirroredStrategy copies to every
@@ -116,7 +116,7 @@ class TrainBatches:
 
     def _from_epoch(self, first: int) -> tf.distribute.DistributedDataset:
         """Epochs first .. end - 1, one after the other (the run's epochs, and the two the
-        phase profile may take after them); each epoch's keys are compare.plan's.
+        phase profile may take after them); each epoch's keys are compare.experiment.plan's.
 
         The keys of every epoch are computed here, in numpy, and held as one int32 tensor
         (16 bytes an image an epoch: 0.8 MB an epoch of CIFAR-10): the pipeline then runs
@@ -214,15 +214,15 @@ def test_pipeline(dataset: Dataset, config: RunConfig,
 
 
 def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
-    """What tf.data actually used, for the fairness manifest."""
+    """What tf.data actually used, for the fairness manifest (compare.run.fairness adds the
+    kind and the augmentation note): `augmented_by` names the ops that apply the plan."""
+    if config.pipeline.kind == "device":
+        return {"loader": "whole training set (uint8 bytes, packed 8 to an int64 for "
+                "TensorFlow's GPU gather) in a mirrored variable on each replica's device; "
+                "tf.data carries only the plan's keys", "on_device": True,
+                "augmented_by": "two batched tf.gather"}
     p = config.pipeline
-    augmentation = data_plan.augmentation_note(config.augment, "two batched tf.gather")
-    if p.kind == "device":
-        return {"kind": "device", "loader": "whole training set (uint8 bytes, packed 8 to an "
-                "int64 for TensorFlow's GPU gather) in a mirrored variable on each replica's "
-                "device; tf.data carries only the plan's keys",
-                "augmentation": augmentation + ", on the device"}
-    return {"kind": p.kind, "loader": "tf.data: plan keys, batch, then map (vectorised)",
+    return {"loader": "tf.data: plan keys, batch, then map (vectorised)",
             "parallel_map": "AUTOTUNE" if p.parallel_map else 1,
             "prefetch": "AUTOTUNE" if p.prefetch else None, "cache_test_set": p.cache,
             "distribution": "strategy.distribute_datasets_from_function (each worker loads "
@@ -233,7 +233,7 @@ def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
                                else " (the default strategy has no fetch to device, as in "
                                     "Keras' fit without a strategy)")
                             + "; one iterator over all epochs, read inside the step function",
-            "augmentation": augmentation}
+            "augmented_by": "two batched tf.gather"}
 
 
 def _map(ds: tf.data.Dataset, fn, config: RunConfig) -> tf.data.Dataset:
@@ -264,7 +264,7 @@ def _fetch_to_device(config: RunConfig, choice: DeviceChoice) -> bool:
 
 
 def _wrapped(config: RunConfig, choice: DeviceChoice) -> bool:
-    """Whether the replicas train under MirroredStrategy (compare.strategy)."""
+    """Whether the replicas train under MirroredStrategy (compare.experiment.strategy)."""
     return strategy.resolve(config.strategy, "tf", len(choice.names) * choice.processes,
                             choice.processes).wrapped
 

@@ -1,4 +1,4 @@
-"""Build a compare.specs ModelSpec as a Keras model, and load the shared weights."""
+"""Build a compare.experiment.specs ModelSpec as a Keras model, and load the shared weights."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def _same(a: np.ndarray) -> np.ndarray:
 
 def load_weights(model: keras.Model, weights: dict[str, np.ndarray],
                  spec: specs.ModelSpec) -> None:
-    """Copy canonical-layout weights (compare.init) into the Keras model."""
+    """Copy canonical-layout weights (compare.experiment.weights) into the Keras model."""
     for name, (variable, to_keras, _) in _variables(model, spec).items():
         value = to_keras(weights[name])
         if tuple(variable.shape) != value.shape:

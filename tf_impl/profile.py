@@ -1,11 +1,11 @@
-"""The step's phases from TensorFlow's profiler: its XSpace file read into a compare.phases
+"""The step's phases from TensorFlow's profiler: its XSpace file read into a compare.run.phases
 Capture.
 
 tf.profiler.experimental writes plugins/profile/<run>/<host>.xplane.pb (the file
 TensorBoard's profile plugin shows). On the host plane every op the graph executor runs
 is an event named "op_name:op_type"; on a GPU plane ("/device:GPU:N") every kernel and copy
 is an event on its stream's line, a kernel naming the op that launched it in its `tf_op`
-stat. The op names carry the phases' name scopes (tf_impl/train.py, compare.phases.scope);
+stat. The op names carry the phases' name scopes (tf_impl/train.py, compare.run.phases.scope);
 gradients are TensorFlow's own "gradient_tape/" ops.
 """
 

@@ -1,6 +1,6 @@
 """TensorFlow/Keras trainer: tf.data, MirroredStrategy, mixed precision.
 
-The loop and its clock are compare.loop's; this module supplies the compare.interface
+The loop and its clock are compare.run.loop's; this module supplies the compare.run.interface
 Trainer. Run by the CLI as `python -m tf_impl.train CONFIG.json`.
 """
 
@@ -41,7 +41,7 @@ def select_device(config: RunConfig) -> DeviceChoice:
 
     Must run before TensorFlow initialises its devices: on a CPU-only machine it splits
     the CPU into --devices logical devices so MirroredStrategy runs the multi-replica path.
-    Under a TF_CONFIG of several workers (compare.cluster) each worker trains --devices
+    Under a TF_CONFIG of several workers (compare.process.cluster) each worker trains --devices
     local GPUs, or its one CPU, under MultiWorkerMirroredStrategy (make_strategy).
     """
     launched = cluster.launch(FRAMEWORK)
@@ -86,7 +86,7 @@ def select_device(config: RunConfig) -> DeviceChoice:
 
 
 def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Strategy:
-    """The tf.distribute strategy the replicas train under (--strategy, compare.strategy):
+    """The tf.distribute strategy the replicas train under (--strategy, experiment.strategy):
     MirroredStrategy over the chosen devices when wrapped (several replicas, or `mirrored` on
     one), else the default strategy (tf.distribute.get_strategy(): no distribution, as Keras'
     fit without a strategy). Under a TF_CONFIG of several workers,
@@ -105,7 +105,7 @@ def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Stra
 
 
 def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
-    """Precision policy (compare.precision), TF32 and determinism; returns what was set."""
+    """Precision policy (experiment.precision), TF32 and determinism; returns what was set."""
     tf.config.experimental.enable_tensor_float_32_execution(config.tf32)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -299,7 +299,7 @@ class Trainer:
         return isinstance(exc, tf.errors.ResourceExhaustedError)
 
     def manifest(self) -> dict:
-        """TensorFlow's half of the fairness manifest (compare.fairness builds the rest)."""
+        """TensorFlow's half of the fairness manifest (compare.run.fairness builds the rest)."""
         tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
         scaling = None
         if self.numerics["loss_scaling"]:
@@ -403,7 +403,7 @@ class Trainer:
     def close(self) -> None:
         self.train_batches = self.test_batches = None
 
-    # ---- parity probe (compare.interface.ProbeTrainer)
+    # ---- parity probe (compare.run.interface.ProbeTrainer)
 
     def gradients(self, batch) -> tuple[np.ndarray, float, dict[str, np.ndarray]]:
         """Logits, loss and canonical-layout gradients for one batch, no update."""
@@ -439,7 +439,7 @@ class Trainer:
         return tf.nn.softmax_cross_entropy_with_logits(targets, tf.cast(logits, tf.float32))
 
     def _forward_backward(self, images, labels):
-        # The name scopes mark the step's phases in the profiler's op names (compare.phases).
+        # The name scopes mark the step's phases in the profiler's op names (compare.run.phases).
         with tf.GradientTape() as tape, tf.name_scope(scope("forward")):
             logits = self.model(images, training=True)
             per_example = self._loss(labels, logits, self.config.label_smoothing)
@@ -543,8 +543,8 @@ def describe_environment() -> dict:
 
 def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     """Train as `config` says, all replicas in this process under make_strategy's
-    strategy (compare.strategy); an exit code.
-    With `resume`, continue from the checkpoint in config.out (compare.checkpoint)."""
+    strategy (compare.experiment.strategy); an exit code.
+    With `resume`, continue from the checkpoint in config.out (compare.run.checkpoint)."""
     check_split(config)
     return worker.train_process(sys.modules[__name__], config, dataset, select_device(config),
                                 resume)

@@ -18,7 +18,7 @@ from compare.run.interface import DeviceChoice
 class PlanImages(torch.utils.data.Dataset):
     """Images and labels, and the batched load of plan keys into a normalised batch.
 
-    `load_batch` computes exactly compare.plan.augment_batch then normalise, with tensor
+    `load_batch` computes exactly compare.experiment.plan.augment_batch then normalise, with tensor
     ops over the whole batch (one gather for crop and flip). `device` None keeps the images
     in host memory (DataLoader workers read them); a device (the `device` pipeline) holds
     them there, and batches are gathered and augmented on it.
@@ -148,22 +148,23 @@ def test_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> 
 
 
 def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
-    """What the DataLoader actually used, for the fairness manifest."""
+    """What the DataLoader actually used, for the fairness manifest (compare.run.fairness
+    adds the kind and the augmentation note): `augmented_by` names the ops that apply the
+    plan."""
+    if config.pipeline.kind == "device":
+        return {"loader": "whole training set (uint8) resident on the device; each epoch's "
+                "plan keys copied there once, batches gathered on the loop's thread",
+                "workers": 0, "on_device": True, "augmented_by": "one tensor gather"}
     p = config.pipeline
-    augmentation = data_plan.augmentation_note(config.augment, "one tensor gather")
-    if p.kind == "device":
-        return {"kind": "device", "loader": "whole training set (uint8) resident on the device; "
-                "each epoch's plan keys copied there once, batches gathered on the loop's thread",
-                "workers": 0, "augmentation": augmentation + ", on the device"}
     workers = loader_workers(p, choice.processes)
-    return {"kind": p.kind, "loader": "torch.utils.data.DataLoader", "workers": workers,
+    return {"loader": "torch.utils.data.DataLoader", "workers": workers,
             "workers_from": "--workers" if p.workers is not None else
             f"{len(os.sched_getaffinity(0))} cores / {choice.processes} process(es)",
             "pin_memory": p.pin_memory and choice.on_gpu,
             "persistent_workers": p.persistent_workers and workers > 0,
             "prefetch_factor": p.prefetch_factor if p.prefetch and workers > 0 else None,
             "non_blocking_copies": p.non_blocking and choice.on_gpu,
-            "augmentation": augmentation}
+            "augmented_by": "one tensor gather"}
 
 
 def _whole_batch(batch):

@@ -1,4 +1,4 @@
-"""Build a compare.specs ModelSpec as a torch nn.Module, and load the shared weights."""
+"""Build a compare.experiment.specs ModelSpec as a torch nn.Module, and load the shared weights."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ def _tensor(model: SpecNet, name: str) -> torch.Tensor:
 
 def load_weights(model: SpecNet, weights: dict[str, np.ndarray],
                  spec: specs.ModelSpec) -> None:
-    """Copy canonical-layout weights (compare.init) into the model: torch's layout is canonical."""
+    """Copy canonical-layout weights (compare.experiment.weights) into the model: torch's
+    layout is canonical."""
     with torch.no_grad():
         for name in specs.parameter_shapes(spec):
             target, value = _tensor(model, name), weights[name]

@@ -1,8 +1,8 @@
 """The step's phases from PyTorch's profiler: its Chrome/Perfetto trace read into a
-compare.phases Capture.
+compare.run.phases Capture.
 
 torch.profiler exports a trace whose host events include the record_function ranges the
-trainer opens while it profiles (train.py, compare.phases.scope) and the collective ops
+trainer opens while it profiles (train.py, compare.run.phases.scope) and the collective ops
 DDP runs; on a GPU, every kernel and copy is an event of its own ("kernel", "gpu_memcpy",
 "gpu_memset"), tied by its `correlation` id to the CUDA runtime call that launched it,
 which lies inside the host range of the phase that launched it.

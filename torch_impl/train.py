@@ -1,6 +1,6 @@
 """PyTorch trainer: DataLoader, AMP, channels_last, DDP.
 
-The loop and its clock are compare.loop's; this module supplies the compare.interface
+The loop and its clock are compare.run.loop's; this module supplies the compare.run.interface
 Trainer. Run by the CLI as `python -m torch_impl.train CONFIG.json`.
 """
 
@@ -53,7 +53,7 @@ def select_device(config: RunConfig) -> DeviceChoice:
     """Chosen once, from --device and --devices; the GPU when present under `auto`.
 
     Under torchrun (or the DDP processes `train` spawns) the process count comes from
-    WORLD_SIZE, this process's rank from RANK and its GPU from LOCAL_RANK (compare.cluster).
+    WORLD_SIZE, this process's rank from RANK and its GPU from LOCAL_RANK (compare.process.cluster).
     """
     launched = cluster.launch(FRAMEWORK)
     processes, rank, local_rank = launched.processes, launched.rank, launched.local_rank
@@ -75,7 +75,7 @@ def select_device(config: RunConfig) -> DeviceChoice:
 
 
 def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
-    """PyTorch's counterpart of a tf.distribute strategy (--strategy, compare.strategy): join
+    """PyTorch's counterpart of a tf.distribute strategy (--strategy, experiment.strategy): join
     the process group of the run's DDP processes (NCCL between GPUs, gloo between CPUs) from
     the environment torchrun or `train` set, each collective failing after
     config.collective_timeout_s when a peer does not answer; with `--strategy mirrored` on one
@@ -97,8 +97,8 @@ def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
 
 
 def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
-    """Precision (compare.precision), TF32, cuDNN autotune and determinism; returns what was
-    set."""
+    """Precision (experiment.precision), TF32, cuDNN autotune and determinism; returns what
+    was set."""
     torch.backends.cuda.matmul.allow_tf32 = config.tf32
     torch.backends.cudnn.allow_tf32 = config.tf32
     torch.backends.cudnn.benchmark = config.cudnn_benchmark and choice.on_gpu
@@ -242,7 +242,7 @@ class Trainer:
         return loss.detach()
 
     def _phase(self, name: str):
-        """A profiler range marking one phase of the step (compare.phases), opened only
+        """A profiler range marking one phase of the step (compare.run.phases), opened only
         while a profiler records. Otherwise a shared no-op context: the five of a step cost
         about 1 us together (timeit, this project's CPU), a range several us each."""
         return torch.profiler.record_function(scope(name)) if self.profiling else NOT_PROFILING
@@ -320,7 +320,7 @@ class Trainer:
         return isinstance(exc, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError))
 
     def manifest(self) -> dict:
-        """PyTorch's half of the fairness manifest (compare.fairness builds the rest)."""
+        """PyTorch's half of the fairness manifest (compare.run.fairness builds the rest)."""
         scaling = None
         if self.scaler.is_enabled():
             scaling = (f"dynamic (torch.amp.GradScaler): initial "
@@ -428,7 +428,7 @@ class Trainer:
             dist.destroy_process_group()
             self.owns_group = False
 
-    # ---- parity probe (compare.interface.ProbeTrainer)
+    # ---- parity probe (compare.run.interface.ProbeTrainer)
 
     def gradients(self, batch) -> tuple[np.ndarray, float, dict[str, np.ndarray]]:
         """Logits, loss and canonical-layout gradients for one batch, no update."""
@@ -498,7 +498,7 @@ def describe_environment() -> dict:
 
 def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     """Train as `config` says, one DDP process per replica; an exit code.
-    With `resume`, continue from the checkpoint in config.out (compare.checkpoint)."""
+    With `resume`, continue from the checkpoint in config.out (compare.run.checkpoint)."""
     check_split(config)
     if cluster.launch(FRAMEWORK).launcher is not None:  # torchrun started this process
         return _train_process(config, dataset, resume)
@@ -506,7 +506,7 @@ def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
         return _train_process(config, dataset, resume)
     import torch.multiprocessing as mp
     # This process only launches the DDP processes: it passes stop signals on to them and
-    # waits while they write their results (compare.shutdown).
+    # waits while they write their results (compare.process.shutdown).
     with shutdown.forwarding() as forwarder:
         context = mp.spawn(_spawned_process, args=(config, _free_port(), resume, os.getpid()),
                            nprocs=config.devices, join=False)
@@ -538,7 +538,7 @@ def _train_process(config: RunConfig, dataset: Dataset, resume: bool) -> int:
 def _spawned_process(rank: int, config: RunConfig, port: int, resume: bool,
                      launcher_pid: int) -> None:
     """One DDP process started by `train` (as torchrun would: the same variables)."""
-    shutdown.install_trainer(launcher_pid)  # as compare.worker does for the launcher
+    shutdown.install_trainer(launcher_pid)  # as compare.run.worker does for the launcher
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(config.devices),
                        "LOCAL_WORLD_SIZE": str(config.devices), cluster.SPAWNED_ENV: "1"})

@@ -48,7 +48,7 @@ def check_config(config: RunConfig) -> RunConfig:
 
 def check_split(config: RunConfig) -> None:
     """The launch must fit the config, and the global batch split evenly over the replicas
-    of all processes (compare.cluster: TF_CONFIG workers or torchrun processes)."""
+    of all processes (compare.process.cluster: TF_CONFIG workers or torchrun processes)."""
     launched = cluster.launch(config.framework)
     cluster.check(config.framework, config.devices, config.device, launched)
     replicas = cluster.replicas(config.framework, config.devices, launched)

@@ -59,7 +59,7 @@ def find_library(name: str) -> str | None:
 
 def train_steps(impl, config: RunConfig) -> dict[str, Any]:
     """In a framework process: a few real steps per precision on this config's device; the
-    loaded CUDA libraries. Called by compare.worker for `--doctor`."""
+    loaded CUDA libraries. Called by compare.run.worker for `--doctor`."""
     choice = impl.select_device(config)
     batch = config.batch_size
     dataset = datasets.synthetic(batch * (TIMED_STEPS + 1), batch)

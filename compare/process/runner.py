@@ -34,7 +34,8 @@ class Outcome:
 
     @property
     def interrupted(self) -> bool:
-        """It stopped on a stop signal (compare.shutdown), so what was queued after it waits."""
+        """It stopped on a stop signal (compare.process.shutdown), so what was queued after it
+        waits."""
         return shutdown.is_interrupt(self.code)
 
 
@@ -102,7 +103,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
     With `on_line` None the child shares the terminal (live progress bar); otherwise its
     output goes line by line to `on_line` and to the log. Ctrl-C reaches the child
     too (same process group); other stop signals are passed on to it under
-    compare.shutdown.forwarding(). Either way we wait for it to finish writing.
+    compare.process.shutdown.forwarding(). Either way we wait for it to finish writing.
     """
     out = Path(config.out)
     stop = shutdown.parent_stop()

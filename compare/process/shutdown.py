@@ -37,7 +37,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # (128 + SIGPIPE), or that a stop signal killed before it could handle it (-n, as Popen says).
 INTERRUPT_CODES = frozenset([128 + s for s in (*STOP_SIGNALS, signal.SIGPIPE)]
                             + [-s for s in STOP_SIGNALS])
-PARENT_PID_ENV = "CNNCOMPARE_PARENT_PID"  # set by compare.runner for the trainer it starts
+PARENT_PID_ENV = "CNNCOMPARE_PARENT_PID"  # set by compare.process.runner for the trainer it starts
 # A stop signal this long (s) after the first one ends a trainer at once: the first one's
 # writing has had its chance. Repeats that come together (a terminal's Ctrl-C reaches the
 # group and is also forwarded; `timeout` signals the child and then the group) do not.
@@ -71,7 +71,7 @@ _state = TrainerState()
 def install_trainer(parent_pid: int | None = None) -> None:
     """In a trainer process: stop signals, the parent's death and a closed output pipe all
     become one remembered stop. `parent_pid`: the process that started this one (default:
-    the one compare.runner names in the environment, else the current parent)."""
+    the one compare.process.runner names in the environment, else the current parent)."""
     _state.parent_pid = parent_pid or int(os.environ.get(PARENT_PID_ENV, 0)) or os.getppid()
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
@@ -254,7 +254,7 @@ class Forwarder:
             _send(child, signum)
 
 
-_forwarder: Forwarder | None = None  # the active one, which compare.runner reports children to
+_forwarder: Forwarder | None = None  # the active one, which runner reports children to
 
 
 @contextmanager

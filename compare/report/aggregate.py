@@ -139,7 +139,7 @@ def seed_of(run: dict) -> int | None:
 
 def device_label(environment: dict | None) -> str | None:
     """'GPU: <count>x <model>' or 'CPU' from a result's environment (None when unknown): the
-    hardware both frameworks record alike (compare.devices.hardware)."""
+    hardware both frameworks record alike (compare.machine.devices.hardware)."""
     return devices.label_of(environment)
 
 

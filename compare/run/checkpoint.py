@@ -6,7 +6,7 @@ directory `checkpoint/epoch-NNNN/` (the Trainer's save_checkpoint); then `checkp
 written atomically, names that directory and holds the rest: the next epoch's index and the
 epoch records, steps, timing windows and sessions recorded so far. A stop at any moment
 leaves `checkpoint.json` naming a complete directory. The data plan is a pure function of
-the seed and the epoch (compare.plan), so the next epoch's index is the whole position in
+the seed and the epoch (compare.experiment.plan), so the next epoch's index is the whole position in
 the data. A completed run's checkpoint is removed: the result and model file remain.
 """
 

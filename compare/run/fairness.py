@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from compare.experiment import plan
 from compare.experiment.config import RunConfig, steps_per_call, steps_per_call_source, update_rule
 from compare.process import cluster
 from compare.run.interface import DeviceChoice
@@ -32,7 +33,7 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
     launched = cluster.launch(config.framework)
     default_init = own.pop("default_init")
     return {
-        # The precision resolved on this device (compare.precision): requested, chosen, why.
+        # The precision resolved on this device (experiment.precision): requested, chosen, why.
         "precision": own.pop("precision"),
         "precision_policy": own.pop("precision_policy"),
         "tf32": own.pop("tf32"),
@@ -58,8 +59,8 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "launcher": launched.launcher or "cnncompare (one process group)",
         "nodes": launched.nodes,
         "distribution": own.pop("distribution"),
-        "strategy": own.pop("strategy"),  # the wrapper --strategy chose (compare.strategy)
-        # Steps per call of the step function, resolved (compare.config.steps_per_call), and
+        "strategy": own.pop("strategy"),  # the wrapper --strategy chose (experiment.strategy)
+        # Steps per call of the step function, resolved (experiment.config.steps_per_call), and
         # how the framework batches them.
         "steps_per_call": steps_per_call(config, choice.on_gpu),
         "steps_per_call_from": steps_per_call_source(config, choice.on_gpu),
@@ -67,14 +68,25 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "input_wait": own.pop("input_wait"),  # where the input wait is timed
         "compile": own.pop("compile"),
         "channels_last": own.pop("channels_last"),
-        "pipeline": own.pop("pipeline"),
+        "pipeline": _pipeline(config, own.pop("pipeline")),
         # Each framework's own behaviour that no setting changes (the report's notes).
         "loss_scale_check": own.pop("loss_scale_check"),
         "batchnorm_kernel": own.pop("batchnorm_kernel"),
-        "init_source": (f"compare.init numpy weights, seed {config.seed}" if config.shared_init
-                        else default_init),
+        "init_source": (f"shared numpy weights (compare.experiment.weights), seed {config.seed}"
+                        if config.shared_init else default_init),
         "data_plan_seed": config.seed,
         "device_kind": choice.kind,
         "device": choice.description,
         **own,  # anything else the framework records
     }
+
+
+def _pipeline(config: RunConfig, loader: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline entry: its kind, the framework's loader settings, then how the shared
+    plan's augmentation was applied (by the framework's `augmented_by` ops, on the device
+    where the loader says `on_device`)."""
+    loader = dict(loader)
+    on_device = ", on the device" if loader.pop("on_device", False) else ""
+    how = plan.augmentation_note(config.augment, loader.pop("augmented_by"))
+    return {"kind": config.pipeline.kind, **loader,
+            "augmentation": how + (on_device if config.augment else "")}

@@ -1,10 +1,10 @@
 """What a framework package provides, written down once.
 
-`tf_impl` and `torch_impl` implement these protocols; `compare.loop`, `compare.parity` and
-`compare.worker` use nothing else of them. They are also the checklist for a third
-framework: a package with a `train` module that satisfies `FrameworkModule`, whose
-`Trainer` satisfies `ProbeTrainer`: the small protocols Training, Checkpointing, Profiling,
-Collectives and Probing together.
+`tf_impl` and `torch_impl` implement these protocols; `compare.run.loop`,
+`compare.experiment.parity` and `compare.run.worker` use nothing else of them. They are
+also the checklist for a third framework: a package with a `train` module that satisfies
+`FrameworkModule`, whose `Trainer` satisfies `ProbeTrainer`: the small protocols Training,
+Checkpointing, Profiling, Collectives and Probing together.
 
 Words used throughout: a *replica* is one model copy kept in sync with the others (the
 global batch is split over the replicas); `--devices N` asks for N replicas. A *process*
@@ -55,14 +55,14 @@ class DeviceChoice:
 
 
 class Training(Protocol):
-    """One framework's model, optimizer and pipelines, as compare.loop drives them."""
+    """One framework's model, optimizer and pipelines, as compare.run.loop drives them."""
 
     framework: str  # "tf" or "torch"
     choice: DeviceChoice
     spec: "specs.ModelSpec"
     replicas: int  # model copies over all processes
     steps_per_epoch: int
-    steps_per_call: int  # training steps per train_steps call (compare.config.steps_per_call)
+    steps_per_call: int  # training steps per train_steps call (config.steps_per_call)
     gpu_indices: list[int] | None  # NVML indices of this run's GPUs; None on CPU
 
     def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice) -> None: ...
@@ -91,7 +91,7 @@ class Training(Protocol):
 
 
 class Checkpointing(Protocol):
-    """What `--resume` and `--save-model` need (compare.checkpoint)."""
+    """What `--resume` and `--save-model` need (compare.run.checkpoint)."""
 
     def save_model(self, directory: Path) -> str: ...  # the file name written
     # Everything a resumed run needs that the data plan does not give: weights, BatchNorm
@@ -101,10 +101,10 @@ class Checkpointing(Protocol):
 
 
 class Profiling(Protocol):
-    """The phase profile after the timed epochs (compare.phases)."""
+    """The phase profile after the timed epochs (compare.run.phases)."""
 
     def start_profile(self, directory: Path) -> None: ...  # the framework's own profiler
-    # The trace written and the recorded steps' phases read from it (compare.phases).
+    # The trace written and the recorded steps' phases read from it (compare.run.phases).
     def stop_profile(self) -> "phases.Capture": ...
 
 
@@ -112,7 +112,7 @@ class Collectives(Protocol):
     """What the processes of a multi-process run tell each other."""
 
     # Every process's `figures`, one row per process in rank order: a collective that all
-    # processes of a multi-process run call together (compare.loop.per_process).
+    # processes of a multi-process run call together (compare.run.loop.per_process).
     def gather_figures(self, figures: list[float]) -> list[list[float]]: ...
     # After `exc` ended a multi-process run: on the chief, what each other rank said of its
     # end ({rank: reason}), None elsewhere or for a single process.
@@ -120,7 +120,7 @@ class Collectives(Protocol):
 
 
 class Probing(Protocol):
-    """The parity probe's access to weights and gradients (compare.parity.write_probe)."""
+    """The parity probe's access to weights and gradients (parity.write_probe)."""
 
     initial: dict[str, np.ndarray] | None  # the shared initial weights, canonical layout
 
@@ -130,7 +130,7 @@ class Probing(Protocol):
 
 
 class Trainer(Training, Checkpointing, Profiling, Collectives, Protocol):
-    """Everything compare.loop uses of a framework's trainer."""
+    """Everything compare.run.loop uses of a framework's trainer."""
 
 
 class ProbeTrainer(Trainer, Probing, Protocol):
@@ -141,7 +141,7 @@ TRAINER_PROTOCOLS = (Training, Checkpointing, Profiling, Collectives, Probing)
 
 
 class FrameworkModule(Protocol):
-    """The module `python -m <package>.train` runs (see compare.worker.main)."""
+    """The module `python -m <package>.train` runs (see compare.run.worker.main)."""
 
     FRAMEWORK: str
     Trainer: type

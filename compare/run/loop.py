@@ -1,8 +1,8 @@
 """The training loop and its clock, shared by both frameworks.
 
-Each framework supplies a `compare.interface.Trainer`; this module owns the order of work
+Each framework supplies a `compare.run.interface.Trainer`; this module owns the order of work
 and the timing, so every figure is measured by the same code in TensorFlow and in PyTorch.
-The result files are compare.recorder's, the live display compare.progress's.
+The result files are compare.run.recorder's, the live display compare.run.progress's.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
     """Train with a Recorder on the chief process, without one elsewhere; an exit code.
 
     With `resume`, continue from the checkpoint in config.out when there is one
-    (compare.checkpoint): every process loads it, the chief restores its records.
+    (compare.run.checkpoint): every process loads it, the chief restores its records.
     """
     state = checkpoint.load(config) if resume else None
     if state is not None:
@@ -274,7 +274,7 @@ def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | Non
                    global_step: int) -> None:
     """`--profile N`: after the last epoch, N more training steps (whole calls, and at most
     an epoch's less one warm call) under the framework's own profiler, split into the step's
-    phases (compare.phases) into result["profile"]. They take the data plan's next epoch of
+    phases (compare.run.phases) into result["profile"]. They take the data plan's next epoch of
     batches, after one unrecorded warm call that starts its pipeline, at the last step's
     learning rate; an epoch of fewer than two calls is all warm-up, and the profile takes
     the epoch after it. Every process runs every step, profiled or not, so that the collectives

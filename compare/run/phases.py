@@ -2,7 +2,7 @@
 
 After the last epoch, `--profile N` runs N more training steps (whole calls, after one
 unrecorded warm call; they count in no other figure) under the framework's own profiler
-(compare.loop.profile_phases). Each framework marks its phases with the names `scope`
+(compare.run.loop.profile_phases). Each framework marks its phases with the names `scope`
 gives (PyTorch: torch.profiler.record_function ranges, only while it profiles; TensorFlow:
 tf.name_scope in the traced step, which costs nothing at run time), reads its own trace
 (tf_impl/profile.py, torch_impl/profile.py) into a `Capture` of time intervals per phase,

@@ -65,7 +65,7 @@ class Recorder:
         self.summarise("running")
 
     def resume_state(self) -> dict[str, Any]:
-        """What a resumed run restores (compare.checkpoint keeps it beside the weights)."""
+        """What a resumed run restores (compare.run.checkpoint keeps it beside the weights)."""
         return {"epochs": self.epochs, "steps": self.steps, "windows": self.windows,
                 "sessions": self.result["sessions"], "started_at": self.result["started_at"],
                 "files": self.result["files"]}
@@ -151,7 +151,7 @@ class Recorder:
 
 
 def resolved_precision(config: RunConfig, trainer: Trainer) -> str:
-    """The precision the trainer computes in ("mixed" or "fp32"; compare.precision)."""
+    """The precision the trainer computes in ("mixed" or "fp32"; compare.experiment.precision)."""
     numerics = getattr(trainer, "numerics", None) or {}
     if "resolved" in numerics:
         return numerics["resolved"].precision

@@ -1,6 +1,6 @@
 """One run's summary: a pure function of its epoch records and timing windows.
 
-The definitions are the ones `compare.results.MEASUREMENT` states; both frameworks' results
+The definitions are the ones `compare.schema.MEASUREMENT` states; both frameworks' results
 are summarised by this code, so a figure means the same in both.
 """
 
@@ -21,7 +21,7 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
                   steps_per_call: int | None = None,
                   precision: str | None = None) -> dict[str, Any]:
     """The summary block of result.json for these epochs and windows; `precision` is the one
-    the run resolved (compare.precision), config.precision where not given."""
+    the run resolved (compare.experiment.precision), config.precision where not given."""
     summary: dict[str, Any] = {
         "status": status, "replicas": replicas, "train_flops_per_image": train_flops_per_image,
         "steps_per_call": steps_per_call,
@@ -79,7 +79,7 @@ def steady_epochs(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def per_process(steady: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """Each process's own clock over the steady epochs (compare.loop.per_process), rank by
+    """Each process's own clock over the steady epochs (compare.run.loop.per_process), rank by
     rank: training seconds, the share of them spent waiting for input, and the median
     step time (ms) of its windows; None for a single process."""
     gathered = [e.get("processes") for e in steady]

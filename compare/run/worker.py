@@ -3,7 +3,7 @@
 The parent (`cnncompare run/compare/sweep`) writes the RunConfig as JSON and starts the
 framework's train module, which calls `main` here with its own implementation module.
 Errors the user can act on print one line and exit non-zero; --debug shows tracebacks.
-Stop signals and the parent's death are handled as compare.shutdown describes.
+Stop signals and the parent's death are handled as compare.process.shutdown describes.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def quiet_framework_logs() -> None:
 
 
 def main(impl: ModuleType, argv: list[str] | None = None) -> int:
-    """Run what the arguments ask of `impl` (a compare.interface.FrameworkModule)."""
+    """Run what the arguments ask of `impl` (a compare.run.interface.FrameworkModule)."""
     parser = argparse.ArgumentParser(prog=f"python -m {impl.__name__}",
                                      description="One framework's side of cnncompare "
                                                  "(started by the CLI).")
@@ -78,7 +78,7 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
 def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, steps: int,
           perturb: bool = False) -> None:
     """This framework's side of the parity check, in the config it is given (the parent
-    chooses: compare.parity.probe_config or timed_config); see compare.parity.write_probe."""
+    chooses: parity.probe_config or timed_config); see compare.experiment.parity.write_probe."""
     from compare.experiment import parity
     parity.write_probe(impl.Trainer(config, dataset, impl.select_device(config)), config, path,
                        steps, perturb)

@@ -1,8 +1,8 @@
 """Decode CIFAR-10 through tensorflow-datasets or torchvision, in a process of its own.
 
-    python -m compare.datasets.decode tfds|torchvision ROOT OUT.npz [--no-download]
+    python -m compare.experiment.datasets.decode tfds|torchvision ROOT OUT.npz [--no-download]
 
-Started by compare.datasets.frameworks so that the caller never imports TensorFlow or
+Started by compare.experiment.datasets.frameworks so that the caller never imports TensorFlow or
 torchvision. Writes the arrays to OUT.npz atomically and exits 0; on failure prints
 {"error": "<one-line message>"} as the last line of stdout and exits 2, never a traceback.
 """
@@ -90,7 +90,7 @@ def write_decoded(source: str, root: Path, out: Path, download: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Decode as the arguments say; the exit code and stdout are the answer to the caller."""
-    parser = argparse.ArgumentParser(prog="python -m compare.datasets.decode",
+    parser = argparse.ArgumentParser(prog="python -m compare.experiment.datasets.decode",
                                      description="Decode CIFAR-10 through a framework's "
                                                  "loader into an npz (started by cnncompare).")
     parser.add_argument("source", choices=sorted(DECODERS))

@@ -1,6 +1,6 @@
 """CIFAR-10 through tensorflow-datasets or torchvision, decoded once in a helper process.
 
-The decoder (`python -m compare.datasets.decode`) leaves the arrays in the npz cache, so
+The decoder (`python -m compare.experiment.datasets.decode`) leaves the arrays in the npz cache, so
 the calling process never imports TensorFlow or torchvision for these sources: a PyTorch
 trainer that loaded TensorFlow first would abort when torch's compiler starts (both bring
 LLVM). The cache is keyed on the source and the resolved data root, so a later load reads
@@ -94,7 +94,7 @@ def _read_decoded(path: Path, source: str) -> Dataset:
 
 
 def run_decoder(source: str, root: Path, out: Path, download: bool, progress: bool) -> None:
-    """Run `python -m compare.datasets.decode` to write `source`'s arrays to `out`.
+    """Run `python -m compare.experiment.datasets.decode` to write `source`'s arrays to `out`.
 
     Raises DataError with the decoder's one-line message when it fails.
     """
@@ -123,5 +123,5 @@ def _failure(source: str, proc: subprocess.CompletedProcess) -> str:
         why = f"exit code {code}"
     lines = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()]
     tail = f": {lines[-1].strip()}" if lines else ""
-    return f"decoding {source} in a helper process (python -m compare.datasets.decode) " \
-           f"failed ({why}){tail}"
+    return (f"decoding {source} in a helper process "
+            f"(python -m compare.experiment.datasets.decode) failed ({why}){tail}")

@@ -1,0 +1,189 @@
+"""Each framework's trainer, by one test for both where the behaviour is shared (a real step,
+reduced precision on CPU, the CLI path), and one for each where the mechanism differs
+(TensorFlow's MirroredStrategy over 2 logical CPUs and XLA; PyTorch's DDP over 2 gloo
+processes and DataLoader workers)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import tiny_config
+
+from compare import schema
+from compare.cli import cli
+from compare.experiment import datasets
+from compare.experiment.config import PipelineConfig
+
+# What each framework calls the shared settings, where the tests check them.
+OWN = {
+    "tf": {"bf16_policy": "mixed_bfloat16", "model_file": "model.keras", "bn_as_set": 0.9,
+           "loss_rel": 1e-5},
+    "torch": {"bf16_policy": "autocast bfloat16", "model_file": "model.pt", "bn_as_set": 0.1,
+              "loss_rel": 1e-6},
+}
+
+
+@pytest.fixture(params=["tf", "torch"])
+def framework(request):
+    """(name, train module); TensorFlow's split into 2 logical CPUs, its global dtype policy
+    set back to float32 after the test."""
+    if request.param == "torch":
+        from torch_impl import train as torch_train
+        yield "torch", torch_train
+        return
+    tf_train = request.getfixturevalue("tf_two_cpus")
+    try:
+        yield "tf", tf_train
+    finally:
+        import keras
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def _trainer(module, config):
+    return module.Trainer(config, datasets.config_dataset(config), module.select_device(config))
+
+
+def test_one_step_applies_the_pytorch_form_sgd_update(tmp_path, framework):
+    name, module = framework
+    trainer = _trainer(module, tiny_config(tmp_path, weight_decay=0.01))
+    batch = next(iter(trainer.batches(0)))
+    before = trainer.weights()
+    _, loss_before, grads = trainer.gradients(batch)
+    trainer.reset_weights()
+    loss = trainer.train_step(batch, 0.1)
+    after = trainer.weights()
+    assert float(loss) == pytest.approx(loss_before, rel=OWN[name]["loss_rel"])
+    for weight, g in grads.items():  # first step: v = g + wd * w, w -= lr * v
+        np.testing.assert_allclose(after[weight],
+                                   before[weight] - 0.1 * (g + 0.01 * before[weight]), atol=1e-6)
+    for _ in range(15):
+        trainer.train_step(batch, 0.05)
+    assert trainer.gradients(batch)[1] < 0.75 * loss_before  # it learns the batch
+
+
+def test_mixed_precision_is_bfloat16_on_a_cpu(tmp_path, framework):
+    """--precision mixed on a CPU computes in bfloat16 without loss scaling; the first step's
+    loss is the float32 one within bfloat16's rounding."""
+    name, module = framework
+    trainer = _trainer(module, tiny_config(tmp_path, precision="mixed"))
+    assert trainer.numerics["policy"] == OWN[name]["bf16_policy"]
+    assert not trainer.numerics["loss_scaling"]  # loss scaling only for float16
+    assert trainer.manifest()["precision_policy"] == OWN[name]["bf16_policy"]
+    batch = next(iter(trainer.batches(0)))
+    fp32 = _trainer(module, tiny_config(tmp_path)).gradients(batch)[1]
+    loss = float(trainer.train_step(batch, 0.01))
+    assert np.isfinite(loss) and loss == pytest.approx(fp32, abs=0.05)
+    if name == "tf":
+        assert trainer.model.get_layer("conv1").compute_dtype == "bfloat16"
+        assert trainer.model.output.dtype == "float32"  # logits cast back for the loss
+    else:
+        assert not trainer.scaler.is_enabled()  # GradScaler only for float16
+
+
+@pytest.mark.parametrize("name", ["tf", "torch"])
+def test_cli_run_writes_a_valid_result(tmp_path, name):
+    out = tmp_path / "cli"
+    outcome = CliRunner().invoke(cli, ["run", "--framework", name, "--dataset", "synthetic",
+                                       "--synthetic-size", "320", "--epochs", "2",
+                                       "--precision", "fp32", "--workers", "0", "--out", str(out),
+                                       "--quiet"])
+    assert outcome.exit_code == 0, outcome.output
+    result = schema.read_result(out / "result.json")
+    summary = result["summary"]
+    assert summary["status"] == "completed" and len(result["epochs"]) == 2
+    assert 0.0 <= summary["final_test_accuracy"] <= 1.0
+    assert summary["steady_step_time_ms"]["median"] > 0 and summary["images_per_s"] > 0
+    assert (summary["peak_device_memory_bytes"] is None
+            and "CPU" in summary["peak_device_memory_note"])
+    assert result["fairness"]["precision_policy"] == "float32"
+    assert result["fairness"]["bn_momentum"] == {"torch_convention": 0.1,
+                                                 "as_set": OWN[name]["bn_as_set"]}
+    assert result["fairness"]["init_source"].startswith("shared numpy weights")
+    steps = (out / "steps.csv").read_text().splitlines()
+    assert steps[0] == "global_step,epoch,lr,loss" and len(steps) == 1 + 2 * 10
+    assert (out / OWN[name]["model_file"]).exists() and (out / "windows.csv").exists()
+    assert json.loads((out / "config.json").read_text())["framework"] == name
+
+
+# TensorFlow's own mechanisms
+
+
+def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(tmp_path, tf_two_cpus):
+    """Loss scaled by the global batch and summed over replicas = the global-batch mean:
+    after an epoch of steps the weights agree, and so does every step's loss."""
+    one = tiny_config(tmp_path)
+    two = one.replace(devices=2)
+    a, b = _trainer(tf_two_cpus, one), _trainer(tf_two_cpus, two)
+    assert a.replicas == 1 and b.replicas == 2
+    losses_a, losses_b = [], []
+    for batch_a, batch_b in zip(a.batches(0), b.batches(0)):
+        losses_a.append(float(a.train_step(batch_a, 0.05)))
+        losses_b.append(float(b.train_step(batch_b, 0.05)))
+    assert len(losses_a) == 8
+    np.testing.assert_allclose(losses_b, losses_a, rtol=1e-5)
+    wa, wb = a.weights(), b.weights()
+    for weight in wa:
+        np.testing.assert_allclose(wb[weight], wa[weight], atol=2e-6, err_msg=weight)
+
+
+def test_xla_switch_compiles_and_trains(tmp_path, tf_two_cpus):
+    plain = _trainer(tf_two_cpus, tiny_config(tmp_path))
+    xla = _trainer(tf_two_cpus, tiny_config(tmp_path, compile=True))
+    batch = next(iter(plain.batches(0)))
+    assert float(xla.train_step(batch, 0.05)) == pytest.approx(float(plain.train_step(batch, 0.05)),
+                                                               rel=1e-4)
+    assert "XLA" in xla.manifest()["compile"]
+
+
+# PyTorch's own mechanisms
+
+
+def test_dataloader_workers_deliver_the_same_batches(tmp_path):
+    import torch
+
+    from torch_impl import train as torch_train
+    inline = _trainer(torch_train, tiny_config(tmp_path))
+    workers = _trainer(torch_train, tiny_config(tmp_path, pipeline=PipelineConfig(workers=2)))
+    for a, b in zip(inline.batches(1), workers.batches(1)):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def _ddp_against_one_process(tmp_path, **two_changes):
+    """Train one process and two gloo DDP processes on the same global batches; assert the
+    weights after an epoch agree; the two-process run's result."""
+    import torch
+
+    from torch_impl import train as torch_train
+    one = tiny_config(tmp_path, out=str(tmp_path / "one"))
+    two = one.replace(devices=2, out=str(tmp_path / "two"), **two_changes)
+    dataset = datasets.config_dataset(one)
+    assert torch_train.train(one, dataset) == 0
+    assert torch_train.train(two, dataset) == 0
+    a, b = (torch.load(tmp_path / d / "model.pt", weights_only=True)["state_dict"]
+            for d in ("one", "two"))
+    for weight in a:
+        np.testing.assert_allclose(b[weight].numpy(), a[weight].numpy(), atol=2e-6,
+                                   err_msg=weight)
+    return (schema.read_result(tmp_path / "one" / "result.json"),
+            schema.read_result(tmp_path / "two" / "result.json"))
+
+
+def test_ddp_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path):
+    """Averaged gradients over 2 ranks = the gradient of the global batch: after every step of
+    an epoch the weights agree, and so do the recorded global-batch losses."""
+    ra, rb = _ddp_against_one_process(tmp_path)
+    assert (rb["summary"]["replicas"] == 2
+            and rb["fairness"]["distribution"] == "DistributedDataParallel (gloo)")
+    assert rb["fairness"]["per_replica_batch"] == 16
+    assert rb["epochs"][0]["train_loss"] == pytest.approx(ra["epochs"][0]["train_loss"], rel=1e-5)
+
+
+def test_the_device_pipeline_trains_two_ddp_processes_as_one(tmp_path):
+    """--devices 2 --pipeline device: each gloo process holds the training set on its own
+    device and gathers its half of every global batch there; the weights after an epoch are
+    the one-process loader run's."""
+    _, rb = _ddp_against_one_process(tmp_path, pipeline=PipelineConfig.preset("device"))
+    assert rb["fairness"]["pipeline"]["kind"] == "device" and rb["fairness"]["replicas"] == 2
