@@ -1,5 +1,5 @@
-"""Every GPU claim of the README has a GPU test that proves it, and each such test quotes its
-claim: the README's "On a GPU" table against tests/test_gpu.py, on any machine."""
+"""Every GPU claim of docs/gpu.md has a GPU test that proves it, and each such test quotes its
+claim: docs/gpu.md's claims table against tests/test_gpu.py, on any machine."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def claims() -> dict[str, list[str]]:
-    """The README table's claims, each with the tests it names."""
-    text = (REPO / "README.md").read_text()
+    """The claims table's rows, each with the tests it names."""
+    text = (REPO / "docs" / "gpu.md").read_text()
     table = text[text.index("| On a GPU | proved by"):].split("\n\n", 1)[0].splitlines()[2:]
     found = {}
     for row in table:
@@ -36,11 +36,11 @@ def test_every_gpu_claim_has_a_test_that_quotes_it():
         assert names, f"no test named for: {claim}"
         for name in names:
             assert name in tests, f"{name} (for: {claim}) is not in tests/test_gpu.py"
-            assert tests[name].startswith(f"README: {claim}"), (name, tests[name][:120])
+            assert tests[name].startswith(f"Claim: {claim}"), (name, tests[name][:120])
 
 
 def test_every_gpu_test_proves_a_claim_and_is_named_for_its_framework():
     named = {name for names in claims().values() for name in names}
     for name in gpu_tests():
-        assert name in named, f"{name} proves no claim of the README's table"
+        assert name in named, f"{name} proves no claim of docs/gpu.md's table"
         assert name.startswith(("test_torch_", "test_tf_", "test_both_")), name

@@ -1,6 +1,6 @@
 """The GPU paths, on a real GPU (`pytest -m gpu`); every test here skips without one.
 
-Each test proves one claim of the README's "On a GPU" table and quotes it first in its
+Each test proves one claim of docs/gpu.md's claims table and quotes it first in its
 docstring (tests/test_claims.py checks that every claim has a test). Tests are named
 test_torch_*, test_tf_* or test_both_*, so the GPU battery can run one framework's part.
 
@@ -91,7 +91,7 @@ def _tf_run(tmp_path: Path, name: str, *options: str) -> dict:
 # ---------------------------------------------------------------- mixed precision, loss scaling
 
 def test_torch_float16_loss_scaling_skips_and_rescales(tmp_path, torch_gpu):
-    """README: Mixed precision on a GPU is float16 with dynamic loss scaling in both
+    """Claim: Mixed precision on a GPU is float16 with dynamic loss scaling in both
     frameworks: an overflow skips the step and halves the scale, finite steps double it."""
     import torch
     config = _gpu_config(tmp_path, precision="mixed", loss_scale_initial=2.0 ** 24,
@@ -113,7 +113,7 @@ def test_torch_float16_loss_scaling_skips_and_rescales(tmp_path, torch_gpu):
 
 
 def test_tf_float16_loss_scaling_skips_and_rescales(tmp_path, tf_gpus):
-    """README: Mixed precision on a GPU is float16 with dynamic loss scaling in both
+    """Claim: Mixed precision on a GPU is float16 with dynamic loss scaling in both
     frameworks: an overflow skips the step and halves the scale, finite steps double it."""
     found = _tf_scenario("loss_scaling", tmp_path)
     assert found["policy"] == "mixed_float16" and "LossScaleOptimizer" in found["loss_scaling"]
@@ -126,7 +126,7 @@ def test_tf_float16_loss_scaling_skips_and_rescales(tmp_path, tf_gpus):
 # ---------------------------------------------------------------- distribution
 
 def test_tf_mirrored_strategy_over_every_gpu(tmp_path, tf_gpus):
-    """README: MirroredStrategy and DDP train over every GPU present."""
+    """Claim: MirroredStrategy and DDP train over every GPU present."""
     result = _tf_run(tmp_path, "mirrored", "--devices", str(len(tf_gpus)), "--batch-size",
                      str(32 * len(tf_gpus)), "--epochs", "1", "--precision", "mixed")
     assert result["fairness"]["replicas"] == len(tf_gpus)
@@ -134,7 +134,7 @@ def test_tf_mirrored_strategy_over_every_gpu(tmp_path, tf_gpus):
 
 
 def test_torch_ddp_over_every_gpu(tmp_path, torch_gpu):
-    """README: MirroredStrategy and DDP train over every GPU present."""
+    """Claim: MirroredStrategy and DDP train over every GPU present."""
     import torch
     count = torch.cuda.device_count()
     if count < 2:
@@ -149,7 +149,7 @@ def test_torch_ddp_over_every_gpu(tmp_path, torch_gpu):
 # ---------------------------------------------------------------- input pipelines
 
 def test_torch_every_pipeline_gives_the_same_batches_on_the_gpu(tmp_path, torch_gpu):
-    """README: Every input pipeline (naive, tuned, device) trains on the GPU with the same
+    """Claim: Every input pipeline (naive, tuned, device) trains on the GPU with the same
     batches; TensorFlow's device pipeline gathers on the GPU, under MirroredStrategy too."""
     import torch
     firsts = {}
@@ -171,7 +171,7 @@ def test_torch_every_pipeline_gives_the_same_batches_on_the_gpu(tmp_path, torch_
 
 
 def test_tf_device_pipeline_runs_every_op_on_the_gpu(tmp_path, tf_gpus):
-    """README: Every input pipeline (naive, tuned, device) trains on the GPU with the same
+    """Claim: Every input pipeline (naive, tuned, device) trains on the GPU with the same
     batches; TensorFlow's device pipeline gathers on the GPU, under MirroredStrategy too."""
     found = _tf_scenario("placement", tmp_path)  # soft placement off: a CPU-only op raises
     assert found["device"].endswith("GPU:0") and found["shape"] == [8, 32, 32, 3]
@@ -181,7 +181,7 @@ def test_tf_device_pipeline_runs_every_op_on_the_gpu(tmp_path, tf_gpus):
 
 @pytest.mark.parametrize("pipeline", ["naive", "tuned", "device"])
 def test_tf_every_pipeline_trains_on_the_gpus(tmp_path, tf_gpus, pipeline):
-    """README: Every input pipeline (naive, tuned, device) trains on the GPU with the same
+    """Claim: Every input pipeline (naive, tuned, device) trains on the GPU with the same
     batches; TensorFlow's device pipeline gathers on the GPU, under MirroredStrategy too."""
     result = _tf_run(tmp_path, pipeline, "--pipeline", pipeline, "--strategy", "mirrored",
                      "--devices", str(len(tf_gpus)), "--batch-size", str(32 * len(tf_gpus)),
@@ -194,14 +194,14 @@ def test_tf_every_pipeline_trains_on_the_gpus(tmp_path, tf_gpus, pipeline):
 # ---------------------------------------------------------------- compilers
 
 def test_tf_xla_on_the_gpu(tmp_path, tf_gpus):
-    """README: --compile runs XLA (TensorFlow) and torch.compile (PyTorch) on the GPU."""
+    """Claim: --compile runs XLA (TensorFlow) and torch.compile (PyTorch) on the GPU."""
     result = _tf_run(tmp_path, "xla", "--compile", "--epochs", "2", "--precision", "mixed")
     assert result["fairness"]["compile"] == "XLA jit_compile (forward+backward)"
     assert all(math.isfinite(e["train_loss"]) for e in result["epochs"])
 
 
 def test_torch_compile_on_the_gpu(tmp_path, torch_gpu):
-    """README: --compile runs XLA (TensorFlow) and torch.compile (PyTorch) on the GPU."""
+    """Claim: --compile runs XLA (TensorFlow) and torch.compile (PyTorch) on the GPU."""
     config = _gpu_config(tmp_path, compile=True, precision="mixed", epochs=2)
     trainer = _torch_trainer(torch_gpu, config)
     recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
@@ -211,7 +211,7 @@ def test_torch_compile_on_the_gpu(tmp_path, torch_gpu):
 
 
 def test_torch_cuda_graphs_train_as_the_eager_step_does(tmp_path, torch_gpu):
-    """README: --cuda-graphs replays PyTorch's forward and backward as CUDA graphs, with the
+    """Claim: --cuda-graphs replays PyTorch's forward and backward as CUDA graphs, with the
     eager step's losses."""
     from torch._dynamo.utils import counters
     losses = {}
@@ -235,7 +235,7 @@ def test_torch_cuda_graphs_train_as_the_eager_step_does(tmp_path, torch_gpu):
 # ---------------------------------------------------------------- resume, memory
 
 def test_torch_resume_restores_the_loss_scale(tmp_path, torch_gpu):
-    """README: A resumed mixed-precision run restores its loss scale."""
+    """Claim: A resumed mixed-precision run restores its loss scale."""
     config = _gpu_config(tmp_path, precision="mixed", loss_scale_initial=2.0 ** 24,
                          loss_scale_growth_interval=3)
     trainer = _torch_trainer(torch_gpu, config)
@@ -250,13 +250,13 @@ def test_torch_resume_restores_the_loss_scale(tmp_path, torch_gpu):
 
 
 def test_tf_resume_restores_the_loss_scale(tmp_path, tf_gpus):
-    """README: A resumed mixed-precision run restores its loss scale."""
+    """Claim: A resumed mixed-precision run restores its loss scale."""
     found = _tf_scenario("resume_loss_scale", tmp_path)
     assert found["scale"] != found["initial"] and found["restored"] == found["scale"]
 
 
 def test_torch_peak_memory_is_reset_each_epoch(tmp_path, torch_gpu):
-    """README: Peak device memory is each epoch's own: the allocator's peak is reset after
+    """Claim: Peak device memory is each epoch's own: the allocator's peak is reset after
     each epoch's evaluation."""
     import torch
     trainer = _torch_trainer(torch_gpu, _gpu_config(tmp_path))
@@ -270,7 +270,7 @@ def test_torch_peak_memory_is_reset_each_epoch(tmp_path, torch_gpu):
 
 
 def test_tf_peak_memory_is_reset_each_epoch(tmp_path, tf_gpus):
-    """README: Peak device memory is each epoch's own: the allocator's peak is reset after
+    """Claim: Peak device memory is each epoch's own: the allocator's peak is reset after
     each epoch's evaluation."""
     found = _tf_scenario("peak_memory", tmp_path)
     assert found["big_peak"] >= 2**30 and 0 < found["after_reset"] < found["big_peak"] / 4
@@ -279,7 +279,7 @@ def test_tf_peak_memory_is_reset_each_epoch(tmp_path, tf_gpus):
 # ---------------------------------------------------------------- energy, MFU, phases
 
 def test_torch_nvml_energy_over_real_steps(tmp_path, torch_gpu):
-    """README: Energy is read from NVML's energy counter (or, where a device refuses it,
+    """Claim: Energy is read from NVML's energy counter (or, where a device refuses it,
     its sampled power) over the training steps."""
     from compare.machine import gpu_metrics
     trainer = _torch_trainer(torch_gpu, _gpu_config(tmp_path, precision="mixed",
@@ -304,7 +304,7 @@ def test_torch_nvml_energy_over_real_steps(tmp_path, torch_gpu):
 
 
 def test_torch_run_records_device_time_peak_memory_energy_and_mfu(tmp_path, torch_gpu):
-    """README: MFU is measured against the GPU's dense peak for the precision and lies in
+    """Claim: MFU is measured against the GPU's dense peak for the precision and lies in
     (0, 1); device time, peak memory and energy are recorded per epoch."""
     from compare.machine import gpu_metrics
     config = _gpu_config(tmp_path, epochs=2, precision="mixed", synthetic_train_size=2048)
@@ -331,7 +331,7 @@ def _check_device_phases(profile: dict) -> None:
 
 
 def test_torch_phase_profile_reads_the_gpu_kernels(tmp_path, torch_gpu):
-    """README: The phase split is read on the GPU's own clock in both frameworks."""
+    """Claim: The phase split is read on the GPU's own clock in both frameworks."""
     config = _gpu_config(tmp_path, epochs=1, precision="mixed", steps_per_call=4,
                          profile_steps=8, pipeline=PipelineConfig(kind="tuned", workers=0))
     trainer = _torch_trainer(torch_gpu, config)
@@ -342,7 +342,7 @@ def test_torch_phase_profile_reads_the_gpu_kernels(tmp_path, torch_gpu):
 
 
 def test_tf_phase_profile_reads_the_gpu_kernels(tmp_path, tf_gpus):
-    """README: The phase split is read on the GPU's own clock in both frameworks."""
+    """Claim: The phase split is read on the GPU's own clock in both frameworks."""
     found = _tf_scenario("phases_on_the_device", tmp_path)
     assert found["code"] == 0
     _check_device_phases(found["profile"])
@@ -350,7 +350,7 @@ def test_tf_phase_profile_reads_the_gpu_kernels(tmp_path, tf_gpus):
 
 @pytest.mark.parametrize("precision", ["fp32", "mixed"])
 def test_tf_trains_on_the_gpu(tmp_path, tf_gpus, precision):
-    """README: MFU is measured against the GPU's dense peak for the precision and lies in
+    """Claim: MFU is measured against the GPU's dense peak for the precision and lies in
     (0, 1); device time, peak memory and energy are recorded per epoch."""
     result = _tf_run(tmp_path, precision, "--epochs", "2", "--precision", precision)
     fairness, summary = result["fairness"], result["summary"]
@@ -366,7 +366,7 @@ def test_tf_trains_on_the_gpu(tmp_path, tf_gpus, precision):
 # ---------------------------------------------------------------- doctor and the device guard
 
 def test_both_doctor_on_a_gpu_host(torch_gpu):
-    """README: doctor trains a few steps on the GPU alone and says why a framework sees no
+    """Claim: doctor trains a few steps on the GPU alone and says why a framework sees no
     GPU."""
     report = doctor.examine("lenet")
     torch_entry = report["frameworks"]["torch"]
@@ -387,7 +387,7 @@ def test_both_doctor_on_a_gpu_host(torch_gpu):
 
 
 def test_both_same_device_guard_on_a_gpu_host(torch_gpu):
-    """README: compare refuses to set one framework on the GPU against the other on the CPU."""
+    """Claim: compare refuses to set one framework on the GPU against the other on the CPU."""
     from compare.errors import UserError
     from compare.experiment.config import RunConfig
     configs = [RunConfig(framework=fw) for fw in ("tf", "torch")]

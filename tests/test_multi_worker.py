@@ -318,7 +318,7 @@ def test_more_than_one_replica_per_torchrun_process_is_refused(tmp_path):
     assert code == 2 and "does not split evenly over 2 replicas" in said
 
 
-# ---- the README's SLURM scripts, with stand-ins for srun and scontrol
+# ---- docs/machines.md's SLURM scripts, with stand-ins for srun and scontrol
 
 SRUN = """#!/bin/bash
 # srun's stand-in: the command once per "node" (2), with SLURM_PROCID and SLURM_NODEID
@@ -334,21 +334,21 @@ printf '127.0.0.1\\nlocalhost\\n'
 """
 
 
-def _readme_script(job_name: str) -> str:
-    readme = (Path(REPO) / "README.md").read_text()
-    blocks = readme.split("```bash\n")[1:]
+def _docs_script(job_name: str) -> str:
+    page = (Path(REPO) / "docs" / "machines.md").read_text()
+    blocks = page.split("```bash\n")[1:]
     return next(b.split("```")[0] for b in blocks if f"--job-name={job_name}" in b)
 
 
 @pytest.mark.parametrize("framework", ["tf", "torch"])
-def test_multi_worker_readme_slurm_script_trains_on_two_nodes(tmp_path, framework):
+def test_multi_worker_docs_slurm_script_trains_on_two_nodes(tmp_path, framework):
     stubs = tmp_path / "bin"
     stubs.mkdir()
     for name, text in (("srun", SRUN), ("scontrol", SCONTROL)):
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     script = tmp_path / f"{framework}.sbatch"
-    script.write_text(_readme_script(f"cnncompare-{framework}"))
+    script.write_text(_docs_script(f"cnncompare-{framework}"))
     path = os.pathsep.join([str(stubs), str(Path(sys.executable).parent), os.environ["PATH"]])
     env = _env(PATH=path, SLURM_JOB_NODELIST="node[1-2]", SLURM_NNODES="2",
                SLURM_JOB_ID="42", SLURM_GPUS_ON_NODE="1")

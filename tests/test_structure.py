@@ -51,7 +51,7 @@ def test_both_packages_expose_the_same_functions_with_the_same_parameters(name, 
 
 
 def test_the_public_functions_come_in_the_same_order(tf_two_cpus):
-    """So that `diff tf_impl/X.py torch_impl/X.py` lines up the twins."""
+    """So that `diff` of a tf_impl module against its torch_impl twin lines up the twins."""
     for name in MIRRORED_MODULES:
         orders = []
         for package in ("tf_impl", "torch_impl"):
@@ -189,4 +189,35 @@ def test_every_named_compare_module_exists():
                 if found is None:
                     stale.add(f"{path.relative_to(REPO)}: {ref}")
                 break
-    assert sorted(stale) == []
+    assert sorted(stale) == [], "\n".join(sorted(stale))
+
+
+def test_every_named_repository_path_exists():
+    """README, docs, code and templates that name a file of this repository
+    (`compare/run/loop.py`, `benchmarks/setting_ab.py`, `docs/commands.md`...) name one that
+    exists: a moved file leaves no stale pointer."""
+    import re
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    folders = {str(Path(name).parent) for name in tracked}
+    pattern = re.compile(r"(?<![\w./-])((?:compare|tf_impl|torch_impl|benchmarks|tests|docs)"
+                         r"(?:/[\w.-]+)*/?)")
+    stale = set()
+    for name in tracked:
+        if not name.endswith((".py", ".md", ".j2", ".toml")) \
+                or name.startswith("benchmarks/results/"):
+            continue
+        for ref in pattern.findall((REPO / name).read_text()):
+            ref = ref.rstrip("./")
+            if "/" not in ref:  # a bare word: `compare`, `tests`
+                continue
+            if ref not in tracked and ref not in folders and not (REPO / ref).exists():
+                stale.add(f"{name}: {ref}")
+    assert sorted(stale) == [], "\n".join(sorted(stale))
+
+
+def test_no_module_in_compare_passes_400_lines():
+    """A module that grows past 400 lines holds more than one role: split it by role."""
+    long = {str(path.relative_to(REPO)): count for path in (REPO / "compare").rglob("*.py")
+            if (count := len(path.read_text().splitlines())) > 400}
+    assert long == {}

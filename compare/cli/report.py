@@ -30,7 +30,7 @@ def report(sources: tuple[str, ...], out: str | None, equivalence_margin: float)
     Examples:
       cnncompare report runs/demo
       cnncompare report runs/h100 runs/cpu --out runs/both
-      cnncompare report benchmarks/results/h100/summary.json runs/mine
+      cnncompare report runs/quickstart/summary.json runs/mine
     """
     from compare import report as report_module
     built = report_module.build([Path(s) for s in sources], Path(out) if out else None,

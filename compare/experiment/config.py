@@ -39,9 +39,9 @@ STRATEGIES = ("auto", "none", "mirrored")  # both frameworks' wrapper (compare..
 DATASETS = ("cifar10", "tfds", "torchvision", "folder", "synthetic")
 # Training steps per call of a framework's step function when --steps-per-call is not given
 # (steps_per_call below): one call per step costs host work that, on a GPU where a LeNet step
-# is tens of microseconds of compute, would become the figure (docs/benchmarks.md: steps per
-# call). A call of 32 resnet9 steps at batch 512 stays within a timing window of about 0.5 s
-# on a GPU (a window holds whole calls).
+# is tens of microseconds of compute, would become the figure (docs/benchmarks.md, what the
+# tool costs per step). A call of 32 resnet9 steps at batch 512 stays within a timing window
+# of about 0.5 s on a GPU (estimated from its FLOPs; a window holds whole calls).
 DEFAULT_STEPS_PER_CALL = {"cpu": 32, "gpu": 32}
 
 
@@ -89,8 +89,8 @@ class PipelineConfig:
 def loader_workers(pipeline: PipelineConfig, processes: int, cores: int | None = None) -> int:
     """DataLoader worker processes for each training process. Unset, they come from the
     cores this process may use: none with 2 or fewer per process (a worker then competes
-    with the training threads for a core: the tuned pipeline measured 1.3-2.1x slower than
-    an in-memory loop on 2 cores), else half of them, at most 8."""
+    with the training threads for a core; docs/benchmarks.md, `tuned` against `naive`), else
+    half of them, at most 8."""
     if pipeline.workers is not None:
         return pipeline.workers
     if pipeline.kind != "tuned":
@@ -173,7 +173,7 @@ class RunConfig:
     devices: int = field(default=1, metadata=option(  # replicas
         "--devices", "Replicas: GPUs, or on CPU logical devices (tf) / gloo processes "
         "(torch).", count(), vary=True))
-    allow_mixed_devices: bool = False  # compare/sweep: let the frameworks differ in device kind
+    allow_mixed_devices: bool = False  # sweep: let the frameworks differ in device kind
     # Runs over several processes (TF_CONFIG workers, torchrun, DDP on one machine): how long
     # a collective waits for a peer before the run fails with the peer's name. Long enough
     # for a cold XLA/cuDNN autotune of resnet9 on one worker, short enough that a dead

@@ -189,7 +189,7 @@ TABLE_HEADER = ("| option | default | valid values | `sweep --vary` | what it se
 
 
 def options_table() -> str:
-    """The docs' options table, one row per declared setting (docs/options.md)."""
+    """The docs' options table, one row per declared setting (in docs/commands.md)."""
     rows = []
     for setting in (*RUN_SETTINGS, *COMPARISON_SETTINGS):
         where = "" if setting.owner is RunConfig else " (compare)"

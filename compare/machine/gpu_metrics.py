@@ -71,7 +71,7 @@ def peak_flops(device_name: str | None, mode: str | None) -> tuple[float | None,
     key = peak_row(device_name)
     if key is None:
         return None, (f"{device_name} is not in the peak-FLOP table "
-                      "(compare/gpu_metrics.py PEAK_TFLOPS)")
+                      "(compare/machine/gpu_metrics.py PEAK_TFLOPS)")
     if mode not in PEAK_TFLOPS[key]:
         return None, f"{device_name} ({key}): no {mode} peak in the table"
     return PEAK_TFLOPS[key][mode] * 1e12, None
