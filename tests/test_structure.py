@@ -221,3 +221,14 @@ def test_no_module_in_compare_passes_400_lines():
     long = {str(path.relative_to(REPO)): count for path in (REPO / "compare").rglob("*.py")
             if (count := len(path.read_text().splitlines())) > 400}
     assert long == {}
+
+
+def test_framework_processes_find_the_repository_first():
+    """A framework subprocess gets the repository root (compare, tf_impl, torch_impl) at the
+    head of its PYTHONPATH, so the checkout runs without being installed."""
+    import os
+
+    from compare.process import runner
+    first = Path(runner.child_environment()["PYTHONPATH"].split(os.pathsep)[0])
+    assert all((first / package / "__init__.py").exists()
+               for package in ("compare", "tf_impl", "torch_impl"))

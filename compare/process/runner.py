@@ -74,7 +74,7 @@ def child_environment() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
     env.setdefault("PYTHONUNBUFFERED", "1")  # epoch lines reach the parent as they happen
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the repository: compare, tf_impl, torch_impl
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[shutdown.PARENT_PID_ENV] = str(os.getpid())  # to tell when this process has died
     return env
