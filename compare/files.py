@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 RESULT = "result.json"  # a run's result (compare.schema.Result)
+OWN_LOOP = "own-loop.json"  # a framework's own loop on a run's recipe (compare.schema.OwnLoop)
 SUMMARY = "summary.json"  # one comparison's summary (compare.schema.Summary)
 COMBINED = "combined.json"  # several comparisons side by side
 SWEEP = "sweep.json"
@@ -39,6 +40,7 @@ class RunDir:
         object.__setattr__(self, "path", Path(self.path))
 
     result = property(lambda self: self.path / RESULT)
+    own_loop = property(lambda self: self.path / OWN_LOOP)  # instead of a result: `--own-loop`
     steps = property(lambda self: self.path / "steps.csv")  # one row per optimizer step
     windows = property(lambda self: self.path / "windows.csv")  # one row per timing window
     config = property(lambda self: self.path / "config.json")  # the RunConfig it started with
@@ -70,11 +72,17 @@ class ComparisonDir:
     combined = property(lambda self: self.path / COMBINED)
     pages = property(lambda self: [self.path / name for name in REPORT_PAGES])
     runs = property(lambda self: self.path / "runs")
+    own_loops = property(lambda self: self.path / "own-loops")  # each framework's own loop
+    best = property(lambda self: self.path / "best")  # compare --best: a comparison of its own
     tensorboard = property(lambda self: self.path / "tensorboard")
     earlier = property(lambda self: self.path / "earlier")  # fuller reports kept aside
 
     def run(self, framework: str, seed: int) -> RunDir:
         return RunDir(self.runs / f"{framework}-seed{seed}")
+
+    def own_loop(self, framework: str, seed: int) -> RunDir:
+        """The framework's own loop on seed `seed`'s recipe (compare.run.own_loop)."""
+        return RunDir(self.own_loops / f"{framework}-seed{seed}")
 
     @staticmethod
     def of(result_path: Path) -> Path:

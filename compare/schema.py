@@ -13,7 +13,8 @@ from typing import Any, NotRequired, TypedDict
 from compare import files
 
 RESULT_VERSION = 2  # 2: fairness.strategy and fairness.precision are records
-SUMMARY_VERSION = 3  # 3: intervals as low/high (v1: ci95_low/high), order_note, runs' exit
+SUMMARY_VERSION = 4  # 4: own_loops; 3: intervals as low/high (v1: ci95_low/high), order_note
+OWN_LOOP_VERSION = 1
 STATUSES = ("running", "completed", "interrupted", "diverged", "failed")
 
 
@@ -118,9 +119,30 @@ class Summary(TypedDict):
     data: NotRequired[dict | None]
     measurement: NotRequired[dict]
     verdict: NotRequired[list[str]]
+    own_loops: NotRequired[dict]  # per framework: the shared loop against its own (OwnLoop)
     order_note: NotRequired[str | None]
     command: NotRequired[str | None]
     created_at: NotRequired[str]
+
+
+class OwnLoop(TypedDict):
+    """own-loop.json: a framework's own idiomatic loop (Keras fit; a plain PyTorch loop) on a
+    run's model, initial weights, batches and recipe (compare.run.own_loop)."""
+
+    schema_version: int
+    framework: str
+    seed: int
+    loop: str  # the loop in words
+    status: str  # one of STATUSES
+    config: dict  # the RunConfig, as the matched run's
+    device_used: str
+    steps_per_epoch: int
+    steps_per_call: int
+    epoch_times_s: list[float]  # each epoch's training time, synchronised at both ends
+    mean_losses: list[list[float]]  # first epoch: [steps, running mean loss] after each call
+    final_test_accuracy: float | None
+    final_test_loss: float | None
+    error: NotRequired[str | None]
 
 
 @dataclass(frozen=True)
@@ -286,6 +308,19 @@ def migrate_result(data: dict[str, Any], path: str | Path = "result") -> dict[st
     return {**data, "schema_version": RESULT_VERSION}
 
 
+def read_own_loop(path: str | Path) -> dict[str, Any]:
+    """An own-loop file, validated; SchemaError (one line, naming the file) otherwise."""
+    try:
+        data = files.read_json(path)
+    except files.Unreadable as exc:
+        raise SchemaError(str(exc)) from None
+    if data.get("schema_version") != OWN_LOOP_VERSION:
+        raise SchemaError(f"{path}: own-loop schema version {data.get('schema_version')!r}; "
+                          f"this cnncompare reads version {OWN_LOOP_VERSION}")
+    _require(data, OwnLoop, str(path))
+    return data
+
+
 def read_summary(path: str | Path) -> list[dict[str, Any]]:
     """The comparisons in a summary file (one) or a combined file (several), migrated to
     SUMMARY_VERSION; SchemaError (one line) when torn, of an unknown version, or lacking the
@@ -300,7 +335,7 @@ def read_summary(path: str | Path) -> list[dict[str, Any]]:
 
 def migrate_summary(summary: dict[str, Any], path: str | Path = "summary") -> dict[str, Any]:
     version = summary.get("schema_version")
-    if version not in (1, 2, SUMMARY_VERSION):
+    if version not in (1, 2, 3, SUMMARY_VERSION):
         raise SchemaError(f"{path}: summary schema version {version!r}; this cnncompare reads "
                           f"versions 1 to {SUMMARY_VERSION}")
     _require(summary, Summary, str(path))

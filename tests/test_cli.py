@@ -148,7 +148,7 @@ def test_compare_end_to_end_and_report_rebuild(tmp_path):
     assert [name for _, name in started][0] == "tf-seed0"
     assert {name for _, name in started[2:]} == {"torch-seed1", "tf-seed1"}
     html = (out / "report.html").read_text()
-    assert "Parity check" in html and "passed" in html
+    assert "Parity check" in html and "<strong>PASSED</strong>" in html
     before = json.loads((out / "summary.json").read_text())
     (out / "report.html").unlink()
     rebuilt = invoke(["report", str(out)])

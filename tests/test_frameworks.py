@@ -187,3 +187,41 @@ def test_the_device_pipeline_trains_two_ddp_processes_as_one(tmp_path):
     the one-process loader run's."""
     _, rb = _ddp_against_one_process(tmp_path, pipeline=PipelineConfig.preset("device"))
     assert rb["fairness"]["pipeline"]["kind"] == "device" and rb["fairness"]["replicas"] == 2
+
+
+def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
+    """The framework's own loop (Keras compile + fit; the plain PyTorch loop) on the same
+    initial weights, batches and per-step learning rates gives the shared loop's per-step
+    losses, in float32 on a CPU, over an epoch of a one-cycle schedule.
+
+    The own loops report a running mean of the loss after each call (Keras' fit reports
+    nothing else), so each step's loss is recovered as k * mean_k - (k - 1) * mean_(k-1).
+    Measured here: 0 (PyTorch: the same ops in the same order) and 4e-7 relative
+    (Keras: its compile loss takes the batch mean where the shared step divides the sum by
+    the global batch; the recovery multiplies float32 rounding by k <= 8). The bound, 1e-4,
+    is well above that and 10x below the smallest step-to-step change of the loss here
+    (0.0026), which the test checks, so a loop that trained other batches or rates could
+    not pass it."""
+    import importlib
+
+    from compare.experiment.config import learning_rate
+    name, module = framework
+    config = tiny_config(tmp_path, schedule="onecycle", lr=0.05, augment=True)
+    shared = _trainer(module, config)
+    steps = shared.steps_per_epoch
+    lrs = [learning_rate(config, step, steps) for step in range(steps)]
+    batches = shared.batches(0)
+    expected, _ = shared.read_steps([shared.train_steps(batches, [lr]) for lr in lrs])
+
+    own_loop = importlib.import_module(f"{module.__package__}.own_loop")
+    done = own_loop.own_loop(_trainer(module, config), config, datasets.config_dataset(config),
+                             lrs, lambda epoch, seconds: None)
+    assert [s for s, _ in done["mean_losses"]] == list(range(1, steps + 1))
+    assert len(done["epoch_times_s"]) == 1 and done["epoch_times_s"][0] > 0
+    means = [m for _, m in done["mean_losses"]]
+    own = [k * means[k - 1] - (k - 1) * (means[k - 2] if k > 1 else 0.0)
+           for k in range(1, steps + 1)]
+    differences = [abs(a - b) / abs(b) for a, b in zip(own, expected)]
+    changes = [abs(b - a) / abs(a) for a, b in zip(expected, expected[1:])]
+    assert max(differences) <= 1e-4, differences
+    assert min(changes) >= 1e-3, changes  # the bound tells one step from the next

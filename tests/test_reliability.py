@@ -18,6 +18,7 @@ from conftest import tiny_config
 from compare import schema
 from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM, Interrupted
 from compare.experiment import specs
+from compare.experiment.config import ComparisonConfig
 from compare.process import comparison, lock, runner, shutdown
 from compare.run import loop
 from compare.run import recorder as recorder_module
@@ -257,8 +258,9 @@ def test_a_framework_killed_mid_comparison_leaves_the_other_and_the_report(tmp_p
     monkeypatch.setitem(runner.MODULES, "tf", "sigkill_self")
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
     config = tiny_config(tmp_path, epochs=1)
-    code = comparison.compare_frameworks(config, 1, tmp_path / "cmp", parity_steps=1,
-                                          ignore_parity=True, command="cnncompare compare (test)")
+    code = comparison.compare_frameworks(
+        config, ComparisonConfig(seeds=1, parity_steps=1, ignore_parity=True, own_loops=False),
+        tmp_path / "cmp", command="cnncompare compare (test)")
     assert code == EXIT_FAILED
     summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
     assert summary["parity"]["passed"] is False and "SIGKILL" in summary["parity"]["error"]
@@ -298,8 +300,9 @@ def test_parity_failure_stops_the_comparison_with_a_report(tmp_path, monkeypatch
         "passed": False, "failed": ["grad_max_rel_diff"], "steps": 3, "tolerances": {},
         "logits_max_abs_diff": 0.0, "loss_abs_diff": 0.0, "grad_max_rel_diff": 0.4,
         "params_rel_update_diff_after_steps": 0.0, "params_max_abs_diff_after_steps": 0.0})
-    code = comparison.compare_frameworks(tiny_config(tmp_path), 1, tmp_path / "cmp",
-                                          command="x")
+    code = comparison.compare_frameworks(tiny_config(tmp_path),
+                                          ComparisonConfig(seeds=1, own_loops=False),
+                                          tmp_path / "cmp", command="x")
     assert code == EXIT_FAILED
     assert "the parity check failed (grad_max_rel_diff)" in capsys.readouterr().err
     summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())

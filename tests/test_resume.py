@@ -23,7 +23,7 @@ from compare import files, schema
 from compare.cli import cli
 from compare.errors import EXIT_INTERRUPTED
 from compare.experiment import datasets
-from compare.experiment.config import PipelineConfig
+from compare.experiment.config import ComparisonConfig, PipelineConfig
 from compare.run import checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,16 +181,18 @@ def test_one_framework_now_and_the_rest_on_resume(tmp_path):
     from compare.process import comparison
     out = tmp_path / "cmp"
     config = tiny_config(tmp_path, epochs=1)
-    code = comparison.compare_frameworks(config, 2, out, parity_steps=1, command="(test)",
-                                          frameworks=("torch",))
+    code = comparison.compare_frameworks(
+        config, ComparisonConfig(seeds=2, parity_steps=1, own_loops=False), out,
+        command="(test)", frameworks=("torch",))
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["parity"] is None and summary["frameworks"]["torch"]["completed"] == 2
     assert [r["framework"] for r in summary["not_run"]] == ["tf", "tf"]
     assert "not run yet" in summary["not_run"][0]["reason"]
     torch_result = schema.read_result(out / "runs" / "torch-seed0" / "result.json")
-    saved, _, _, _ = comparison.saved_comparison(out)
-    code = comparison.compare_frameworks(saved.replace(quiet=True), 2, out, parity_steps=1,
+    saved, chosen = comparison.saved_comparison(out)
+    assert chosen == ComparisonConfig(seeds=2, parity_steps=1, own_loops=False)
+    code = comparison.compare_frameworks(saved.replace(quiet=True), chosen, out,
                                           command="(test)", resume=True)
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())

@@ -26,7 +26,7 @@ def test_every_setting_has_its_flag_help_check_and_table_row():
         assert f"| `{option.flag}`" in table, setting.path
 
 
-@pytest.mark.parametrize("command, own", [("run", {"framework", "resume_dir"}),
+@pytest.mark.parametrize("command, own", [("run", {"framework", "resume_dir", "own_loop"}),
                                           ("compare", {"resume_dir", "frameworks",
                                                        "allow_mixed_devices"}),
                                           ("sweep", {"varies", "frameworks",

@@ -14,7 +14,7 @@ import pytest
 from compare.run import interface
 
 REPO = Path(__file__).resolve().parent.parent
-MIRRORED_MODULES = ("model", "data", "train", "profile")
+MIRRORED_MODULES = ("model", "data", "train", "profile", "own_loop")
 
 
 def _public(module) -> dict[str, object]:
@@ -232,3 +232,16 @@ def test_framework_processes_find_the_repository_first():
     first = Path(runner.child_environment()["PYTHONPATH"].split(os.pathsep)[0])
     assert all((first / package / "__init__.py").exists()
                for package in ("compare", "tf_impl", "torch_impl"))
+
+
+def test_both_own_loop_modules_satisfy_their_protocol(tf_two_cpus):
+    """compare.run.own_loop finds `<package>.own_loop` with the members OwnLoopModule names."""
+    import importlib
+
+    from compare.run import interface
+    members = [n for n in vars(interface.OwnLoopModule) if not n.startswith("_")]
+    members += list(interface.OwnLoopModule.__annotations__)
+    for package in ("tf_impl", "torch_impl"):
+        module = importlib.import_module(f"{package}.own_loop")
+        assert [m for m in members if not hasattr(module, m)] == [], package
+        assert isinstance(module.LOOP, str) and module.LOOP

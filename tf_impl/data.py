@@ -116,12 +116,7 @@ class TrainBatches:
 
     def _from_epoch(self, first: int) -> tf.distribute.DistributedDataset:
         """Epochs first .. end - 1, one after the other (the run's epochs, and the two the
-        phase profile may take after them); each epoch's keys are compare.experiment.plan's.
-
-        The keys of every epoch are computed here, in numpy, and held as one int32 tensor
-        (16 bytes an image an epoch: 0.8 MB an epoch of CIFAR-10): the pipeline then runs
-        no Python, so no tf.data thread ever waits for the GIL, as a numpy_function producing
-        them on the fly did at an iterator's end (an exit held for minutes).
+        phase profile may take after them), as _plan_key_batches gives their keys.
 
         Each worker (one under MirroredStrategy; several under MultiWorkerMirroredStrategy)
         keeps its slice of every global batch before loading any image, then splits it into
@@ -129,22 +124,11 @@ class TrainBatches:
         r of all R gets images [r * B/R, (r + 1) * B/R) of each global batch B, as one
         process with R replicas would."""
         batch = self.config.batch_size
-        keys = np.stack([data_plan.epoch_plan(self.train_size, batch, epoch, self.config.seed,
-                                              self.config.augment,
-                                              self.config.crop_padding).keys()
-                         for epoch in range(first, max(first + 1, self.end))]).astype(np.int32)
-
-        def epoch_keys(rows):
-            """The epoch's global batches of keys, one element per step: batched here in
-            one reshape, not element by element by Dataset.batch (which cost the producer
-            about a millisecond per batch of 32 on a CPU core)."""
-            rows = tf.reshape(tf.cast(rows, tf.int64), (4, self.steps_per_epoch, batch))
-            return tf.data.Dataset.from_tensor_slices(tuple(tf.unstack(rows)))
 
         def worker_batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
             share = data_plan.process_share(batch, context.num_input_pipelines,
                                             context.input_pipeline_id)
-            ds = tf.data.Dataset.from_tensor_slices(keys).flat_map(epoch_keys)
+            ds = _plan_key_batches(self.config, self.train_size, first, max(first + 1, self.end))
             if context.num_input_pipelines > 1:
                 ds = ds.map(lambda *step: tuple(k[share] for k in step))
             ds = ds.rebatch(context.get_per_replica_batch_size(batch))
@@ -187,6 +171,31 @@ class _EpochBatches:
         self.left -= count
         if not self.left and self.epoch + 1 < self.batches.end:
             self.batches._continues_at = self.epoch + 1  # taken whole: the next continues
+
+
+def _plan_key_batches(config: RunConfig, train_size: int, first: int,
+                      end: int) -> tf.data.Dataset:
+    """The plan keys of epochs first .. end - 1 (compare.experiment.plan), one global batch of
+    (indices, dy, dx, flips) per step.
+
+    The keys of every epoch are computed here, in numpy, and held as one int32 tensor
+    (16 bytes an image an epoch: 0.8 MB an epoch of CIFAR-10): the pipeline then runs
+    no Python, so no tf.data thread ever waits for the GIL, as a numpy_function producing
+    them on the fly did at an iterator's end (an exit held for minutes)."""
+    batch = config.batch_size
+    steps = data_plan.steps_per_epoch(train_size, batch)
+    keys = np.stack([data_plan.epoch_plan(train_size, batch, epoch, config.seed, config.augment,
+                                          config.crop_padding).keys()
+                     for epoch in range(first, end)]).astype(np.int32)
+
+    def epoch_keys(rows):
+        """The epoch's global batches of keys, one element per step: batched here in
+        one reshape, not element by element by Dataset.batch (which cost the producer
+        about a millisecond per batch of 32 on a CPU core)."""
+        rows = tf.reshape(tf.cast(rows, tf.int64), (4, steps, batch))
+        return tf.data.Dataset.from_tensor_slices(tuple(tf.unstack(rows)))
+
+    return tf.data.Dataset.from_tensor_slices(keys).flat_map(epoch_keys)
 
 
 def train_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> TrainBatches:

@@ -18,7 +18,8 @@ from compare.cli.options import (
     resumed,
     run_options,
 )
-from compare.experiment.config import FRAMEWORKS
+from compare.experiment import settings
+from compare.experiment.config import FRAMEWORKS, ComparisonConfig
 from compare.process import shutdown
 
 
@@ -34,12 +35,12 @@ from compare.process import shutdown
               help="Run only this framework's runs of the comparison now (repeatable), e.g. "
                    "on a GPU machine whose TensorFlow arrives later; the parity check waits "
                    "for both, and --resume DIR runs the rest. [default: both]")
-def compare(seeds: int, parity_steps: int, ignore_parity: bool, resume_dir: str | None,
-            frameworks: tuple[str, ...], **options):
+def compare(resume_dir: str | None, frameworks: tuple[str, ...], **options):
     """Parity check, then both frameworks over several seeds, then the side-by-side report.
 
-    Runs alternate tf, torch, torch, tf, ... so machine drift hits both. Writes
-    DIR/summary.json, DIR/report.md and DIR/report.html.
+    Runs alternate tf, torch, torch, tf, ... so machine drift hits both; beside each, the
+    framework's own loop (Keras fit; a plain PyTorch loop) on the same recipe, unless
+    --no-own-loops. Writes DIR/summary.json, DIR/report.md and DIR/report.html.
 
     \b
     Examples:
@@ -49,16 +50,18 @@ def compare(seeds: int, parity_steps: int, ignore_parity: bool, resume_dir: str 
     """
     from compare.process import comparison, lock, queue
     refuse_launchers("compare")
+    chosen = ComparisonConfig(**{s.dest: options.pop(s.dest)
+                                 for s in settings.COMPARISON_SETTINGS})
     if resume_dir:
         refuse_options_with_resume(resume_dir)
-        config, seeds, parity_steps, ignore_parity = comparison.saved_comparison(Path(resume_dir))
+        config, chosen = comparison.saved_comparison(Path(resume_dir))
         config, out = resumed(config, options), resume_dir
     else:
         out = options.pop("out") or "runs/compare"
         config = build_config("torch", out, options)
     prepare_data(config)
     with lock.hold(out, queue.replay_command()), shutdown.forwarding() as stop:
-        code = comparison.compare_frameworks(config, seeds, Path(out), parity_steps,
-                                              ignore_parity, resume=resume_dir is not None,
+        code = comparison.compare_frameworks(config, chosen, Path(out),
+                                              resume=resume_dir is not None,
                                               frameworks=frameworks or FRAMEWORKS)
     sys.exit(stop.exit_code(code))

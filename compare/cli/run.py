@@ -27,8 +27,11 @@ from compare.process import cluster, shutdown
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
               metavar="DIR", help="Continue the interrupted run in DIR from its last "
               "checkpoint, with the settings saved there (DIR/config.json).")
+@click.option("--own-loop", is_flag=True, help="Train with the framework's own loop instead "
+              "(Keras compile + fit; a plain PyTorch loop) on the same model, weights, batches "
+              "and recipe; write DIR/own-loop.json.")
 @run_options
-def run(framework: str | None, resume_dir: str | None, **options):
+def run(framework: str | None, resume_dir: str | None, own_loop: bool, **options):
     """Train once with one framework, in its own process; write DIR/result.json.
 
     \b
@@ -37,10 +40,13 @@ def run(framework: str | None, resume_dir: str | None, **options):
       cnncompare run --framework torch --model resnet9 --dataset folder --data-dir ~/cifar10-jpeg
       cnncompare run --framework torch --device cpu --devices 2 --precision fp32 --quiet
       cnncompare run --framework tf --device gpu --steps-per-call 16 --strategy mirrored
+      cnncompare run --framework tf --own-loop --out runs/keras-fit
       cnncompare run --resume runs/run-torch
     """
     from compare.process import lock, queue, runner
     from compare.run import checkpoint
+    if resume_dir and own_loop:
+        raise click.UsageError("--own-loop trains from the start: it cannot --resume")
     if resume_dir:
         refuse_options_with_resume(resume_dir)
         config = resumed(checkpoint.saved_config(Path(resume_dir)), options)
@@ -55,6 +61,8 @@ def run(framework: str | None, resume_dir: str | None, **options):
     runner.check_installed(config.framework)
     prepare_data(config)
     launched = cluster.launch(config.framework)
+    if own_loop and launched.launcher is not None:
+        raise click.UsageError(f"--own-loop trains in one process, not under {launched.launcher}")
     # Under TF_CONFIG or torchrun only rank 0 writes the result; the others keep their
     # config and log apart, so processes sharing a filesystem never write the same file.
     own = files.RunDir(config.out)
@@ -62,7 +70,7 @@ def run(framework: str | None, resume_dir: str | None, **options):
         own = own.worker(launched.rank)
     with lock.hold(own.path, queue.replay_command()), shutdown.forwarding() as stop:
         outcome = runner.run_framework(config, resume=resume_dir is not None,
-                                       directory=own.path)
+                                       directory=own.path, own_loop=own_loop)
         if outcome.code != 0:
             kept = (f"what finished is in {outcome.result_path}"
                     if Path(outcome.result_path).exists() else "it trained nothing")

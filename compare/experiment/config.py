@@ -241,6 +241,9 @@ class RunConfig:
     out: str = "runs/latest"  # the CLI names it after the command: runs/<command>-...
     quiet: bool = False
     debug: bool = False
+    # "matched": the comparison's one setting for both; "best": compare --best's run with its
+    # framework's own advice (compare.experiment.best); reports never pool the two
+    variant: str = "matched"
 
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
@@ -276,6 +279,14 @@ class ComparisonConfig:
     ignore_parity: bool = field(default=False, metadata=option(  # the report says so
         "--ignore-parity", "Run the comparison even when the parity check fails (the report "
         "says so).", flag()))
+    own_loops: bool = field(default=True, metadata=option(  # compare.run.own_loop
+        "--own-loops/--no-own-loops", "Also train each framework and seed with the framework's "
+        "own loop (Keras compile + fit; a plain PyTorch loop) on the same model, weights, "
+        "batches and recipe, and report the shared loop's time against it.", flag()))
+    best: bool = field(default=False, metadata=option(  # compare.experiment.best
+        "--best", "Also train each framework with the fast settings its own performance guide "
+        "recommends for the device (recorded with their sources), and report best against "
+        "best beside the matched comparison.", flag()))
 
 
 # Per-model recipes: only the fields that differ from RunConfig's defaults. `lenet` is

@@ -4,25 +4,26 @@ framework's part now and the rest later."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 from compare import files, report
 from compare.errors import EXIT_FAILED, UserError
 from compare.experiment import parity as parity_module
+from compare.experiment.best import best_config
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
 from compare.machine import devices
 from compare.process import parity_check, runner, shutdown
 from compare.process.queue import QueuedRun, replay_command, run_queue, seed_order
 
 
-def compare_frameworks(config: RunConfig, seeds: int, out: Path,
-                       parity_steps: int = ComparisonConfig.parity_steps,
-                       ignore_parity: bool = False, command: str | None = None,
-                       resume: bool = False,
+def compare_frameworks(config: RunConfig, comparison: ComparisonConfig, out: Path,
+                       command: str | None = None, resume: bool = False,
                        frameworks: tuple[str, ...] = FRAMEWORKS) -> int:
-    """The whole comparison into `out`: parity check, both frameworks over the seeds, the
-    report; returns the exit code. One framework failing does not stop the other.
+    """The whole comparison into `out`: parity check, both frameworks over the seeds (and,
+    with comparison.own_loops, each framework's own loop on each seed's recipe), the report;
+    returns the exit code. One framework failing does not stop the other.
 
     With `resume`, rerun only what did not complete: a passed parity record is kept,
     completed runs are kept, unfinished ones continue from their checkpoints. `frameworks`
@@ -37,7 +38,8 @@ def compare_frameworks(config: RunConfig, seeds: int, out: Path,
     out.mkdir(parents=True, exist_ok=True)
     for framework in selected:
         runner.check_installed(framework)
-    devices.check_same_device([config.replace(framework=fw) for fw in selected])
+    kinds = devices.check_same_device([config.replace(framework=fw) for fw in selected])
+    device_kind = config.device if config.device != "auto" else next(iter(kinds.values()), "cpu")
     directory = files.ComparisonDir(out)
     saved = files.read_json_or_empty(directory.comparison) if resume else {}
     command = saved.get("command") or command  # a resumed report replays the first command
@@ -46,9 +48,9 @@ def compare_frameworks(config: RunConfig, seeds: int, out: Path,
     invocations = invocations + [{"frameworks": list(selected),
                                   "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
     files.write_json(directory.comparison, {
-        "config": config.to_dict(), "seeds": seeds, "parity_steps": parity_steps,
-        "ignore_parity": ignore_parity, "command": command, **saved,
-        "invocations": invocations})
+        "config": config.to_dict(), **dataclasses.asdict(comparison), "command": command,
+        **saved, "invocations": invocations})
+    parity_steps = comparison.parity_steps
 
     both = selected == FRAMEWORKS
     parity = _saved_parity(out) if resume else None
@@ -65,11 +67,7 @@ def compare_frameworks(config: RunConfig, seeds: int, out: Path,
                       f"`cnncompare compare --resume {out}` runs it with the rest)")
     if parity is not None:
         console.print(parity_module.describe(parity))
-    planned = [QueuedRun(f"{framework} seed {seed}",
-                         config.replace(framework=framework, seed=seed,
-                                        out=str(directory.run(framework, seed).path),
-                                        tensorboard_dir=str(directory.tensorboard)), resume)
-               for framework, seed in seed_order(seeds, config.seed)]
+    planned = planned_runs(config, comparison, directory, resume, device_kind)
     queue = [q for q in planned if q.config.framework in selected]
     later = [q for q in planned if q.config.framework not in selected]
     earlier = [files.RunDir(q.config.out).result for q in later
@@ -83,7 +81,7 @@ def compare_frameworks(config: RunConfig, seeds: int, out: Path,
         report.write(out, report.load_runs(earlier), parity, command,
                      [_not_run(q, "interrupted") for q in queue] + waiting, order_note=order)
         return 128 + stop
-    if parity is not None and not parity["passed"] and not ignore_parity:
+    if parity is not None and not parity["passed"] and not comparison.ignore_parity:
         not_run = [_not_run(q, "parity check failed") for q in queue] + waiting
         paths = report.write(out, report.load_runs(earlier), parity, command, not_run,
                              order_note=order)
@@ -93,14 +91,47 @@ def compare_frameworks(config: RunConfig, seeds: int, out: Path,
         return EXIT_FAILED
 
     done = run_queue(queue, "compare", config.quiet, console)
-    finished = [o.result_path for _, o in done.outcomes if o is not None and o.result_path.exists()]
-    not_run = [_not_run(q, _why_no_result(o)) for q, o in done.outcomes
+    best_runs = [o.result_path for q, o in done.outcomes if q.config.variant == "best"
+                 and o is not None and o.result_path.exists()]
+    if best_runs:  # its own comparison, which the matched report then quotes
+        report.write(directory.best, report.load_runs(best_runs), None, command,
+                     order_note=order)
+    runs = [(q, o) for q, o in done.outcomes if not q.own_loop and q.config.variant != "best"]
+    finished = [o.result_path for _, o in runs if o is not None and o.result_path.exists()]
+    not_run = [_not_run(q, _why_no_result(o)) for q, o in runs
                if o is None or not o.result_path.exists()] + waiting
     for path in report.write(out, report.load_runs(finished + earlier), parity, command,
                              not_run, order_note=order):
         console.print(f"wrote {path}")
     _print_verdict(out, console)
     return done.exit_code
+
+
+def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: files.ComparisonDir,
+                 resume: bool, device_kind: str = "cpu") -> list[QueuedRun]:
+    """Every run of the comparison, in the order that alternates the frameworks seed by seed
+    (seed_order); with own loops, each run's own-loop twin beside it, and with --best its
+    run at the framework's own best settings for `device_kind` (compare.experiment.best, in
+    DIR/best, a comparison of its own), the order of each group turned on every other seed
+    so that no form always runs on a machine another has warmed."""
+    planned = []
+    best_directory = files.ComparisonDir(directory.best)
+    for index, (framework, seed) in enumerate(seed_order(comparison.seeds, config.seed)):
+        run = config.replace(framework=framework, seed=seed,
+                             out=str(directory.run(framework, seed).path),
+                             tensorboard_dir=str(directory.tensorboard))
+        pair = [QueuedRun(f"{framework} seed {seed}", run, resume)]
+        if comparison.own_loops:
+            own = run.replace(out=str(directory.own_loop(framework, seed).path),
+                              tensorboard_dir=None)
+            pair.append(QueuedRun(f"{framework} seed {seed} own loop", own, resume, True))
+        if comparison.best:
+            best = best_config(run, framework, device_kind).replace(
+                out=str(best_directory.run(framework, seed).path),
+                tensorboard_dir=str(best_directory.tensorboard))
+            pair.append(QueuedRun(f"{framework} seed {seed} best settings", best, resume))
+        planned += pair if (index // 2) % 2 == 0 else pair[::-1]
+    return planned
 
 
 def order_note(invocations: list[dict]) -> str | None:
@@ -126,9 +157,9 @@ def _print_verdict(out: Path, console) -> None:
         console.print(sentence)
 
 
-def saved_comparison(directory: Path) -> tuple[RunConfig, int, int, bool]:
-    """(config, seeds, parity steps, ignore parity) of the comparison in `directory`, to
-    resume it there (wherever it was started)."""
+def saved_comparison(directory: Path) -> tuple[RunConfig, ComparisonConfig]:
+    """The run config and comparison settings of the comparison in `directory`, to resume it
+    there (wherever it was started). A comparison saved before own loops existed has none."""
     path = files.ComparisonDir(directory).comparison
     if not path.exists():
         raise UserError(f"--resume {directory}: no {path.name} there, so it is not a "
@@ -136,7 +167,12 @@ def saved_comparison(directory: Path) -> tuple[RunConfig, int, int, bool]:
     try:
         saved = files.read_json(path)
         config = RunConfig.from_dict(saved["config"]).replace(out=str(directory))
-        return config, saved["seeds"], saved["parity_steps"], saved["ignore_parity"]
+        names = {f.name for f in dataclasses.fields(ComparisonConfig)}
+        comparison = ComparisonConfig(**{"own_loops": False, **{
+            k: v for k, v in saved.items() if k in names}})
+        for name in ("seeds", "parity_steps", "ignore_parity"):
+            saved[name]  # noqa: B018 - a file lacking one is refused below
+        return config, comparison
     except files.Unreadable as exc:
         raise UserError(f"--resume {directory}: {exc}") from None
     except (KeyError, TypeError) as exc:

@@ -25,6 +25,7 @@ class QueuedRun:
     label: str  # e.g. "tf seed 0" or "torch precision=mixed"
     config: RunConfig  # framework, seed and out already set
     resume: bool = False  # keep a completed result; continue an unfinished one from its checkpoint
+    own_loop: bool = False  # the framework's own loop on this config (compare.run.own_loop)
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,11 @@ def run_queue(queue: list[QueuedRun], title: str, quiet: bool, console) -> Queue
             if interrupted:
                 outcomes.append((queued, None))
                 continue
-            if queued.resume and runner.result_status(Path(queued.config.out)) == "completed":
+            status_of = runner.own_loop_status if queued.own_loop else runner.result_status
+            if queued.resume and status_of(Path(queued.config.out)) == "completed":
                 outcomes.append((queued, runner.Outcome(queued.config.framework,
                                                         Path(queued.config.out), EXIT_OK,
-                                                        "completed", None)))
+                                                        "completed", None, queued.own_loop)))
                 progress.advance(task, queued.config.epochs)
                 continue
             label = f"{queued.label} ({index + 1}/{len(queue)})"
@@ -71,14 +73,15 @@ def run_queue(queue: list[QueuedRun], title: str, quiet: bool, console) -> Queue
             epochs_before = progress.tasks[0].completed
 
             def on_line(line: str, label=label) -> None:
-                if " epoch " in line and "test_acc" in line:  # a trainer's --quiet epoch line
+                if " epoch " in line and "test_acc" in line:  # a trainer's epoch line
                     progress.advance(task)
                     progress.update(task, last=line.split("  ", 1)[-1][:70])
                 if quiet:
                     print(f"{label}: {line}", flush=True)
 
             outcome = runner.run_framework(queued.config.replace(quiet=True), on_line=on_line,
-                                           resume=queued.resume)
+                                           resume=queued.resume and not queued.own_loop,
+                                           own_loop=queued.own_loop)
             outcomes.append((queued, outcome))
             progress.update(task, completed=epochs_before + queued.config.epochs)
             interrupted, interrupt_code = outcome.interrupted, outcome.code

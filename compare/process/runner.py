@@ -27,10 +27,12 @@ class Outcome:
     code: int
     status: str  # the result's summary.status, or "failed" when there is no valid result
     error: str | None  # the last error line, when the run did not complete
+    own_loop: bool = False  # the framework's own loop (own-loop.json), not a run
 
     @property
     def result_path(self) -> Path:
-        return files.RunDir(self.out).result
+        run = files.RunDir(self.out)
+        return run.own_loop if self.own_loop else run.result
 
     @property
     def interrupted(self) -> bool:
@@ -93,12 +95,13 @@ def _noise(line: str) -> bool:
 
 def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = None,
                   extra: tuple[str, ...] = (), resume: bool = False,
-                  directory: Path | None = None) -> Outcome:
+                  directory: Path | None = None, own_loop: bool = False) -> Outcome:
     """Run `config.framework` in a subprocess, writing into config.out; with `resume`,
     continuing from the checkpoint there (compare.run.checkpoint). `directory` (default
     config.out) takes this process's config and log: a process other than rank 0 of a
     multi-process launch (compare.process.cluster) writes no result, and its status is its
-    exit.
+    exit. With `own_loop`, the framework's own loop trains instead (compare.run.own_loop)
+    and writes own-loop.json.
 
     With `on_line` None the child shares the terminal (live progress bar); otherwise its
     output goes line by line to `on_line` and to the log. Ctrl-C reaches the child
@@ -108,7 +111,10 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
     out = Path(config.out)
     stop = shutdown.parent_stop()
     if stop is not None:  # stopping: start nothing new
-        return Outcome(config.framework, out, 128 + stop, "interrupted", "interrupted")
+        return Outcome(config.framework, out, 128 + stop, "interrupted", "interrupted",
+                       own_loop)
+    if own_loop:
+        extra = (*extra, "--own-loop")
     own = files.RunDir(out if directory is None else directory)
     own.path.mkdir(parents=True, exist_ok=True)
     config_path = files.write_atomic(own.config, lambda f: f.write(config.to_json()))
@@ -145,6 +151,8 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
     if interrupted and code == 0:
         code = EXIT_INTERRUPTED
     chief = own.path == Path(out)
+    if own_loop:
+        return Outcome(config.framework, out, code, own_loop_status(out), last_error, True)
     status = result_status(out) if chief else "completed" if code == 0 else "failed"
     if code < 0:  # killed by a signal: say which
         last_error = f"{config.framework} process killed by {signal.Signals(-code).name}"
@@ -201,6 +209,13 @@ def _wait(process: subprocess.Popen) -> int:
 def result_status(out: Path) -> str:
     try:
         return schema.read_result(files.RunDir(out).result)["summary"]["status"]
+    except schema.SchemaError:
+        return "failed"
+
+
+def own_loop_status(out: Path) -> str:
+    try:
+        return schema.read_own_loop(files.RunDir(out).own_loop)["status"]
     except schema.SchemaError:
         return "failed"
 

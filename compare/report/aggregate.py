@@ -12,7 +12,7 @@ from typing import Any, Callable
 from compare import schema
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.machine import devices
-from compare.report import stats
+from compare.report import best, own_loops, stats
 
 MACHINE_IDENTITY = (
     "A machine is the device the runs trained on, as each result's environment records it "
@@ -53,9 +53,13 @@ RATIO_KEYS = ("train_time_s", "images_per_s", "steady_step_time_ms", "warmup_tim
 def summarise(runs: list[dict], parity: dict | None, command: str | None,
               planned: list[dict] | None = None,
               margin: float = stats.EQUIVALENCE_MARGIN,
-              order_note: str | None = None) -> dict[str, Any]:
+              order_note: str | None = None,
+              own_loop_records: list[dict] | None = None,
+              best_summary: dict | None = None) -> dict[str, Any]:
     """Aggregates per framework, paired TF/PyTorch ratios, accuracy difference and TOST, the
-    machine, the files that could not be read, and the verdict sentences."""
+    machine, the files that could not be read, the shared loop against each framework's own
+    (compare.report.own_loops), each at its own best (compare.report.best, from the
+    best-settings comparison's summary), and the verdict sentences."""
     skipped = [{"path": r["path"], "reason": r["unreadable"]} for r in runs if r.get("unreadable")]
     runs = [r for r in runs if not r.get("unreadable")]
     by_framework: dict[str, list[dict]] = {"tf": [], "torch": []}
@@ -115,6 +119,8 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
         "model": next((r["model"] for r in runs if "name" in r.get("model", {})), None),
         "data": next((r["data"] for r in runs if r.get("data")), None),
         "measurement": schema.MEASUREMENT,
+        "own_loops": own_loops.summarise(runs, own_loop_records or []),
+        "best": best.summarise(best_summary),
     }
     from compare.report.verdict import verdict_sentences  # it reads summaries like this one
     summary["verdict"] = verdict_sentences(summary)

@@ -12,7 +12,7 @@ from typing import Any
 
 from compare import files, schema
 from compare.errors import UserError
-from compare.report import stats
+from compare.report import best, own_loops, stats
 from compare.report.aggregate import MACHINE_IDENTITY, machine_of, precision_label, summarise
 from compare.report.render import Group, render
 from compare.report.verdict import verdict_sentences
@@ -42,7 +42,8 @@ def write(out_dir: Path, runs: list[dict], parity: dict | None, command: str | N
           planned: list[dict] | None = None,
           margin: float = stats.EQUIVALENCE_MARGIN, order_note: str | None = None) -> list[Path]:
     """summary.json, report.md and report.html for these runs (one comparison)."""
-    summary = summarise(runs, parity, command, planned, margin, order_note)
+    summary = summarise(runs, parity, command, planned, margin, order_note,
+                        own_loops.load([out_dir]), best.load(out_dir))
     directory = files.ComparisonDir(out_dir)
     keep_a_fuller_report(directory, _completed(summary))
     paths = [files.write_json(directory.summary, summary)]
@@ -80,8 +81,11 @@ class Built:
 
 
 def _run_key(run: dict) -> tuple:
+    """What runs of one comparison share: precision, model, data, and whether they are
+    matched or each framework's best (compare --best)."""
     return (precision_label(run), (run.get("model") or {}).get("name"),
-            (run.get("data") or {}).get("source"))
+            (run.get("data") or {}).get("source"),
+            (run.get("config") or {}).get("variant", "matched"))
 
 
 def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
@@ -102,7 +106,7 @@ def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
     for key, unit in units.items():
         environment = {fw: next((r.get("environment") for r in unit if r["framework"] == fw
                                  and r.get("environment")), None) for fw in ("tf", "torch")}
-        pooled.setdefault((machine_of(environment)["id"], *key[1:4]), []).append(unit)
+        pooled.setdefault((machine_of(environment)["id"], *key[1:-1]), []).append(unit)
     groups = []
     for units_of_group in pooled.values():
         group_runs = [r for unit in units_of_group for r in unit]
@@ -117,7 +121,10 @@ def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
             command = command or previous.get("command")
             planned += previous.get("not_run") or []
             order = order or previous.get("order_note")
-        summary = summarise(group_runs, parity, command, planned, margin, order)
+        directories = list(dict.fromkeys(where[id(r)] for r in group_runs))
+        summary = summarise(group_runs, parity, command, planned, margin, order,
+                            own_loops.load(directories),
+                            next(filter(None, map(best.load, directories)), None))
         groups.append(Group(summary, group_runs,
                             ", ".join(sorted({str(where[id(r)]) for r in group_runs}))))
     return groups

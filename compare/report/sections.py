@@ -59,6 +59,43 @@ def all_figures(g: dict) -> Section:
     return Section("all-figures", "Every figure", columns=FIGURE_COLUMNS, rows=rows)
 
 
+def own_loops(g: dict) -> Section | None:
+    own = g["summary"].get("own_loops")
+    if not own:
+        return None
+    rows = [[FRAMEWORK_NAMES[fw], e["loop"], tables.fmt(e["shared_time_s"], "s"),
+             tables.fmt(e["own_time_s"], "s"), tables.ratio_text(e["time_ratio"]),
+             f"{tables.fmt(e['shared_accuracy'], 'acc')} / "
+             f"{tables.fmt(e['own_accuracy'], 'acc')}", _g3(e['loss_difference'])]
+            for fw, e in ((fw, own.get(fw)) for fw in ("tf", "torch")) if e]
+    return Section("own-loops", "The shared loop against each framework's own loop",
+                   "Each framework also trained every seed with its own loop (Keras compile + "
+                   "fit; the plain PyTorch loop) on the same model, initial weights, batches, "
+                   "recipe, precision and distribution. Times are training after the first "
+                   "epoch; shared / own above 1 means the shared loop was slower.",
+                   ("Framework", "Own loop", "Shared loop", "Own loop time", "Shared / own",
+                    "Final accuracy (shared / own)", "First-epoch loss, max rel. difference"),
+                   rows, notes=f"A shared / own ratio above {own['caveat_ratio']:.2f} is a "
+                   "fairness caveat in the verdict.", folded=False)
+
+
+def best_settings(g: dict) -> Section | None:
+    best = g["summary"].get("best")
+    if not best:
+        return None
+    differ = "".join(f"\n- {d['setting']}: {TF} {d['tf']}; {TORCH} {d['torch']}"
+                     for d in best["settings_differ"])
+    rows = [[FRAMEWORK_NAMES[a["framework"]], a["setting"], a["value"], a["source"]]
+            for a in best["advice"]]
+    return Section("best", "Each framework at its own best",
+                   f"Beside the matched runs, each framework also trained at the settings its "
+                   f"own performance guide recommends for this device: TF / PyTorch training "
+                   f"time {tables.ratio_text(best['time_ratio'])} best against best "
+                   f"([the best-settings report]({best['report']})). The settings in which the "
+                   f"two best runs differ, from their manifests:" + (differ or " none."),
+                   ("Framework", "Setting", "Value", "Source"), rows)
+
+
 def methods(g: dict) -> Section:
     summary = g["summary"]
     named: dict[str, list[str]] = {}  # each definition once, with every figure it defines
@@ -206,8 +243,8 @@ def replay(g: dict) -> Section:
 
 
 # The sections of a comparison, in page order; a builder may give None (nothing to show).
-SECTIONS = (headline, all_figures, methods, curves, runs, processes, phase_split, parity,
-            fairness, environment, replay)
+SECTIONS = (headline, own_loops, best_settings, all_figures, methods, curves, runs, processes,
+            phase_split, parity, fairness, environment, replay)
 
 
 def of_group(g: dict) -> list[Section]:

@@ -4,20 +4,23 @@ where and how it was measured, fairness caveats), and the notes that sit beside 
 from __future__ import annotations
 
 from compare.experiment.config import FRAMEWORK_NAMES
-from compare.report import stats
+from compare.report import best, own_loops, stats
 from compare.report.aggregate import machine_of
 
 
 def verdict_sentences(summary: dict) -> list[str]:
-    """Two to four plain sentences computed from the summary's figures: speed, accuracy,
-    where and how it was measured, and any fairness caveat. Pure: reads `summary` only."""
+    """Plain sentences computed from the summary's figures: speed, accuracy, where and how it
+    was measured, the shared loop against each framework's own, and any fairness caveat.
+    Pure: reads `summary` only."""
     ratio = (summary.get("ratios") or {}).get("train_time_s") or {}
     if ratio.get("ratio") is None and not (summary.get("accuracy_difference") or {}).get("n"):
         nothing = "Nothing to compare: no seed completed in both frameworks."
         setup = setup_sentence(summary) if summary.get("seeds") else ""
         return [s for s in (nothing, setup, _caveat_sentence(summary)) if s]
-    return [_speed_sentence(summary), _accuracy_sentence(summary), setup_sentence(summary),
-            _caveat_sentence(summary)]
+    return [s for s in (_speed_sentence(summary), _accuracy_sentence(summary),
+                        setup_sentence(summary), own_loops.sentence(summary),
+                        best.sentence(summary),
+                        _caveat_sentence(summary)) if s]
 
 
 def _speed_sentence(summary: dict) -> str:
@@ -171,7 +174,7 @@ def fairness_caveats(summary: dict) -> list[str]:
     if summary.get("skipped"):
         caveats.append(f"{len(summary['skipped'])} result file(s) could not be read and are "
                        f"left out")
-    return caveats
+    return caveats + own_loops.caveats(summary)
 
 
 def _caveat_sentence(summary: dict) -> str:

@@ -151,6 +151,18 @@ class FrameworkModule(Protocol):
     def train(self, config: RunConfig, dataset: Dataset, resume: bool = False) -> int: ...
 
 
+class OwnLoopModule(Protocol):
+    """`<package>.own_loop`: the framework's own idiomatic loop (compare.run.own_loop)."""
+
+    LOOP: str  # the loop in words
+
+    # Train config.epochs epochs of `trainer`'s model with the framework's own loop, the
+    # per-step learning rates `lrs`, calling on_epoch(epoch, seconds) after each; returns
+    # {"loop", "epoch_times_s", "mean_losses"} (compare.schema.OwnLoop's fields).
+    def own_loop(self, trainer: Any, config: RunConfig, dataset: Dataset, lrs: list[float],
+                 on_epoch: Any) -> dict[str, Any]: ...
+
+
 def check_module(module: ModuleType) -> list[str]:
     """The FrameworkModule and Trainer members `module` lacks (empty when it is complete)."""
     names = ("FRAMEWORK", "Trainer", "select_device", "describe_environment", "train")

@@ -41,6 +41,8 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     parser.add_argument("--parity-steps", type=int, default=ComparisonConfig.parity_steps)
     parser.add_argument("--perturb", action="store_true",
                         help="parity probe: move every initial weight by 1 ulp (the noise floor)")
+    parser.add_argument("--own-loop", action="store_true",
+                        help="train with the framework's own loop instead (compare.run.own_loop)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the checkpoint in the config's out directory")
     parser.add_argument("--env", action="store_true",
@@ -70,6 +72,9 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
             with shutdown.interruptible():  # nothing to keep: stop at once
                 probe(impl, config, dataset, Path(args.parity), args.parity_steps, args.perturb)
             return 0
+        if args.own_loop:
+            from compare.run import own_loop
+            return own_loop.run(impl, config, dataset)
         return impl.train(config, dataset, resume=args.resume)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line unless --debug
         return errors.report(exc, debug, where=impl.__name__)

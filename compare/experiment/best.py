@@ -1,0 +1,74 @@
+"""Each framework at its own best (`compare --best`): the fast settings each framework's own
+performance guide recommends for the device, declared once with their sources. The matched
+runs keep one setting for both; these runs let each side take its own advice, so the report
+can give both ratios: matched, and best against best.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from compare.experiment.config import PipelineConfig, RunConfig
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One recommended setting: a RunConfig field, its value, and where the advice is."""
+
+    setting: str  # a RunConfig field, as --flag without the dashes and with underscores
+    value: Any
+    source: str  # the framework's own guide, with its address
+
+
+_XLA = Advice("compile", True, "XLA: Keras' Model.compile defaults to jit_compile=\"auto\", "
+              "which compiles with XLA where the model allows "
+              "(keras.io/api/models/model_training_apis)")
+_TF_AMP = Advice("precision", "mixed", "mixed_float16 on GPUs of compute capability 7.0 or "
+                 "newer (tensorflow.org/guide/mixed_precision)")
+_TF_TF32 = Advice("tf32", True, "TensorFloat-32 is TensorFlow's default on Ampere and newer "
+                  "(tf.config.experimental.enable_tensor_float_32_execution)")
+_TF_DATA = Advice("pipeline", "tuned", "parallel map and prefetch "
+                  "(tensorflow.org/guide/data_performance)")
+_TORCH_COMPILE = Advice("compile", True, "fuse operations with torch.compile (PyTorch "
+                        "Performance Tuning Guide, pytorch.org/tutorials/recipes/recipes/"
+                        "tuning_guide.html)")
+_CHANNELS_LAST = Advice("channels_last", True, "channels_last memory format for computer "
+                        "vision models (PyTorch Performance Tuning Guide)")
+_AUTOTUNE = Advice("cudnn_benchmark", True, "enable the cuDNN auto-tuner (PyTorch "
+                   "Performance Tuning Guide)")
+_TORCH_AMP = Advice("precision", "mixed", "mixed precision and AMP (PyTorch Performance "
+                    "Tuning Guide)")
+_TORCH_TF32 = Advice("tf32", True, "TensorFloat-32 on Ampere and newer (pytorch.org/docs/"
+                     "stable/notes/cuda.html, TensorFloat-32)")
+_LOADER = Advice("pipeline", "tuned", "asynchronous data loading: DataLoader workers and "
+                 "pinned memory (PyTorch Performance Tuning Guide)")
+
+# (framework, device kind) -> the advice it takes. On a CPU both keep --precision auto
+# (bfloat16 where the CPU computes it natively), as the matched runs do.
+BEST: dict[tuple[str, str], tuple[Advice, ...]] = {
+    ("tf", "gpu"): (_XLA, _TF_AMP, _TF_TF32, _TF_DATA),
+    ("tf", "cpu"): (_XLA, _TF_DATA),
+    ("torch", "gpu"): (_TORCH_COMPILE, _CHANNELS_LAST, _AUTOTUNE, _TORCH_AMP, _TORCH_TF32,
+                       _LOADER),
+    ("torch", "cpu"): (_TORCH_COMPILE, _CHANNELS_LAST, _LOADER),
+}
+
+
+def best_config(config: RunConfig, framework: str, device_kind: str) -> RunConfig:
+    """`config` with `framework`'s advice for `device_kind` taken, marked as a best run."""
+    changes: dict[str, Any] = {"variant": "best"}
+    for advice in BEST[(framework, device_kind)]:
+        if advice.setting == "pipeline":
+            if config.pipeline.kind != advice.value:  # a user's tuned settings stay
+                changes["pipeline"] = PipelineConfig.preset(advice.value)
+        else:
+            changes[advice.setting] = advice.value
+    return config.replace(framework=framework, **changes)
+
+
+def advice_rows(device_kind: str) -> list[dict[str, str]]:
+    """What each framework's best runs changed, and why: framework, setting, value, source."""
+    return [{"framework": framework, "setting": a.setting, "value": str(a.value),
+             "source": a.source}
+            for framework in ("tf", "torch") for a in BEST[(framework, device_kind)]]

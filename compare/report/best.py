@@ -1,0 +1,66 @@
+"""Each framework at its own best (compare --best), as the matched report quotes it: best
+against best (the comparison in DIR/best), the settings in which the two best runs differ
+(from their manifests), and the advice each framework took, with its source.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compare import files, schema
+from compare.experiment import best as best_advice
+from compare.experiment.config import FRAMEWORK_NAMES
+
+
+def load(directory: Path) -> dict | None:
+    """The best-settings comparison beside the matched one in `directory`, if any."""
+    path = files.ComparisonDir(files.ComparisonDir(directory).best).summary
+    try:
+        return schema.read_summary(path)[0] if path.exists() else None
+    except schema.SchemaError:
+        return None
+
+
+def summarise(best: dict | None) -> dict | None:
+    """`time_ratio` (TF / PyTorch, best against best), the completed runs, the manifest
+    settings that differ between the two best runs, and the advice each side took."""
+    if not best:
+        return None
+    manifests = best.get("fairness") or {}
+    tf, torch = manifests.get("tf") or {}, manifests.get("torch") or {}
+    differ = [{"setting": key, "tf": _plain(tf.get(key)), "torch": _plain(torch.get(key))}
+              for key, field in schema.MANIFEST.items()
+              if field.comparable and tf.get(key) != torch.get(key)]
+    kind = tf.get("device_kind") or torch.get("device_kind") or "cpu"
+    return {"time_ratio": (best.get("ratios") or {}).get("train_time_s"),
+            "accuracy_difference": best.get("accuracy_difference"),
+            "completed": {fw: (best.get("frameworks") or {}).get(fw, {}).get("completed", 0)
+                          for fw in ("tf", "torch")},
+            "settings_differ": differ, "advice": best_advice.advice_rows(kind),
+            "report": "best/report.html"}
+
+
+def sentence(summary: dict) -> str | None:
+    """Best against best beside the matched ratio, in one sentence."""
+    best = summary.get("best") or {}
+    ratio = (best.get("time_ratio") or {}).get("ratio")
+    if ratio is None:
+        return None
+    matched = ((summary.get("ratios") or {}).get("train_time_s") or {}).get("ratio")
+    return (f"Each at its own guide's best settings (--best), {_faster(ratio)}"
+            + (f"; matched, {_faster(matched)}" if matched else "") + ".")
+
+
+def _faster(ratio: float) -> str:
+    """TF / PyTorch time ratio in words."""
+    tf, torch = FRAMEWORK_NAMES["tf"], FRAMEWORK_NAMES["torch"]
+    if ratio >= 1:
+        return f"{torch} trained {ratio:.2f}x faster than {tf}"
+    return f"{tf} trained {1 / ratio:.2f}x faster than {torch}"
+
+
+def _plain(value) -> str:
+    """A manifest value in words: a record as key=value pairs."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items())
+    return "n/a" if value is None else str(value)

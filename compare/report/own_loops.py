@@ -1,0 +1,136 @@
+"""The shared loop against each framework's own loop (compare.run.own_loop): is the harness
+handicapping a framework? Per framework, the shared loop's training time over its own loop's
+on the same seeds (both after the first epoch), both final accuracies, and how closely their
+first epoch's losses agree; the verdict's sentence and, past CAVEAT_RATIO, its caveat.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from compare import files, schema
+from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
+from compare.report import stats
+from compare.run.own_loop import running_means, steady_seconds
+
+# shared / own training time above this: the shared loop may be handicapping that
+# framework, and the TF/PyTorch ratio may be partly the harness's
+CAVEAT_RATIO = 1.05
+OWN_LOOP_NAMES = {"tf": "Keras fit", "torch": "a plain PyTorch loop"}
+
+
+def load(directories: list[Path]) -> list[dict]:
+    """The own-loop records of these comparison directories (unreadable ones left out)."""
+    records = []
+    for directory in directories:
+        for path in sorted(files.ComparisonDir(directory).own_loops.glob(f"*/{files.OWN_LOOP}")):
+            try:
+                records.append({**schema.read_own_loop(path), "path": str(path)})
+            except schema.SchemaError:
+                continue
+    return records
+
+
+def summarise(runs: list[dict], records: list[dict]) -> dict | None:
+    """Per framework: `time_ratio` (shared / own training time after the first epoch, paired
+    by seed), `throughput_ratio` (its inverse), both mean final accuracies, the first epoch's
+    largest relative loss difference, and the loop; `own_ratio`: TF / PyTorch with each in
+    its own loop. None without a completed own loop."""
+    completed = [r for r in records if r.get("status") == "completed"]
+    if not completed:
+        return None
+    summary: dict = {"caveat_ratio": CAVEAT_RATIO}
+    own_times: dict[str, dict[int, float]] = {}
+    for framework in FRAMEWORKS:
+        own = {r["seed"]: r for r in completed if r["framework"] == framework}
+        shared = {r["config"].get("seed"): r for r in runs if r["framework"] == framework
+                  and r["summary"].get("status") == "completed"}
+        own_times[framework] = {s: steady_seconds(r["epoch_times_s"]) for s, r in own.items()}
+        shared_times = {s: steady_seconds([e["train_time_s"] for e in r["epochs"]])
+                        for s, r in shared.items()}
+        ratio = stats.paired_ratio(shared_times, own_times[framework])
+        seeds = ratio["seeds"]
+        summary[framework] = {
+            "loop": next((r["loop"] for r in own.values()), None),
+            "own_runs": len(own), "seeds": seeds,
+            "time_ratio": ratio,
+            "throughput_ratio": 1 / ratio["ratio"] if ratio["ratio"] else None,
+            "shared_time_s": _mean([shared_times[s] for s in seeds]),
+            "own_time_s": _mean([own_times[framework][s] for s in seeds]),
+            "shared_accuracy": _mean([shared[s]["summary"]["final_test_accuracy"]
+                                      for s in seeds]),
+            "own_accuracy": _mean([own[s]["final_test_accuracy"] for s in seeds]),
+            "loss_difference": _max([_loss_difference(shared[s], own[s]) for s in seeds]),
+        }
+    summary["own_ratio"] = stats.paired_ratio(own_times["tf"], own_times["torch"])
+    return summary
+
+
+def sentence(summary: dict) -> str | None:
+    """One verdict sentence: how close the shared loop ran to each framework's own."""
+    own = summary.get("own_loops") or {}
+    parts = []
+    for framework in FRAMEWORKS:
+        ratio = ((own.get(framework) or {}).get("time_ratio") or {}).get("ratio")
+        if ratio is None:
+            continue
+        percent = 100 * abs(ratio - 1)
+        if ratio < 1:
+            where = f"{percent:.0f}% faster than"
+        elif ratio <= CAVEAT_RATIO:
+            where = f"within {percent:.0f}% of"
+        else:
+            where = f"{percent:.0f}% slower than"
+        parts.append(f"{where} {OWN_LOOP_NAMES[framework]}")
+    if not parts:
+        return None
+    n = min(len((own.get(fw) or {}).get("seeds") or []) for fw in FRAMEWORKS if own.get(fw))
+    return (f"The shared loop ran {' and '.join(parts)} on the same recipe (training time "
+            f"after the first epoch, n={n}).")
+
+
+def caveats(summary: dict) -> list[str]:
+    """A caveat for each framework the shared loop slowed past CAVEAT_RATIO, with what it
+    could explain: the TF/PyTorch ratio with each framework in its own loop."""
+    own = summary.get("own_loops") or {}
+    found = []
+    for framework in FRAMEWORKS:
+        ratio = ((own.get(framework) or {}).get("time_ratio") or {}).get("ratio")
+        if ratio is not None and ratio > CAVEAT_RATIO:
+            found.append(f"the shared loop took {ratio:.2f}x the time of "
+                         f"{OWN_LOOP_NAMES[framework]} for {FRAMEWORK_NAMES[framework]}")
+    matched = ((summary.get("ratios") or {}).get("train_time_s") or {}).get("ratio")
+    each_own = (own.get("own_ratio") or {}).get("ratio")
+    if found and matched and each_own:
+        found[-1] += (f", so up to that much of the TF/PyTorch time ratio may be the harness's "
+                      f"(each in its own loop: {each_own:.2f}, against {matched:.2f} matched)")
+    return found
+
+
+def _loss_difference(run: dict, record: dict) -> float | None:
+    """The largest relative difference between the own loop's running mean losses in the
+    first epoch and the shared loop's at the same steps (from its steps.csv)."""
+    path = files.RunDir(Path(run["path"]).parent).steps
+    pairs = record.get("mean_losses") or []
+    if not path.exists() or not pairs:
+        return None
+    with open(path, newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if int(r["epoch"]) == 1]
+    losses = [float(r["loss"]) for r in rows]
+    steps = [int(s) for s, _ in pairs if int(s) <= len(losses)]
+    if not steps:
+        return None
+    shared = running_means(losses, steps)
+    return max(abs(own - ref) / max(abs(ref), 1e-12)
+               for (_, own), ref in zip(pairs, shared))
+
+
+def _mean(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _max(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return max(values) if values else None

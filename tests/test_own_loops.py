@@ -1,0 +1,130 @@
+"""Each framework's own loop and its own best settings beside the matched runs: the queue
+`compare` plans, what the report makes of them, and both end to end on tiny data. (That an
+own loop trains the shared loop's very steps is tests/test_frameworks.py's.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from compare import files
+from compare.cli import cli
+from compare.experiment import best as best_advice
+from compare.experiment.config import ComparisonConfig, RunConfig
+from compare.process.comparison import planned_runs
+from compare.report import best as best_report
+from compare.report import own_loops, sections
+
+
+def test_own_loops_sit_beside_their_runs_and_take_turns_first(tmp_path):
+    directory = files.ComparisonDir(tmp_path)
+    queue = planned_runs(RunConfig(), ComparisonConfig(seeds=2), directory, resume=False)
+    assert [(q.config.framework, q.config.seed, q.own_loop) for q in queue] == [
+        ("tf", 0, False), ("tf", 0, True), ("torch", 0, False), ("torch", 0, True),
+        ("torch", 1, True), ("torch", 1, False), ("tf", 1, True), ("tf", 1, False)]
+    own = [q for q in queue if q.own_loop]
+    assert {q.config.out for q in own} == {str(directory.own_loop(fw, s).path)
+                                          for fw in ("tf", "torch") for s in (0, 1)}
+    plain = planned_runs(RunConfig(), ComparisonConfig(seeds=2, own_loops=False), directory,
+                         resume=False)
+    assert not any(q.own_loop for q in plain) and len(plain) == 4
+
+
+def test_best_runs_take_each_frameworks_own_advice(tmp_path):
+    directory = files.ComparisonDir(tmp_path)
+    queue = planned_runs(RunConfig(pipeline=RunConfig().pipeline.preset("naive")),
+                         ComparisonConfig(seeds=1, own_loops=False, best=True), directory,
+                         resume=False, device_kind="gpu")
+    best = {q.config.framework: q.config for q in queue if q.config.variant == "best"}
+    matched = [q.config for q in queue if q.config.variant == "matched"]
+    assert len(matched) == 2 and all(not c.compile for c in matched)
+    assert best["tf"].compile and best["tf"].precision == "mixed" and best["tf"].tf32
+    assert best["torch"].compile and best["torch"].channels_last and best["torch"].tf32
+    assert best["tf"].pipeline.kind == best["torch"].pipeline.kind == "tuned"
+    assert best["torch"].out == str(files.ComparisonDir(directory.best).run("torch", 0).path)
+    for (framework, kind), advice in best_advice.BEST.items():  # each with its source
+        assert advice and all(a.source and hasattr(RunConfig(), a.setting) for a in advice)
+    cpu = best_advice.best_config(RunConfig(), "torch", "cpu")
+    assert cpu.channels_last and cpu.compile and cpu.precision == "auto"
+
+
+def _summary(tf_ratio: float, torch_ratio: float, matched: float = 1.3) -> dict:
+    def entry(ratio):
+        return {"time_ratio": {"ratio": ratio, "seeds": [0, 1]}, "seeds": [0, 1]}
+    return {"ratios": {"train_time_s": {"ratio": matched}},
+            "own_loops": {"tf": entry(tf_ratio), "torch": entry(torch_ratio),
+                          "own_ratio": {"ratio": 1.1}, "caveat_ratio": own_loops.CAVEAT_RATIO}}
+
+
+def test_the_verdict_says_how_close_the_shared_loop_ran_and_warns_past_five_percent():
+    close = _summary(1.03, 0.98)
+    assert own_loops.sentence(close) == ("The shared loop ran within 3% of Keras fit and 2% "
+                                         "faster than a plain PyTorch loop on the same recipe "
+                                         "(training time after the first epoch, n=2).")
+    assert own_loops.caveats(close) == []
+    slow = _summary(1.20, 1.01)
+    assert "20% slower than Keras fit" in own_loops.sentence(slow)
+    (caveat,) = own_loops.caveats(slow)
+    assert caveat.startswith("the shared loop took 1.20x the time of Keras fit for "
+                             "TensorFlow/Keras")
+    assert "(each in its own loop: 1.10, against 1.30 matched)" in caveat
+
+
+def test_the_best_section_lists_the_settings_that_differ_from_the_two_manifests():
+    manifest = {"device_kind": "cpu", "compile": False, "channels_last": False,
+                "precision": {"precision": "mixed"}}
+    best_summary = {"ratios": {"train_time_s": {"ratio": 0.8}}, "frameworks": {},
+                    "fairness": {"tf": {**manifest, "compile": True},
+                                 "torch": {**manifest, "compile": True, "channels_last": True}}}
+    summary = {"best": best_report.summarise(best_summary),
+               "ratios": {"train_time_s": {"ratio": 1.25}}}
+    assert summary["best"]["settings_differ"] == [
+        {"setting": "channels_last", "tf": "False", "torch": "True"}]
+    assert best_report.sentence(summary) == (
+        "Each at its own guide's best settings (--best), TensorFlow/Keras trained 1.25x faster "
+        "than PyTorch; matched, PyTorch trained 1.25x faster than TensorFlow/Keras.")
+    section = sections.best_settings({"summary": summary, "runs": []})
+    assert "channels_last: TensorFlow/Keras False; PyTorch True" in section.intro
+    assert {row[1] for row in section.rows} == {"compile", "channels_last", "pipeline"}
+
+
+def test_compare_reports_each_framework_against_its_own_loop(tmp_path):
+    out = tmp_path / "cmp"
+    done = CliRunner().invoke(cli, ["compare", "--dataset", "synthetic", "--synthetic-size",
+                                    "256", "--epochs", "2", "--seeds", "1", "--precision",
+                                    "fp32", "--workers", "0", "--out", str(out), "--quiet"])
+    assert done.exit_code == 0, done.output
+    summary = json.loads((out / "summary.json").read_text())
+    own = summary["own_loops"]
+    for framework in ("tf", "torch"):
+        entry = own[framework]
+        assert entry["seeds"] == [0] and entry["time_ratio"]["ratio"] > 0
+        assert entry["own_time_s"] > 0 and 0 <= entry["own_accuracy"] <= 1
+        # the same experiment: the first epoch's losses agree (float32, CPU)
+        assert entry["loss_difference"] is not None and entry["loss_difference"] < 1e-3
+    assert own["torch"]["own_accuracy"] == own["torch"]["shared_accuracy"]
+    assert any(s.startswith("The shared loop ran") for s in summary["verdict"])
+    assert "The shared loop against each framework's own loop" in (out / "report.md").read_text()
+    record = json.loads((out / "own-loops" / "tf-seed0" / "own-loop.json").read_text())
+    assert record["status"] == "completed" and record["loop"].startswith("Keras Model.compile")
+
+
+@pytest.mark.slow
+def test_compare_best_adds_best_against_best(tmp_path):
+    out = tmp_path / "cmp"
+    done = CliRunner().invoke(cli, ["compare", "--dataset", "synthetic", "--synthetic-size",
+                                    "128", "--epochs", "2", "--seeds", "1", "--best",
+                                    "--no-own-loops", "--workers", "0", "--out", str(out),
+                                    "--quiet"])
+    assert done.exit_code == 0, done.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["own_loops"] is None and not (out / "own-loops").exists()
+    assert summary["best"]["completed"] == {"tf": 1, "torch": 1}
+    assert summary["best"]["time_ratio"]["ratio"] > 0
+    assert any(s.startswith("Each at its own guide's best settings") for s in summary["verdict"])
+    best_summary = json.loads((out / "best" / "summary.json").read_text())
+    assert best_summary["fairness"]["torch"]["channels_last"] is True
+    assert "Each framework at its own best" in (out / "report.md").read_text()
+    assert summary["frameworks"]["tf"]["completed"] == 1  # the matched runs stay apart

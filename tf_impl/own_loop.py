@@ -1,0 +1,107 @@
+"""Keras' own loop: `model.compile` + `model.fit`, as the Keras guides train, on the run's
+model, initial weights, batches and recipe (compare.run.own_loop drives it and writes what
+it measured). Its twin is torch_impl/own_loop.py.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import keras
+import tensorflow as tf
+
+from compare.experiment.config import RunConfig
+from compare.experiment.datasets import Dataset
+from tf_impl import data as tf_data
+from tf_impl.train import Trainer, make_optimizer
+
+LOOP = ("Keras Model.compile + Model.fit, one fit call per epoch (steps_per_execution = the "
+        "run's steps per call)")
+
+
+def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[float],
+             on_epoch: Callable[[int, float], None]) -> dict:
+    """Train config.epochs epochs of the trainer's model with Keras' fit: compiled in the
+    trainer's strategy scope with the same SGD (PyTorch's form, loss scaling as the run's),
+    the per-step learning rates `lrs` as a Keras schedule, the run's per-example loss, and
+    the data plan's batches in a tf.data pipeline. Returns the loop's description, each
+    epoch's training seconds (the device synchronised at both ends) and, over the first
+    epoch, Keras' running mean of the loss after each call ([steps, mean] pairs)."""
+    with trainer.strategy.scope():  # compile where the variables live (the Keras guide)
+        optimizer = make_optimizer(trainer.model, config, trainer.choice,
+                                   learning_rate=_PlanSchedule(lrs))
+        trainer.model.compile(
+            optimizer=optimizer,
+            # Keras casts the labels to the loss's float dtype; the loss takes them as indices
+            loss=lambda labels, logits: trainer._loss(tf.cast(labels, tf.int64), logits,
+                                                      config.label_smoothing),
+            steps_per_execution=trainer.steps_per_call, jit_compile=config.compile)
+    clock = _EpochClock(on_epoch, trainer.steps_per_epoch)
+    for epoch in range(config.epochs):
+        # One fit call per epoch, on that epoch's batches: fit given all epochs' batches
+        # and steps_per_epoch would run whole calls of steps_per_execution steps, crossing
+        # into the next epoch's batches when the epoch is not a multiple of it; a finite
+        # epoch ends its last call early, as the shared loop's shorter last call does.
+        trainer.model.fit(_fit_batches(trainer, config, dataset, epoch), initial_epoch=epoch,
+                          epochs=epoch + 1, callbacks=[clock], shuffle=False, verbose=0)
+    return {"loop": LOOP, "epoch_times_s": clock.times, "mean_losses": clock.mean_losses}
+
+
+class _PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """The run's learning rate of each optimizer step (compare.experiment.config.learning_rate)."""
+
+    def __init__(self, lrs: list[float]):
+        self.lrs = tf.constant(lrs, tf.float32)
+
+    def __call__(self, step):
+        return tf.gather(self.lrs, tf.minimum(tf.cast(step, tf.int32), tf.size(self.lrs) - 1))
+
+    def get_config(self) -> dict:
+        return {"lrs": self.lrs.numpy().tolist()}
+
+
+class _EpochClock(keras.callbacks.Callback):
+    """Each epoch's training seconds, the device synchronised at both ends, and the first
+    epoch's running mean loss after each call of the step function (read there only: a
+    read waits for the device, and the first epoch is not in the steady figures)."""
+
+    def __init__(self, on_epoch: Callable[[int, float], None], steps_per_epoch: int):
+        super().__init__()
+        self.on_epoch, self.steps_per_epoch = on_epoch, steps_per_epoch
+        self.times: list[float] = []
+        self.mean_losses: list[list[float]] = []
+        self.epoch, self.start = 0, 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        tf.test.experimental.sync_devices()
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epoch == 0 and logs and "loss" in logs:
+            # fit names a call by its last step as if it were whole; an epoch's last call
+            # ends with the epoch's batches
+            steps = min(batch + 1, self.steps_per_epoch)
+            self.mean_losses.append([steps, float(logs["loss"])])
+
+    def on_epoch_end(self, epoch, logs=None):
+        tf.test.experimental.sync_devices()
+        self.times.append(time.perf_counter() - self.start)
+        self.on_epoch(epoch, self.times[-1])
+
+
+def _fit_batches(trainer: Trainer, config: RunConfig, dataset: Dataset,
+                 epoch: int) -> tf.data.Dataset:
+    """The epoch's global batches (images, labels) in the data plan's order, loaded and
+    augmented in tf.data as the run's pipeline settings say; fit splits them over the
+    strategy's replicas. The `device` pipeline's resident copy has no tf.data form, so its
+    images are loaded on the host here."""
+    source = trainer.train_batches.source
+    if source.packed:
+        source = tf_data.PlanImages(dataset.train_x, dataset.train_y, dataset.mean,
+                                    dataset.std, config.crop_padding, config.augment)
+    keys = tf_data._plan_key_batches(config, len(dataset.train_y), epoch, epoch + 1)
+    # flat_map hides the length, which fit reads to know the epoch's steps
+    keys = keys.apply(tf.data.experimental.assert_cardinality(trainer.steps_per_epoch))
+    return tf_data._finish(tf_data._map(keys, source.load_batch, config), config)

@@ -1,0 +1,79 @@
+"""PyTorch's own loop: the plain loop of the PyTorch tutorials (`for images, labels in
+loader:` autocast, backward, scaler step, zero_grad, scheduler step) on the run's model,
+initial weights, DataLoader and recipe (compare.run.own_loop drives it and writes what it
+measured). Its twin is tf_impl/own_loop.py.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from compare.experiment.config import RunConfig
+from compare.experiment.datasets import Dataset
+from torch_impl.train import Trainer
+
+LOOP = ("plain PyTorch loop: for batch in DataLoader, autocast, backward, GradScaler step, "
+        "LambdaLR step")
+
+
+def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[float],
+             on_epoch: Callable[[int, float], None]) -> dict:
+    """Train config.epochs epochs of the trainer's model (DDP- or compile-wrapped as the run
+    is) with the plain loop: the trainer's optimizer, loss scaler and DataLoader, the
+    per-step learning rates `lrs` through LambdaLR, the run's loss. Returns the loop's
+    description, each epoch's training seconds (the device synchronised at both ends) and,
+    over the first epoch, the running mean of the loss after each of the run's calls
+    ([steps, mean] pairs, as Keras' fit reports them). Losses stay on the device until the
+    epoch ends: no step waits for a read."""
+    model, optimizer, scaler = trainer.train_model, trainer.optimizer, trainer.scaler
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lrs[min(step, len(lrs) - 1)] / config.lr)
+    dtype = trainer.numerics["autocast_dtype"]
+    autocast = (lambda: torch.autocast(trainer.device.type, dtype=dtype)) if dtype else nullcontext
+    times: list[float] = []
+    mean_losses: list[list[float]] = []
+    for epoch in range(config.epochs):
+        _sync(trainer)
+        start = time.perf_counter()
+        model.train()
+        losses = []
+        for images, labels in trainer.train_batches.epoch(epoch):
+            images = images.to(trainer.device, non_blocking=trainer.non_blocking,
+                               memory_format=trainer.memory_format)
+            labels = labels.to(trainer.device, non_blocking=trainer.non_blocking)
+            with autocast():
+                loss = F.cross_entropy(model(images).float(), labels,
+                                       label_smoothing=config.label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            losses.append(loss.detach())
+        _sync(trainer)
+        times.append(time.perf_counter() - start)
+        if epoch == 0:
+            mean_losses = _running_means(torch.stack(losses).float().cpu().tolist(),
+                                         trainer.steps_per_call)
+        on_epoch(epoch, times[-1])
+    return {"loop": LOOP, "epoch_times_s": times, "mean_losses": mean_losses}
+
+
+def _sync(trainer: Trainer) -> None:
+    if trainer.choice.on_gpu:
+        torch.cuda.synchronize(trainer.device)
+
+
+def _running_means(losses: list[float], every: int) -> list[list[float]]:
+    """[steps, mean of the first `steps` losses] after each `every` steps and at the end."""
+    means, total = [], 0.0
+    for step, loss in enumerate(losses, 1):
+        total += loss
+        if step % every == 0 or step == len(losses):
+            means.append([step, total / step])
+    return means
