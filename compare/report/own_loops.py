@@ -76,12 +76,12 @@ def sentence(summary: dict) -> str | None:
         if ratio is None:
             continue
         percent = 100 * abs(ratio - 1)
-        if ratio < 1:
-            where = f"{percent:.0f}% faster than"
-        elif ratio <= CAVEAT_RATIO:
-            where = f"within {percent:.0f}% of"
-        else:
+        if ratio > CAVEAT_RATIO:
             where = f"{percent:.0f}% slower than"
+        elif ratio < 0.995:
+            where = f"{percent:.0f}% faster than"
+        else:  # within half a percent either side, or slower by no more than the caveat's
+            where = f"within {max(1, round(percent))}% of"
         parts.append(f"{where} {OWN_LOOP_NAMES[framework]}")
     if not parts:
         return None
