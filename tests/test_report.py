@@ -124,7 +124,8 @@ def test_report_figures_match_summary_json(tmp_path):
     for row in report.verdict_rows(summary):  # every figure in the page is the summary's
         for page in (markdown, html):
             assert row["tf"] in page and row["torch"] in page
-    assert "10.97 s [" in markdown and "(n=3)" in markdown and "+3.00 pts" in markdown
+    assert "10.97 s [" in markdown and "3 seeds per framework: brackets hold the 95% interval" \
+        in markdown and "+3.00 pts" in markdown
     assert "1.371x" in markdown and "log" in markdown
     assert "synthetic" in markdown and "not CIFAR-10" in markdown
     assert [p.name for p in paths] == ["summary.json", "report.md", "report.html"]
@@ -179,8 +180,10 @@ def test_two_seeds_show_a_range_not_a_t_interval(tmp_path):
     tf_time = summary["frameworks"]["tf"]["train_time_s"]
     assert (tf_time["low"], tf_time["high"], tf_time["interval"]) == (1.0, 3.0, "range")
     markdown = (tmp_path / "report.md").read_text()
-    assert "1.73 s [1.00 s, 3.00 s] (n=2: range)" in markdown
-    assert "0.9800 [0.9700, 0.9900] (n=2: range)" in markdown
+    assert "| 1.73 s [1.00 s, 3.00 s] |" in markdown  # what brackets are: said once
+    assert "| 0.9800 [0.9700, 0.9900] |" in markdown
+    assert markdown.count("brackets hold the min-max range") == 1
+    assert "(n=2: range)" not in markdown
     assert "n=2: range (min-max over the seeds" in markdown  # named under how measured
     assert summary["accuracy_equivalence"]["equivalent"] is not None  # TOST runs from n=2
 
@@ -349,7 +352,8 @@ def _chromium() -> str | None:
                  if shutil.which(n)), None)
 
 
-def _browse(page_dir: Path, page: str, work: Path) -> tuple[str, list[str]]:
+def _browse(page_dir: Path, page: str, work: Path,
+            window: str = "1280,800") -> tuple[str, list[str]]:
     """The DOM of page_dir/page after headless Chromium rendered it, and every URL that the
     page itself requested (the browser's net log, initiator = the page's origin).
 
@@ -367,6 +371,7 @@ def _browse(page_dir: Path, page: str, work: Path) -> tuple[str, list[str]]:
         dom = subprocess.run(
             [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              f"--user-data-dir={work / 'profile'}", f"--log-net-log={net_log}",
+             f"--window-size={window}", "--hide-scrollbars",
              "--virtual-time-budget=3000", "--dump-dom", f"{origin}/{page}"],
             capture_output=True, text=True, timeout=120, check=True).stdout
     finally:
@@ -397,6 +402,43 @@ def test_report_html_in_a_headless_browser_shows_every_plot_and_fetches_nothing(
         '<html><body><img src="https://example.invalid/plot.png"></body></html>')
     _, requested = _browse(tmp_path / "cmp", "fetching.html", tmp_path)
     assert requested == ["https://example.invalid/plot.png"]
+
+
+# Measures the laid-out page in the browser (a copy of the report with this at its end): the
+# page's width, what sticks out past the window other than inside a scrolling table box,
+# and where the headline figure ends, written onto <body> for --dump-dom to show.
+LAYOUT_PROBE = """<script>
+addEventListener("load", function () {
+  var wide = [];
+  document.querySelectorAll("body *").forEach(function (e) {
+    if (!e.closest(".scroll") && e.getBoundingClientRect().right > innerWidth + 0.5)
+      wide.push(e.tagName + (e.id ? "#" + e.id : ""));
+  });
+  var figure = document.querySelector("#figures-section-0 .figure");
+  document.body.setAttribute("data-page-width", document.documentElement.scrollWidth);
+  document.body.setAttribute("data-too-wide", wide.slice(0, 5).join(" ") || "none");
+  document.body.setAttribute("data-figure-bottom",
+                             figure ? Math.ceil(figure.getBoundingClientRect().bottom) : -1);
+});
+</script>"""
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no headless chromium installed "
+                    "(apt-get install chromium) to render report.html")
+def test_report_answers_on_the_first_screen_at_1280_px_without_scrolling_sideways(tmp_path):
+    """At 1280x800 the page is no wider than the window (wide tables scroll inside their own
+    box) and the verdict, the headline table and the headline figure end on the first
+    screen."""
+    import re
+    three_seeds(tmp_path / "cmp")
+    report.rebuild(tmp_path / "cmp", [tmp_path / "cmp"])
+    page = (tmp_path / "cmp" / "report.html").read_text()
+    (tmp_path / "cmp" / "probe.html").write_text(page.replace("</body>", LAYOUT_PROBE + "</body>"))
+    dom, _ = _browse(tmp_path / "cmp", "probe.html", tmp_path, window="1280,800")
+    found = dict(re.findall(r'data-(page-width|too-wide|figure-bottom)="([^"]*)"', dom))
+    assert int(found["page-width"]) <= 1280, found
+    assert found["too-wide"] == "none", found
+    assert 0 < int(found["figure-bottom"]) <= 800, found
 
 
 def test_a_rerun_with_fewer_completed_runs_never_overwrites_the_fuller_report(tmp_path):

@@ -245,3 +245,26 @@ def test_both_own_loop_modules_satisfy_their_protocol(tf_two_cpus):
         module = importlib.import_module(f"{package}.own_loop")
         assert [m for m in members if not hasattr(module, m)] == [], package
         assert isinstance(module.LOOP, str) and module.LOOP
+
+
+def test_every_quoted_figure_names_the_script_and_file_that_hold_it():
+    """README and docs quote a measured figure beside "`<a script in benchmarks>` → `FILE`": the
+    script exists, the file is in the repository and names the script (its command), and
+    every figure of three decimals in that paragraph is in the file."""
+    import re
+    marker = re.compile(r"`(benchmarks/[\w/]+\.py)` →\s+`(benchmarks/results/[\w./-]+)`")
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    found = 0
+    for page in pages:
+        for paragraph in page.read_text().split("\n\n"):
+            sources = marker.findall(paragraph)
+            for script, output in sources:
+                found += 1
+                assert (REPO / script).exists(), (page.name, script)
+                text = (REPO / output).read_text()
+                assert script in text, (page.name, output, "does not name", script)
+            if sources:
+                held = " ".join((REPO / output).read_text() for _, output in sources)
+                for figure in re.findall(r"(?<![\d.])\d+\.\d{3}(?!\d)", paragraph):
+                    assert figure in held, (page.name, figure, [o for _, o in sources])
+    assert found >= 6  # the README's and docs/benchmarks.md's

@@ -57,8 +57,8 @@ def run_options(f):
     """The settings of a run, then --out, --quiet and --debug."""
     options = [click_option(s) for s in settings.RUN_SETTINGS] + [
         click.option("--out", type=click.Path(), default=None,
-                     help="Output directory. [default: runs/<command>-<framework or "
-                          "'compare'>]"),
+                     help="Output directory. [default: runs/run-<framework> for run, "
+                          "runs/compare, runs/sweep]"),
         click.option("--quiet", is_flag=True,
                      help="No progress bar: one line per epoch (for CI and logs)."),
         click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line "

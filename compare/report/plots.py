@@ -82,8 +82,14 @@ def headline(runs: list[dict]) -> str:
     cumulative training time; up and to the left is better."""
     matplotlib_agg()
     import matplotlib.pyplot as plt
-    runs = [r for r in runs if not r.get("unreadable") and r["epochs"]]
     fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    draw_headline(ax, runs)
+    return svg(fig)
+
+
+def draw_headline(ax, runs: list[dict]) -> None:
+    """The headline figure on the axes `ax` (the report's, and the README's picture)."""
+    runs = [r for r in runs if not r.get("unreadable") and r["epochs"]]
     dashes = ("-", "--", ":", "-.")
     seeds = sorted({seed_of(r) for r in runs if seed_of(r) is not None})
     for run in sorted(runs, key=lambda r: (r["framework"], seed_of(r) or 0)):
@@ -98,7 +104,6 @@ def headline(runs: list[dict]) -> str:
     ax.grid(alpha=0.3)
     if runs:
         ax.legend(fontsize=8, loc="lower right")
-    return svg(fig)
 
 
 def _curves_figure(runs: list[dict]):

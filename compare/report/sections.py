@@ -32,14 +32,14 @@ class Section:
     figures_elsewhere: str = ""  # what report.md says in their place
     code: str | None = None  # a block of text to copy (a command)
     folded: bool = True  # the HTML shows the title and unfolds the rest on a click
+    side_by_side: bool = False  # the HTML sets the table and the figures beside each other
 
 
 SEEDS_NOTE = ("Each figure is the centre over completed seeds (geometric mean for times, sizes "
-              "and rates; mean for accuracies and fractions), then its interval in brackets: "
-              "the 95% interval for 3+ seeds, or the min-max range marked \"n=2: range\" for two "
-              "(see how each figure is measured). Ratios are TF / PyTorch, paired by seed: "
-              "above 1, TensorFlow took longer (times) or did more (rates). Accuracy: TF - "
-              "PyTorch in percentage points (pts).")
+              "and rates; mean for accuracies and fractions), then its interval in brackets "
+              "(how each figure is measured says how). Ratios are TF / PyTorch, paired by "
+              "seed: above 1, TensorFlow took longer (times) or did more (rates). Accuracy: "
+              "TF - PyTorch in percentage points (pts). ")
 FIGURE_COLUMNS = ("Figure", TF, TORCH, "TF vs PyTorch")
 
 
@@ -48,9 +48,11 @@ def headline(g: dict) -> Section:
             for r in tables.verdict_rows(g["summary"], headline=True)
             if (r["tf"], r["torch"]) != ("n/a", "n/a")]  # e.g. memory and energy on a CPU
     figure = [plots.headline(g["runs"])] if g["runs"] else []
-    return Section("figures", "Side by side", SEEDS_NOTE, FIGURE_COLUMNS, rows, figures=figure,
-                   figures_elsewhere=("Test accuracy against training time is plotted in "
-                                      "report.html." if figure else ""), folded=False)
+    return Section("figures", "Side by side", columns=FIGURE_COLUMNS, rows=rows,
+                   notes=SEEDS_NOTE + tables.brackets_note(g["summary"]),
+                   figures=figure, figures_elsewhere=("Test accuracy against training time is "
+                                                      "plotted in report.html." if figure else ""),
+                   folded=False, side_by_side=True)
 
 
 def all_figures(g: dict) -> Section:

@@ -28,14 +28,31 @@ def fmt(value: float | None, kind: str) -> str:
 
 
 def with_interval(agg: dict | None, kind: str) -> str:
-    """'value [low, high] (n=3)', '... (n=2: range)' or 'value (n=1)'."""
+    """'value [low, high]' or 'value'; what the brackets are is said once, by
+    brackets_note, and a seed count other than the comparison's in brackets_note too."""
     if not agg or agg.get("n", 0) == 0:
         return "n/a"
     text = fmt(agg.get("centre", agg.get("mean")), kind)
     if agg.get("low") is not None:
         text += f" [{fmt(agg['low'], kind)}, {fmt(agg['high'], kind)}]"
-    suffix = ": range" if agg.get("interval") == "range" else ""
-    return text + f" (n={agg['n']}{suffix})"
+    return text
+
+
+def brackets_note(summary: dict) -> str:
+    """What the brackets of this comparison's tables are, said once: from the figures'
+    own seed counts (a framework with fewer completed seeds is named)."""
+    counts = {fw: entry.get("completed", 0)
+              for fw, entry in (summary.get("frameworks") or {}).items()}
+    n = min(counts.values(), default=0)
+    if n >= 3:
+        kind = f"{n} seeds per framework: brackets hold the 95% interval"
+    elif n == 2:
+        kind = "2 seeds per framework: brackets hold the min-max range (too few for an interval)"
+    else:
+        kind = f"{n} seed(s) per framework: no interval"
+    uneven = {fw: c for fw, c in counts.items() if c != max(counts.values(), default=0)}
+    extra = "".join(f"; {FRAMEWORK_NAMES.get(fw, fw)} completed {c}" for fw, c in uneven.items())
+    return kind + extra + "."
 
 
 def ratio_text(r: dict | None) -> str:
@@ -44,7 +61,7 @@ def ratio_text(r: dict | None) -> str:
     text = fmt(r["ratio"], "x")
     if r.get("low") is not None:
         text += f" [{fmt(r['low'], 'x')}, {fmt(r['high'], 'x')}]"
-    return text + (" (range)" if r.get("interval") == "range" else "")
+    return text
 
 
 def difference_text(diff: dict | None) -> str:
@@ -53,7 +70,7 @@ def difference_text(diff: dict | None) -> str:
     text = f"{100 * diff['mean']:+.2f} pts"
     if diff.get("low") is not None:
         text += f" [{100 * diff['low']:+.2f}, {100 * diff['high']:+.2f}]"
-    return text + (" (range)" if diff.get("interval") == "range" else "")
+    return text
 
 
 # The figures of the side-by-side table: name, summary key, format, ratio key (or "accuracy"

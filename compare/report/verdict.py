@@ -65,8 +65,9 @@ def _accuracy_sentence(summary: dict) -> str:
         interval = f"the same difference on each of {test['n']} seeds"
     else:
         p_value = "p<0.001" if test["p_value"] < 0.001 else f"p={test['p_value']:.3f}"
-        interval = (f"90% CI {100 * test['ci90_low']:+.2f} to {100 * test['ci90_high']:+.2f} "
-                    f"points, TOST {p_value}, n={test['n']}")
+        # the interval of TF - PyTorch, named so, whichever framework scored higher
+        interval = (f"TF - PyTorch 90% CI {100 * test['ci90_low']:+.2f} to "
+                    f"{100 * test['ci90_high']:+.2f} points, TOST {p_value}, n={test['n']}")
     if test["equivalent"]:
         return (f"Final test accuracy is equivalent within +-{margin:g} points: TF - PyTorch = "
                 f"{mean:+.2f} points ({interval}).")
