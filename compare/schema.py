@@ -179,6 +179,8 @@ MANIFEST: dict[str, ManifestField] = {
     "launcher": ManifestField(_I, "what started the processes"),
     "nodes": ManifestField(_C, "machines"),
     "distribution": ManifestField(_I, "the distribution machinery"),
+    "parallel": ManifestField(_C, "data (replicas) or model (stages), the cut, micro-batches"),
+    "placement": ManifestField(_I, "each stage's device, in the framework's words"),
     "strategy": ManifestField(_I, "the distribution wrapper --strategy chose, and why"),
     "steps_per_call": ManifestField(_C, "training steps per call of the step function"),
     "steps_per_call_from": ManifestField(_C, "where steps_per_call came from"),

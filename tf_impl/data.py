@@ -273,7 +273,10 @@ def _fetch_to_device(config: RunConfig, choice: DeviceChoice) -> bool:
 
 
 def _wrapped(config: RunConfig, choice: DeviceChoice) -> bool:
-    """Whether the replicas train under MirroredStrategy (compare.experiment.strategy)."""
+    """Whether the replicas train under MirroredStrategy (compare.experiment.strategy); one
+    replica split into stages (--parallel model) trains under the default strategy."""
+    if config.parallel == "model":
+        return False
     return strategy.resolve(config.strategy, "tf", len(choice.names) * choice.processes,
                             choice.processes).wrapped
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import tensorflow as tf
 
-from compare.experiment import specs, weights
+from compare.experiment import specs, stages, weights
 
 
 def _conv(layer: specs.Conv, x, norm: dict):
@@ -51,18 +52,50 @@ def _build(layers, x, norm: dict):
     return x
 
 
-def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1,
-                bn_epsilon: float = 1e-5) -> keras.Model:
-    """The spec as a Keras functional model (NHWC input) under the global dtype policy.
+def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1, bn_epsilon: float = 1e-5,
+                placement: tuple[str, ...] | None = None) -> keras.Model:
+    """The spec as a Keras model (NHWC input) under the global dtype policy: a functional
+    model, or with `placement` (a device per stage, --parallel model) a StagedModel whose
+    stages compare.experiment.stages cuts.
 
     Under a mixed policy the logits are cast to float32 by a final linear activation,
     as the Keras mixed-precision guide recommends (softmax/loss in float32).
     """
     c, h, w = spec.input_shape
-    inputs = keras.Input((h, w, c), name="images")
-    x = _build(spec.layers, inputs, {"momentum": bn_momentum, "epsilon": bn_epsilon})
-    outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(x)
-    return keras.Model(inputs, outputs, name=spec.name)
+    norm = {"momentum": bn_momentum, "epsilon": bn_epsilon}
+    if placement is None or len(placement) == 1:
+        inputs = keras.Input((h, w, c), name="images")
+        x = _build(spec.layers, inputs, norm)
+        outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(x)
+        return keras.Model(inputs, outputs, name=spec.name)
+    parts, shape = [], (h, w, c)
+    for stage, device in zip(stages.cut(spec, len(placement)), placement):
+        with tf.device(device):  # the stage's variables are made, so they live, here
+            inputs = keras.Input(shape, name=f"stage{stage.index}_input")
+            x = _build(spec.layers[stage.start:stage.end], inputs, norm)
+            parts.append(keras.Model(inputs, x, name=f"stage{stage.index}"))
+        shape = tuple(x.shape[1:])
+    model = StagedModel(parts, placement, name=spec.name)
+    model.build((None, h, w, c))
+    return model
+
+
+class StagedModel(keras.Model):
+    """Model parallelism: the spec's stages, each a functional model whose variables live
+    on its device, called in order, each under tf.device of its device, inside the one
+    training step (its gradient ops run beside their forward ops, TensorFlow's default)."""
+
+    def __init__(self, parts: list[keras.Model], placement: tuple[str, ...], **kwargs):
+        super().__init__(**kwargs)
+        self.parts, self.placement = list(parts), tuple(placement)
+        self.to_float32 = keras.layers.Activation("linear", dtype="float32",
+                                                  name="logits_float32")
+
+    def call(self, x, training=None):
+        for part, device in zip(self.parts, self.placement):
+            with tf.device(device):
+                x = part(x, training=training)
+        return self.to_float32(x)
 
 
 def _conv_variables(layer: specs.Conv, k, spec: specs.ModelSpec) -> dict[str, tuple]:
@@ -98,7 +131,17 @@ def _variables(model: keras.Model, spec: specs.ModelSpec) -> dict[str, tuple]:
     return {f"{layer.name}.{part}": found
             for layer in specs.walk(spec.layers) if type(layer) in KERAS_VARIABLES
             for part, found in KERAS_VARIABLES[type(layer)](
-                layer, model.get_layer(layer.name), spec).items()}
+                layer, _layer(model, layer.name), spec).items()}
+
+
+def _layer(model: keras.Model, name: str):
+    """The Keras layer called `name`, in the model or in one of its stages."""
+    for part in getattr(model, "parts", [model]):
+        try:
+            return part.get_layer(name)
+        except ValueError:
+            continue
+    raise ValueError(f"no layer {name!r} in {model.name}")
 
 
 def _same(a: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from compare.errors import DeviceError  # noqa: E402
-from compare.experiment import precision, specs, strategy, weights  # noqa: E402
+from compare.experiment import precision, specs, stages, strategy, weights  # noqa: E402
 from compare.experiment.config import RunConfig, steps_per_call  # noqa: E402
 from compare.experiment.datasets import Dataset  # noqa: E402
 from compare.experiment.validate import check_split  # noqa: E402
@@ -93,6 +93,8 @@ def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Stra
     MultiWorkerMirroredStrategy: collective all-reduce over all workers' replicas, NCCL
     between GPUs and ring (gRPC) between CPUs, each collective failing after
     config.collective_timeout_s when a peer does not answer."""
+    if config.parallel == "model":  # one replica, its stages on the devices (build_model)
+        return tf.distribute.get_strategy()
     if choice.processes == 1:
         if not strategy.resolve(config.strategy, FRAMEWORK, len(choice.names)).wrapped:
             return tf.distribute.get_strategy()
@@ -184,7 +186,9 @@ class Trainer:
         self.initial = (weights.initial_weights(self.spec, config.seed) if config.shared_init
                         else None)
         with self.strategy.scope():  # build, load and compile inside the scope (Keras guide)
-            self.model = build_model(self.spec, config.bn_momentum, config.bn_epsilon)
+            self.placement = stages.placement(config, choice.names)  # None: not split
+            self.model = build_model(self.spec, config.bn_momentum, config.bn_epsilon,
+                                     self.placement)
             if self.initial is not None:
                 load_weights(self.model, self.initial, self.spec)
             self.optimizer = make_optimizer(self.model, config, choice)
@@ -278,6 +282,10 @@ class Trainer:
             tf.config.experimental.reset_memory_stats(self._first_device())
 
     def save_model(self, directory: Path) -> str:
+        if self.placement is not None:  # a StagedModel has no config to save: its weights
+            target = Path(directory) / "model.weights.h5"
+            self.model.save_weights(target)
+            return target.name
         target = Path(directory) / "model.keras"
         temporary = target.with_name(f".model.{os.getpid()}.tmp.keras")
         self.model.save(temporary)  # Keras insists on the .keras suffix
@@ -311,6 +319,9 @@ class Trainer:
         distribution = (f"MirroredStrategy over {', '.join(self.choice.names)}"
                         if wrapped.wrapped else
                         f"default strategy (no distribution) on {self.choice.names[0]}")
+        if self.placement is not None:
+            distribution = ("default strategy, one replica; its stages under tf.device of "
+                            + ", ".join(self.placement))
         if self.choice.processes > 1:
             distribution = (f"MultiWorker{distribution} on each of {self.choice.processes} workers "
                             f"(collective {'NCCL' if self.choice.on_gpu else 'ring'} all-reduce)")
@@ -336,6 +347,8 @@ class Trainer:
             "compile": "XLA jit_compile (forward+backward)" if self.config.compile else "off",
             "channels_last": True,  # Keras convolutions compute NHWC; not switchable here
             "pipeline": tf_data.pipeline_settings(self.config, self.choice),
+            "placement": (None if self.placement is None else
+                          [f"stage {i}: {d}" for i, d in enumerate(self.placement)]),
             "default_init": "Keras default initialisers",
             # What Keras itself does differently; no setting changes it.
             "loss_scale_check": (
@@ -439,6 +452,20 @@ class Trainer:
         return tf.nn.softmax_cross_entropy_with_logits(targets, tf.cast(logits, tf.float32))
 
     def _forward_backward(self, images, labels):
+        """The loss and gradients of the replica's batch: in --micro-batches parts whose
+        gradients add up (each part's loss scaled by the global batch, so the sum is the
+        global-batch mean), or whole."""
+        if self.config.micro_batches == 1:
+            return self._part_forward_backward(images, labels)
+        total, summed = 0.0, None
+        for part_images, part_labels in zip(tf.split(images, self.config.micro_batches),
+                                            tf.split(labels, self.config.micro_batches)):
+            loss, grads = self._part_forward_backward(part_images, part_labels)
+            total = total + loss
+            summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
+        return total, summed
+
+    def _part_forward_backward(self, images, labels):
         # The name scopes mark the step's phases in the profiler's op names (compare.run.phases).
         with tf.GradientTape() as tape, tf.name_scope(scope("forward")):
             logits = self.model(images, training=True)

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from compare.experiment import specs
+from compare.experiment import specs, stages
 
 
 class Residual(nn.Module):
@@ -35,13 +35,22 @@ class GlobalMaxPool(nn.Module):
 
 
 class SpecNet(nn.Module):
-    """The spec's layers in order; `named_layers` maps spec names to modules."""
+    """The spec's layers in order; `named_layers` maps spec names to modules. With
+    `placement` (a device per stage, --parallel model) `body` holds one Sequential per stage
+    (compare.experiment.stages cuts them), each on its device, and the activations move from
+    stage to stage; the logits come back to the first stage's device, where the labels are."""
 
-    def __init__(self, spec: specs.ModelSpec, bn_momentum: float, bn_epsilon: float):
+    def __init__(self, spec: specs.ModelSpec, bn_momentum: float, bn_epsilon: float,
+                 placement: tuple[str, ...] | None = None):
         super().__init__()
         self.spec = spec
         self.named_layers: dict[str, nn.Module] = {}
-        self.body = self._build(spec.layers, {"momentum": bn_momentum, "epsilon": bn_epsilon})
+        self.placement = tuple(placement) if placement and len(placement) > 1 else None
+        body = self._build(spec.layers, {"momentum": bn_momentum, "epsilon": bn_epsilon})
+        if self.placement is not None:
+            body = nn.Sequential(*(nn.Sequential(*body[stage.start:stage.end])
+                                   for stage in stages.cut(spec, len(self.placement))))
+        self.body = body
 
     def _build(self, layers, norm: dict) -> nn.Sequential:
         modules = []
@@ -53,8 +62,21 @@ class SpecNet(nn.Module):
             modules.append(module)
         return nn.Sequential(*modules)
 
+    def place(self, device: torch.device, memory_format: torch.memory_format) -> SpecNet:
+        """On `device`, or each stage on its own device (non-blocking copies between GPUs)."""
+        if self.placement is None:
+            return self.to(device, memory_format=memory_format)
+        for stage, where in zip(self.body, self.placement):
+            stage.to(torch.device(where), memory_format=memory_format)
+        return self
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
+        if self.placement is None:
+            return self.body(x)
+        first = x.device
+        for stage, where in zip(self.body, self.placement):
+            x = stage(x.to(where, non_blocking=True))
+        return x.to(first, non_blocking=True)
 
 
 # Each spec kind's module: (spec layer, BatchNorm settings, the net building it) -> module.
@@ -75,10 +97,11 @@ TORCH_LAYERS = {
 }
 
 
-def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1,
-                bn_epsilon: float = 1e-5) -> SpecNet:
-    """The spec as an nn.Module (NCHW input), PyTorch's own initialisation."""
-    return SpecNet(spec, bn_momentum, bn_epsilon)
+def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1, bn_epsilon: float = 1e-5,
+                placement: tuple[str, ...] | None = None) -> SpecNet:
+    """The spec as an nn.Module (NCHW input), PyTorch's own initialisation; with `placement`
+    (a device per stage, --parallel model) cut into stages (SpecNet)."""
+    return SpecNet(spec, bn_momentum, bn_epsilon, placement)
 
 
 def _tensor(model: SpecNet, name: str) -> torch.Tensor:

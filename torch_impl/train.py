@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 from compare import files
 from compare.errors import DeviceError
-from compare.experiment import precision, specs, strategy, weights
-from compare.experiment.config import RunConfig, steps_per_call
+from compare.experiment import precision, specs, stages, strategy, weights
+from compare.experiment.config import RunConfig, data_replicas, steps_per_call
 from compare.experiment.datasets import Dataset
 from compare.experiment.validate import check_split
 from compare.machine import devices, gpu_metrics
@@ -67,7 +67,12 @@ def select_device(config: RunConfig) -> DeviceChoice:
             raise DeviceError(f"--devices {launched.local_processes}: PyTorch sees only "
                               f"{gpus} GPU(s)")
         name = torch.cuda.get_device_name(local_rank)
-        return DeviceChoice("gpu", (f"cuda:{local_rank}",), name,
+        names = (f"cuda:{local_rank}",)
+        if config.parallel == "model":  # one process, a GPU per stage
+            if config.devices > gpus:
+                raise DeviceError(f"--devices {config.devices}: PyTorch sees only {gpus} GPU(s)")
+            names = tuple(f"cuda:{i}" for i in range(config.devices))
+        return DeviceChoice("gpu", names, name,
                             devices.description(name, processes, config.device, "", machines),
                             rank, processes, tuple(torch.cuda.get_device_capability(local_rank)))
     return DeviceChoice("cpu", ("cpu",), None, devices.description(
@@ -156,12 +161,15 @@ class Trainer:
         self.spec = specs.get_spec(config.model, len(dataset.classes))
         self.initial = (weights.initial_weights(self.spec, config.seed) if config.shared_init
                         else None)
-        self.model = build_model(self.spec, config.bn_momentum, config.bn_epsilon)
+        # --parallel model: a device per stage (on a CPU the stages share the one device)
+        self.placement = stages.placement(config, choice.names)
+        self.model = build_model(self.spec, config.bn_momentum, config.bn_epsilon,
+                                 self.placement)
         if self.initial is not None:
             load_weights(self.model, self.initial, self.spec)
         channels_last = choice.on_gpu if config.channels_last is None else config.channels_last
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        self.model.to(self.device, memory_format=self.memory_format)
+        self.model.place(self.device, self.memory_format)
         self.train_model = self.model
         self.wrapper = strategy.resolve(config.strategy, FRAMEWORK, choice.processes,
                                         choice.processes)
@@ -226,14 +234,22 @@ class Trainer:
     def train_step(self, batch, lr: float) -> torch.Tensor:
         with self._phase("host_to_device"):
             images, labels = self._to_device(batch)
-        with self._phase("forward"), self._autocast():
-            logits = self.train_model(images)
-            # The loss in float32, as Keras computes it from its float32 logits layer.
-            loss = F.cross_entropy(logits.float(), labels,
-                                   label_smoothing=self.config.label_smoothing)
-        with self._phase("backward"):  # DDP all-reduces gradient buckets as they are ready
+        with self._phase("backward"):
             self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
+        parts = self.config.micro_batches
+        loss = None
+        # --micro-batches: each part's mean loss / parts, its gradients adding up to the
+        # global-batch mean's (DDP all-reduces every part's; the update comes once)
+        for part_images, part_labels in zip(images.chunk(parts), labels.chunk(parts)):
+            with self._phase("forward"), self._autocast():
+                logits = self.train_model(part_images)
+                # The loss in float32, as Keras computes it from its float32 logits layer.
+                part = F.cross_entropy(logits.float(), part_labels,
+                                       label_smoothing=self.config.label_smoothing)
+                part = part / parts if parts > 1 else part
+            with self._phase("backward"):  # DDP all-reduces gradient buckets as they are ready
+                self.scaler.scale(part).backward()
+            loss = part.detach() if loss is None else loss + part.detach()
         with self._phase("update"):
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
@@ -338,7 +354,11 @@ class Trainer:
             "bn_running_variance": "unbiased (n/(n-1)) batch variance",
             "optimizer_implementation": _optimizer_kind(self.optimizer),
             "distribution": (f"DistributedDataParallel ({backend})" if backend
-                             else "single process, no DDP"),
+                             else "single process, no DDP") + (
+                "; one replica, its stages on " + ", ".join(self.placement)
+                + (" (a CPU: the stages share the one device)" if not self.choice.on_gpu
+                   else " (activations copied between stages, non_blocking)")
+                if self.placement else ""),
             "strategy": self.wrapper.to_dict(FRAMEWORK),
             "precision": self.numerics["resolved"].to_dict(self.config.precision),
             "step_batching": (f"{self.steps_per_call} step(s) per trainer call, each launched "
@@ -352,6 +372,8 @@ class Trainer:
                         "torch.compile" if self.config.compile else "off"),
             "channels_last": self.memory_format == torch.channels_last,
             "pipeline": torch_data.pipeline_settings(self.config, self.choice),
+            "placement": (None if self.placement is None else
+                          [f"stage {i}: {d}" for i, d in enumerate(self.placement)]),
             "default_init": "PyTorch default initialisers",
             # What PyTorch itself does differently; no setting changes it.
             "loss_scale_check": (
@@ -504,7 +526,7 @@ def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     check_split(config)
     if cluster.launch(FRAMEWORK).launcher is not None:  # torchrun started this process
         return _train_process(config, dataset, resume)
-    if config.devices == 1:
+    if data_replicas(config) == 1:  # --parallel model: one process, its stages on devices
         return _train_process(config, dataset, resume)
     import torch.multiprocessing as mp
     # This process only launches the DDP processes: it passes stop signals on to them and

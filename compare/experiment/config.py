@@ -36,6 +36,7 @@ DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")
 STRATEGIES = ("auto", "none", "mirrored")  # both frameworks' wrapper (compare...strategy)
+PARALLEL = ("data", "model")  # --parallel: replicas, or the network cut into stages
 DATASETS = ("cifar10", "tfds", "torchvision", "folder", "synthetic")
 # Training steps per call of a framework's step function when --steps-per-call is not given
 # (steps_per_call below): one call per step costs host work that, on a GPU where a LeNet step
@@ -170,9 +171,20 @@ class RunConfig:
     device: str = field(default="auto", metadata=option(
         "--device", "auto: the GPU if there is one (and say which); gpu: fail if there is "
         "none.", choice(DEVICE_CHOICES), vary=True))
-    devices: int = field(default=1, metadata=option(  # replicas
-        "--devices", "Replicas: GPUs, or on CPU logical devices (tf) / gloo processes "
-        "(torch).", count(), vary=True))
+    devices: int = field(default=1, metadata=option(  # replicas, or stages (--parallel model)
+        "--devices", "Devices: GPUs, or on CPU logical devices (tf) / gloo processes (torch); "
+        "replicas under --parallel data, stages under --parallel model.", count(), vary=True))
+    parallel: str = field(default="data", metadata=option(  # compare.experiment.stages
+        "--parallel", "How the devices share the work: data (a replica on each: "
+        "MirroredStrategy, DDP) or model (the network cut into --stages consecutive stages "
+        "balanced by FLOPs, stage i on device i; one replica).", choice(PARALLEL), vary=True))
+    stages: int | None = field(default=None, metadata=option(
+        "--stages", "Stages of --parallel model, one per device.", optional(count()),
+        shown_default="--devices"))
+    micro_batches: int = field(default=1, metadata=option(
+        "--micro-batches", "Split each global batch into this many micro-batches, their "
+        "gradients accumulated before one update (GPipe's schedule, without overlap).",
+        count(), vary=True))
     allow_mixed_devices: bool = False  # sweep: let the frameworks differ in device kind
     # Runs over several processes (TF_CONFIG workers, torchrun, DDP on one machine): how long
     # a collective waits for a peer before the run fails with the peer's name. Long enough
@@ -297,6 +309,16 @@ RECIPES: dict[str, dict[str, Any]] = {
     "resnet9": {"batch_size": 512, "lr": 0.2, "schedule": "onecycle", "weight_decay": 5e-4,
                 "nesterov": True, "label_smoothing": 0.2, "epochs": 10},
 }
+
+
+def data_replicas(config: RunConfig) -> int:
+    """Replicas --devices asks for: all of them under --parallel data, one under model."""
+    return config.devices if config.parallel == "data" else 1
+
+
+def stage_count(config: RunConfig) -> int:
+    """Stages of the network: --stages (default --devices) under --parallel model, else 1."""
+    return (config.stages or config.devices) if config.parallel == "model" else 1
 
 
 def steps_per_call(config: RunConfig, on_gpu: bool) -> int:

@@ -70,17 +70,24 @@ def probe_learning_rate(config: RunConfig, step: int, total_steps: int) -> float
 
 
 def probe_config(config: RunConfig) -> RunConfig:
-    """The run's config as the probe runs it: float32, TF32 off, one replica, no compiler,
-    shared initial weights, the naive pipeline."""
-    return config.replace(precision="fp32", devices=1, tf32=False, compile=False,
-                          cuda_graphs=False, shared_init=True,
+    """The run's config as the probe runs it: float32, TF32 off, one replica (its stages on
+    their devices under --parallel model), whole batches (micro-batches change BatchNorm's
+    batch statistics), no compiler, shared initial weights, the naive pipeline."""
+    return config.replace(precision="fp32", devices=_probe_devices(config), tf32=False,
+                          compile=False, cuda_graphs=False, shared_init=True, micro_batches=1,
                           pipeline=PipelineConfig.preset("naive"))
 
 
 def timed_config(config: RunConfig) -> RunConfig:
     """The run's config as the timed comparison runs it (precision, TF32, compiler), probed
     in one process on one replica with the shared initial weights and the naive pipeline."""
-    return config.replace(devices=1, shared_init=True, pipeline=PipelineConfig.preset("naive"))
+    return config.replace(devices=_probe_devices(config), shared_init=True, micro_batches=1,
+                          pipeline=PipelineConfig.preset("naive"))
+
+
+def _probe_devices(config: RunConfig) -> int:
+    """One replica: one device under --parallel data, the stages' devices under model."""
+    return 1 if config.parallel == "data" else config.devices
 
 
 def differs_numerically(config: RunConfig) -> bool:

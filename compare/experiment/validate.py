@@ -13,7 +13,7 @@ from pathlib import Path
 from compare.errors import UserError
 from compare.experiment import settings, strategy
 from compare.experiment.checks import Check, count, optional
-from compare.experiment.config import FRAMEWORKS, RunConfig
+from compare.experiment.config import FRAMEWORKS, RunConfig, data_replicas, stage_count
 from compare.process import cluster
 
 # Fields no option sets (tests and resumed configs carry them): their own checks.
@@ -36,14 +36,41 @@ def check_config(config: RunConfig) -> RunConfig:
         if strategy.parse(config.strategy)[framework] != "none":
             continue
         launched = cluster.launch(framework)
-        if config.devices != 1 or launched.multi_process:
+        if data_replicas(config) != 1 or launched.multi_process:
             over = (f"--devices {config.devices}" if not launched.multi_process
                     else f"{launched.processes} processes ({launched.launcher})")
             raise UserError(f"--strategy none trains one replica without a wrapper, not "
                             f"{over}: use --strategy auto or mirrored")
+    check_parallel(config)
     check_split(config)
     check_out(config.out)
     return config
+
+
+def check_parallel(config: RunConfig) -> None:
+    """What --parallel model, --stages and --micro-batches cannot be combined with."""
+    if config.parallel == "data":
+        if config.stages is not None:
+            raise UserError("--stages cuts the network under --parallel model; with "
+                            "--parallel data every device holds a whole replica")
+        return
+    refused = [(any(w == "mirrored" for w in strategy.parse(config.strategy).values()),
+                "--strategy mirrored wraps replicas; --parallel model trains one"),
+               (config.compile, "--compile: XLA compiles one device's graph, and the stages "
+                                "run on several"),
+               (config.cuda_graphs, "--cuda-graphs: a CUDA graph replays one device's work")]
+    for framework in FRAMEWORKS:
+        launched = cluster.launch(framework)
+        refused.append((launched.multi_process, f"{launched.launcher} starts several "
+                                                f"processes; --parallel model trains in one"))
+    for found, why in refused:
+        if found:
+            raise UserError(f"--parallel model: {why}")
+    from compare.experiment import specs, stages
+    try:
+        stages.cut(specs.get_spec(config.model), stage_count(config))
+    except ValueError as exc:
+        raise UserError(f"--stages {stage_count(config)}: {exc}") from None
 
 
 def check_split(config: RunConfig) -> None:
@@ -51,11 +78,14 @@ def check_split(config: RunConfig) -> None:
     of all processes (compare.process.cluster: TF_CONFIG workers or torchrun processes)."""
     launched = cluster.launch(config.framework)
     cluster.check(config.framework, config.devices, config.device, launched)
-    replicas = cluster.replicas(config.framework, config.devices, launched)
+    replicas = cluster.replicas(config.framework, data_replicas(config), launched)
     if config.batch_size % replicas:
         over = (f"--devices {config.devices}" if launched.launcher is None
                 else f"{replicas} replicas ({launched.describe()})")
         raise UserError(f"--batch-size {config.batch_size} does not split evenly over {over}")
+    if (config.batch_size // replicas) % config.micro_batches:
+        raise UserError(f"--micro-batches {config.micro_batches}: each replica's batch of "
+                        f"{config.batch_size // replicas} does not split evenly")
 
 
 def check_out(out: str | os.PathLike) -> None:

@@ -121,7 +121,7 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
                              out=str(directory.run(framework, seed).path),
                              tensorboard_dir=str(directory.tensorboard))
         pair = [QueuedRun(f"{framework} seed {seed}", run, resume)]
-        if comparison.own_loops:
+        if comparison.own_loops and config.micro_batches == 1:  # own loops take whole batches
             own = run.replace(out=str(directory.own_loop(framework, seed).path),
                               tensorboard_dir=None)
             pair.append(QueuedRun(f"{framework} seed {seed} own loop", own, resume, True))

@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from compare.experiment import plan
-from compare.experiment.config import RunConfig, steps_per_call, steps_per_call_source, update_rule
+from compare.experiment.config import (
+    RunConfig,
+    stage_count,
+    steps_per_call,
+    steps_per_call_source,
+    update_rule,
+)
 from compare.process import cluster
 from compare.run.interface import DeviceChoice
 
@@ -20,11 +26,11 @@ FRAMEWORK_KEYS = ("precision", "precision_policy", "tf32", "cudnn_autotune", "lo
                   "bn_momentum_as_set", "bn_running_variance", "optimizer_implementation",
                   "distribution", "strategy", "step_batching", "input_wait", "compile",
                   "channels_last", "pipeline", "default_init", "loss_scale_check",
-                  "batchnorm_kernel")
+                  "batchnorm_kernel", "placement")
 
 
 def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
-             framework_half: dict[str, Any]) -> dict[str, Any]:
+             framework_half: dict[str, Any], spec: Any = None) -> dict[str, Any]:
     """The whole manifest: the config's shared half merged with the framework's own."""
     missing = [k for k in FRAMEWORK_KEYS if k not in framework_half]
     if missing:
@@ -59,6 +65,9 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "launcher": launched.launcher or "cnncompare (one process group)",
         "nodes": launched.nodes,
         "distribution": own.pop("distribution"),
+        # --parallel: replicas, or the network cut into stages (compare.experiment.stages)
+        "parallel": _parallel(config, spec),
+        "placement": own.pop("placement"),  # each stage's device, in the framework's words
         "strategy": own.pop("strategy"),  # the wrapper --strategy chose (experiment.strategy)
         # Steps per call of the step function, resolved (experiment.config.steps_per_call), and
         # how the framework batches them.
@@ -79,6 +88,17 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "device": choice.description,
         **own,  # anything else the framework records
     }
+
+
+def _parallel(config: RunConfig, spec: Any = None) -> dict[str, Any]:
+    """How the devices share the work: the kind, the stages' cut of `spec` (the trained
+    network), the micro-batches."""
+    from compare.experiment import specs, stages
+    record: dict[str, Any] = {"kind": config.parallel, "micro_batches": config.micro_batches}
+    if stage_count(config) > 1:
+        spec = spec or specs.get_spec(config.model)
+        record["stages"] = stages.describe(spec, stages.cut(spec, stage_count(config)))
+    return record
 
 
 def _pipeline(config: RunConfig, loader: dict[str, Any]) -> dict[str, Any]:

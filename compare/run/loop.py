@@ -51,7 +51,8 @@ def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
     if trainer.choice.is_chief:
         if state is None:  # a fresh start must not leave an older run's checkpoint behind
             checkpoint.remove(Path(config.out))
-        manifest = fairness.manifest(config, trainer.choice, trainer.replicas, trainer.manifest())
+        manifest = fairness.manifest(config, trainer.choice, trainer.replicas, trainer.manifest(),
+                                     trainer.spec)
         recorder = Recorder(config, trainer, trainer.spec, environment, manifest, data_info)
         if state is not None:
             recorder.restore(state)
