@@ -94,7 +94,7 @@ def test_a_default_compare_on_a_cpu_without_native_bfloat16_trains_float32_unwra
     flags = {precision.FLAGS_ENV: " ".join(sorted(AVX2_ONLY))}
     out = tmp_path / "cmp"
     done = _cli("compare", "--dataset", "synthetic", "--synthetic-size", "256", "--epochs", "1",
-                "--quiet", "--out", str(out), env=flags)
+                "--no-own-loops", "--quiet", "--out", str(out), env=flags)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     for fw in ("tf", "torch"):
@@ -106,7 +106,8 @@ def test_a_default_compare_on_a_cpu_without_native_bfloat16_trains_float32_unwra
         " ".join(summary["verdict"])
     wrapped = tmp_path / "wrapped"
     done = _cli("compare", "--dataset", "synthetic", "--synthetic-size", "256", "--epochs", "1",
-                "--strategy", "mirrored", "--seeds", "1", "--quiet", "--out", str(wrapped),
+                "--strategy", "mirrored", "--seeds", "1", "--no-own-loops", "--quiet", "--out",
+                str(wrapped),
                 env=flags)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((wrapped / "summary.json").read_text())
