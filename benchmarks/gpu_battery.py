@@ -201,9 +201,11 @@ def compare_commands(name: str, recipe: Recipe) -> Callable[[str, Context], list
         if (out / "compare.json").exists():  # everything not yet done, parity check included
             return [[*CLI, "compare", "--resume", str(out), "--quiet"]]
         r = recipe_for(recipe, ctx)
+        # Own loops would double each comparison's GPU time; the tool-overhead stage measures
+        # the shared loop against them on the GPU instead.
         return [[*CLI, "compare", "--framework", framework, *r.options(), "--seeds",
-                 str(r.seeds), "--device", ctx.device, "--ignore-parity", *ctx.data,
-                 "--quiet", "--out", str(out)]]
+                 str(r.seeds), "--device", ctx.device, "--ignore-parity", "--no-own-loops",
+                 *ctx.data, "--quiet", "--out", str(out)]]
     return commands
 
 

@@ -133,7 +133,7 @@ def test_compare_end_to_end_and_report_rebuild(tmp_path):
     out = tmp_path / "cmp"
     outcome = invoke(["compare", "--dataset", "synthetic", "--synthetic-size", "320", "--epochs",
                       "2", "--seeds", "2", "--precision", "fp32", "--workers", "0", "--device",
-                      "cpu", "--quiet", "--out", str(out)])
+                      "cpu", "--no-own-loops", "--quiet", "--out", str(out)])
     assert outcome.exit_code == 0, outcome.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["parity"]["passed"] and summary["parity"]["steps"] == 3

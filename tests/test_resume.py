@@ -148,7 +148,7 @@ def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
     out = tmp_path / "cmp"
     process = subprocess.Popen(_cli("compare", "--dataset", "synthetic", "--synthetic-size", "320",
                                     "--epochs", "12", "--precision", "fp32", "--pipeline", "naive",
-                                    "--quiet", "--out", str(out)),
+                                    "--no-own-loops", "--quiet", "--out", str(out)),
                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     second = out / "runs" / "torch-seed0"
     _wait_for(lambda: json.loads((second / "result.json").read_text())["epochs"], process)
