@@ -585,13 +585,8 @@ def calibrate() -> dict:
 
 
 def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from compare.machine.environment import cpu_name
+    return f"{cpu_name()}, {os.cpu_count()} cores"
 
 
 # --------------------------------------------------------------------------- main

@@ -17,13 +17,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+import common  # benchmarks/common.py, beside this script
 
 
 def arguments() -> argparse.Namespace:
@@ -34,14 +32,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--frameworks", default="tf,torch", help="[default: tf,torch]")
     parser.add_argument("--model", default="lenet", help="[default: lenet]")
     parser.add_argument("--batch-size", type=int, default=32, help="[default: 32]")
-    parser.add_argument("--epochs", type=int, default=3,
-                        help="epochs per run; the first is left out [default: 3]")
-    parser.add_argument("--dataset", default="synthetic", help="[default: synthetic]")
-    parser.add_argument("--data-dir", help="cnncompare --data-dir")
-    parser.add_argument("--synthetic-size", type=int, default=10_000, help="[default: 10000]")
-    parser.add_argument("--option", action="append", default=[],
-                        help="another `cnncompare run` option for every run, e.g. "
-                             "--option=--precision=fp32 (repeatable)")
+    common.add_run_options(parser)
     parser.add_argument("--repeats", type=int, default=5,
                         help="runs of each value, alternating which goes first [default: 5]")
     parser.add_argument("--out", type=Path, help="DIR/<setting>.json and .md [default: "
@@ -51,18 +42,10 @@ def arguments() -> argparse.Namespace:
 
 def run(framework: str, value: str, args: argparse.Namespace) -> dict:
     """Seconds of training in the epochs after the first, and what the run resolved."""
-    data = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
-    extra = [part for option in args.option for part in option.split("=", 1)]
-    with tempfile.TemporaryDirectory() as out:
-        subprocess.run([sys.executable, "-c", "from compare.cli import main; main()", "run",
-                        "--framework", framework, "--model", args.model, "--batch-size",
-                        str(args.batch_size), "--epochs", str(args.epochs), "--synthetic-size",
-                        str(args.synthetic_size), "--profile", "0", *data, *extra,
-                        f"--{args.setting}", value, "--quiet", "--out", out],
-                       check=True, cwd=REPO, stdout=subprocess.DEVNULL)
-        result = json.loads((Path(out) / "result.json").read_text())
-    manifest = result["fairness"]
-    return {"seconds": sum(e["train_time_s"] for e in result["epochs"][1:]),
+    done = common.run(framework, args, "--model", args.model, "--batch-size",
+                      str(args.batch_size), f"--{args.setting}", value)
+    manifest = done["fairness"]
+    return {"seconds": done["seconds"],
             "precision": (manifest.get("precision") or {}).get("compute_type"),
             "wrapper": (manifest.get("strategy") or {}).get("wrapper")}
 
@@ -83,13 +66,10 @@ def main() -> int:
         medians = {v: statistics.median(r["seconds"] for r in runs[v]) for v in values}
         rows.append({"framework": framework, "runs": runs, "median_s": medians,
                      "ratio": medians[values[1]] / medians[values[0]]})
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               "?")
     forced = os.environ.get("CNNCOMPARE_CPU_FLAGS")  # the precision rule's override, if set
     command = ((f"CNNCOMPARE_CPU_FLAGS='{forced}' " if forced else "")
                + " ".join(["python", *sys.argv]))
-    document = {"command": command, "cpu": f"{cpu}, {os.cpu_count()} cores",
+    document = {"command": command, "cpu": common.machine_label(),
                 "date": time.strftime("%Y-%m-%d"), "setting": args.setting, "values": values,
                 "figure": "training time of the epochs after the first; medians of alternated "
                           f"runs; ratio = {values[1]} / {values[0]}", "rows": rows}

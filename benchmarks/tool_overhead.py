@@ -18,16 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import common  # benchmarks/common.py, beside this script
 
 # The configurations: the seed's batch 4 (the PyTorch tutorial's lr 0.001) and 32 on any
 # device, and the ResNet-9 recipe at batch 512 on a GPU.
@@ -40,46 +36,20 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--configs", help="MODEL:BATCH,... [default: lenet:4,lenet:32; also "
                         "resnet9:512 on a GPU]")
     parser.add_argument("--frameworks", default="tf,torch", help="[default: tf,torch]")
-    parser.add_argument("--epochs", type=int, default=3,
-                        help="epochs per run; the first is left out [default: 3]")
     parser.add_argument("--repeats", type=int, default=5,
                         help="runs of each loop, alternating which goes first [default: 5]")
-    parser.add_argument("--dataset", default="synthetic", help="[default: synthetic]")
-    parser.add_argument("--data-dir", help="cnncompare --data-dir")
-    parser.add_argument("--synthetic-size", type=int, default=10_000, help="[default: 10000]")
-    parser.add_argument("--option", action="append", default=[],
-                        help="another `cnncompare run` option for every run, e.g. "
-                             "--option=--device=gpu (repeatable)")
+    common.add_run_options(parser)
     parser.add_argument("--out", type=Path, default=Path("runs/overhead"),
                         help="[default: runs/overhead]")
     return parser.parse_args()
 
 
 def run(framework: str, config: str, own_loop: bool, args: argparse.Namespace) -> dict:
-    """One run in a fresh process: its epochs' training seconds, accuracy and device."""
+    """One run in a fresh process: its training seconds, accuracy and device."""
     model, batch = config.split(":")
-    data = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
     lr = LEARNING_RATES.get((model, int(batch)))
-    extra = [part for option in args.option for part in option.split("=", 1)]
-    with tempfile.TemporaryDirectory() as out:
-        subprocess.run([sys.executable, "-c", "from compare.cli import main; main()", "run",
-                        "--framework", framework, "--model", model, "--batch-size", batch,
-                        "--epochs", str(args.epochs), "--synthetic-size",
-                        str(args.synthetic_size), "--profile", "0", *data, *extra,
-                        *(["--lr", lr] if lr else []), *(["--own-loop"] if own_loop else []),
-                        "--quiet", "--out", out], check=True, stdout=subprocess.DEVNULL,
-                       cwd=REPO)
-        if own_loop:
-            record = json.loads((Path(out) / "own-loop.json").read_text())
-            times, accuracy = record["epoch_times_s"], record["final_test_accuracy"]
-            device = record["device_used"]
-        else:
-            result = json.loads((Path(out) / "result.json").read_text())
-            times = [e["train_time_s"] for e in result["epochs"]]
-            accuracy = result["summary"]["final_test_accuracy"]
-            device = result["environment"]["device_used"]
-    return {"seconds": sum(times[1:]) if len(times) > 1 else sum(times),
-            "test_accuracy": accuracy, "device": device}
+    return common.run(framework, args, "--model", model, "--batch-size", batch,
+                      *(["--lr", lr] if lr else []), own_loop=own_loop)
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -103,7 +73,7 @@ def measure(args: argparse.Namespace) -> dict:
         own = statistics.median(r["seconds"] for r in row["own"])
         row.update(shared_median_s=shared, own_median_s=own, ratio=shared / own,
                    device=row["shared"][0]["device"])
-    return {"machine": f"{_cpu_name()}, {_cores()} cores", "date": time.strftime("%Y-%m-%d"),
+    return {"machine": common.machine_label(), "date": time.strftime("%Y-%m-%d"),
             "repeats": args.repeats, "epochs": args.epochs,
             "command": "python benchmarks/tool_overhead.py " + " ".join(sys.argv[1:]),
             "figure": "training time of the epochs after the first, device-synchronised; "
@@ -125,21 +95,6 @@ def markdown(document: dict) -> str:
                      f"{row['own_median_s']:.3f} s | {row['shared_median_s']:.3f} s | "
                      f"{row['ratio']:.3f} |")
     return "\n".join(lines) + "\n"
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def _cores() -> int:
-    import os
-    return len(os.sched_getaffinity(0))
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from compare.experiment import specs
+from compare.experiment.config import RunConfig, stage_count
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,9 @@ def describe(spec: specs.ModelSpec, stages: list[Stage]) -> list[dict]:
     return [stage.describe(total) for stage in stages]
 
 
-def placement(config, names: tuple[str, ...]) -> tuple[str, ...] | None:
+def placement(config: RunConfig, names: tuple[str, ...]) -> tuple[str, ...] | None:
     """Each stage's device under --parallel model: stage i on the i-th of `names` (round
     robin past the last); None for one stage (the model is not split)."""
-    from compare.experiment.config import stage_count
     count = stage_count(config)
     if count == 1:
         return None

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from compare.errors import UserError
-from compare.experiment import settings, strategy
+from compare.experiment import settings, specs, stages, strategy
 from compare.experiment.checks import Check, count, optional
 from compare.experiment.config import FRAMEWORKS, RunConfig, data_replicas, stage_count
 from compare.process import cluster
@@ -66,7 +66,6 @@ def check_parallel(config: RunConfig) -> None:
     for found, why in refused:
         if found:
             raise UserError(f"--parallel model: {why}")
-    from compare.experiment import specs, stages
     try:
         stages.cut(specs.get_spec(config.model), stage_count(config))
     except ValueError as exc:

@@ -167,11 +167,10 @@ def saved_comparison(directory: Path) -> tuple[RunConfig, ComparisonConfig]:
     try:
         saved = files.read_json(path)
         config = RunConfig.from_dict(saved["config"]).replace(out=str(directory))
-        names = {f.name for f in dataclasses.fields(ComparisonConfig)}
-        comparison = ComparisonConfig(**{"own_loops": False, **{
-            k: v for k, v in saved.items() if k in names}})
-        for name in ("seeds", "parity_steps", "ignore_parity"):
-            saved[name]  # noqa: B018 - a file lacking one is refused below
+        comparison = ComparisonConfig(
+            seeds=saved["seeds"], parity_steps=saved["parity_steps"],
+            ignore_parity=saved["ignore_parity"], own_loops=saved.get("own_loops", False),
+            best=saved.get("best", False))
         return config, comparison
     except files.Unreadable as exc:
         raise UserError(f"--resume {directory}: {exc}") from None

@@ -26,9 +26,10 @@ def summarise(best: dict | None) -> dict | None:
     settings that differ between the two best runs, and the advice each side took."""
     if not best:
         return None
+    from compare.report.tables import plain  # tables reads aggregate, which reads this
     manifests = best.get("fairness") or {}
     tf, torch = manifests.get("tf") or {}, manifests.get("torch") or {}
-    differ = [{"setting": key, "tf": _plain(tf.get(key)), "torch": _plain(torch.get(key))}
+    differ = [{"setting": key, "tf": plain(tf.get(key)), "torch": plain(torch.get(key))}
               for key, field in schema.MANIFEST.items()
               if field.comparable and tf.get(key) != torch.get(key)]
     kind = tf.get("device_kind") or torch.get("device_kind") or "cpu"
@@ -58,9 +59,3 @@ def _faster(ratio: float) -> str:
         return f"{torch} trained {ratio:.2f}x faster than {tf}"
     return f"{tf} trained {1 / ratio:.2f}x faster than {torch}"
 
-
-def _plain(value) -> str:
-    """A manifest value in words: a record as key=value pairs."""
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items())
-    return "n/a" if value is None else str(value)

@@ -6,7 +6,6 @@ first epoch's losses agree; the verdict's sentence and, past CAVEAT_RATIO, its c
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from compare import files, schema
@@ -111,17 +110,16 @@ def caveats(summary: dict) -> list[str]:
 def _loss_difference(run: dict, record: dict) -> float | None:
     """The largest relative difference between the own loop's running mean losses in the
     first epoch and the shared loop's at the same steps (from its steps.csv)."""
-    path = files.RunDir(Path(run["path"]).parent).steps
+    from compare.report.plots import read_csv  # plots reads aggregate, which reads this
+    steps = read_csv(files.RunDir(Path(run["path"]).parent).steps)
     pairs = record.get("mean_losses") or []
-    if not path.exists() or not pairs:
+    if not steps or not pairs:
         return None
-    with open(path, newline="") as handle:
-        rows = [r for r in csv.DictReader(handle) if int(r["epoch"]) == 1]
-    losses = [float(r["loss"]) for r in rows]
-    steps = [int(s) for s, _ in pairs if int(s) <= len(losses)]
-    if not steps:
+    losses = steps["loss"][steps["epoch"] == 1].tolist()
+    counts = [int(s) for s, _ in pairs if int(s) <= len(losses)]
+    if not counts:
         return None
-    shared = running_means(losses, steps)
+    shared = running_means(losses, counts)
     return max(abs(own - ref) / max(abs(ref), 1e-12)
                for (_, own), ref in zip(pairs, shared))
 

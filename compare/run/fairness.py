@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compare.experiment import plan
+from compare.experiment import plan, specs, stages
 from compare.experiment.config import (
     RunConfig,
     stage_count,
@@ -93,7 +93,6 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
 def _parallel(config: RunConfig, spec: Any = None) -> dict[str, Any]:
     """How the devices share the work: the kind, the stages' cut of `spec` (the trained
     network), the micro-batches."""
-    from compare.experiment import specs, stages
     record: dict[str, Any] = {"kind": config.parallel, "micro_batches": config.micro_batches}
     if stage_count(config) > 1:
         spec = spec or specs.get_spec(config.model)

@@ -1,0 +1,60 @@
+"""What the A/B benchmark scripts share: the `cnncompare run` options each offers, one run in
+a fresh process read back, and the machine's name for the results' titles."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options every script passes on to each `cnncompare run`."""
+    parser.add_argument("--epochs", type=int, default=3,
+                        help="epochs per run; the first is left out [default: 3]")
+    parser.add_argument("--dataset", default="synthetic", help="[default: synthetic]")
+    parser.add_argument("--data-dir", help="cnncompare --data-dir")
+    parser.add_argument("--synthetic-size", type=int, default=10_000, help="[default: 10000]")
+    parser.add_argument("--option", action="append", default=[],
+                        help="another `cnncompare run` option for every run, e.g. "
+                             "--option=--precision=fp32 (repeatable)")
+
+
+def run(framework: str, args: argparse.Namespace, *options: str,
+        own_loop: bool = False) -> dict:
+    """One `cnncompare run` (with `own_loop`, the framework's own loop) in a fresh process:
+    `seconds` (training time of the epochs after the first, or of the only one),
+    `test_accuracy`, `device` and, for a shared-loop run, its `fairness` manifest."""
+    data = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
+    extra = [part for option in args.option for part in option.split("=", 1)]
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "-c", "from compare.cli import main; main()", "run",
+                        "--framework", framework, *options, "--epochs", str(args.epochs),
+                        "--synthetic-size", str(args.synthetic_size), "--profile", "0", *data,
+                        *extra, *(["--own-loop"] if own_loop else []), "--quiet", "--out", out],
+                       check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+        if own_loop:
+            record = json.loads((Path(out) / "own-loop.json").read_text())
+            times, accuracy = record["epoch_times_s"], record["final_test_accuracy"]
+            device, fairness = record["device_used"], None
+        else:
+            result = json.loads((Path(out) / "result.json").read_text())
+            times = [e["train_time_s"] for e in result["epochs"]]
+            accuracy = result["summary"]["final_test_accuracy"]
+            device, fairness = result["environment"]["device_used"], result["fairness"]
+    from compare.run.own_loop import steady_seconds  # the report's rule
+    return {"seconds": steady_seconds(times),
+            "test_accuracy": accuracy, "device": device, "fairness": fairness}
+
+
+def machine_label() -> str:
+    """e.g. "Intel(R) Xeon(R) Processor, 2 cores"."""
+    from compare.machine.environment import cpu_name
+    return f"{cpu_name()}, {os.cpu_count()} cores"
