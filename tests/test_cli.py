@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -105,16 +106,24 @@ def test_data_info_json_for_synthetic_and_a_folder(image_folder):
     outcome = invoke(["data", "info", "--dataset", "synthetic", "--json"])
     info = json.loads(outcome.output)
     assert info["train_size"] == 10_000 and info["test_size"] == 2_000 and info["num_classes"] == 10
-    outcome = invoke(["data", "info", "--dataset", "folder", "--data-dir", str(image_folder)])
-    assert outcome.exit_code == 0 and "cat, dog, ship" in outcome.output and "18" in outcome.output
+    outcome = invoke(["data", "info", "--dataset", "folder", "--data-dir", str(image_folder),
+                      "--json"])
+    info = json.loads(outcome.output)
+    assert (info["train_size"], info["test_size"], info["classes"]) == (18, 6, ["cat", "dog", "ship"])
+    assert info["train_class_counts"] == [6, 6, 6]
+    table = invoke(["data", "info", "--dataset", "folder", "--data-dir", str(image_folder)])
+    assert table.exit_code == 0 and "cat 6, dog 6, ship 6" in table.output
 
 
 def test_data_cache_lists_and_clears(isolated_home):
     invoke(["data", "info", "--dataset", "synthetic"])
     listed = invoke(["data", "cache"])
-    assert "synthetic-" in listed.output
+    assert "synthetic-" in listed.output and " 0 file(s)" not in listed.output
+    cached = [line.split()[-1] for line in listed.output.splitlines() if "synthetic-" in line]
+    assert cached and all(Path(path).exists() for path in cached)
     cleared = invoke(["data", "cache", "--clear"])
-    assert "0 file(s)" in cleared.output
+    assert cleared.output.splitlines()[0].endswith(": 0 file(s), 0.0 MB")
+    assert not any(Path(path).exists() for path in cached)
 
 
 @pytest.mark.slow
@@ -141,7 +150,7 @@ def test_compare_end_to_end_and_report_rebuild(tmp_path):
         assert summary["frameworks"][fw]["completed"] == 2
         assert summary["frameworks"][fw]["final_test_accuracy"]["n"] == 2
     assert summary["ratios"]["train_time_s"]["n"] == 2 and summary["accuracy_difference"]["n"] == 2
-    assert summary["command"].startswith("cnncompare ") or summary["command"]
+    assert summary["command"].startswith("cnncompare compare ") and "--seeds 2" in summary["command"]
     started = sorted((schema.read_result(p)["started_at"], p.parent.name)
                      for p in out.glob("runs/*/result.json"))
     # tf first for seed 0, torch first for seed 1

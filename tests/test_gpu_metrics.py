@@ -17,11 +17,33 @@ from compare.run import recorder as recorder_module
 from compare.run.interface import DeviceChoice
 
 
-def fake_pynvml(power_mw: int = 300_000, energy_mj_per_s: float = 300_000.0,
+class VirtualClock:
+    """Seconds that pass only when a test says so: energy and epoch time become exact."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> VirtualClock:
+    """The sampler's clock (epoch time), virtual."""
+    virtual = VirtualClock()
+    monkeypatch.setattr(gpu_metrics, "time", types.SimpleNamespace(perf_counter=virtual))
+    return virtual
+
+
+def fake_pynvml(clock, power_mw: int = 300_000, energy_mj_per_s: float = 300_000.0,
                 fail_init: bool = False):
-    """A stand-in for nvidia-ml-py: a GPU drawing 300 W at 75% utilisation."""
+    """A stand-in for nvidia-ml-py: a GPU drawing 300 W at 75% utilisation, its energy
+    counter running on `clock`."""
     module = types.ModuleType("pynvml")
-    started = time.monotonic()
+    started = clock()
 
     class NVMLError(Exception):
         pass
@@ -39,26 +61,37 @@ def fake_pynvml(power_mw: int = 300_000, energy_mj_per_s: float = 300_000.0,
                                                                      total=80 * 2**30)
     module.nvmlDeviceGetPowerUsage = lambda h: power_mw
     module.nvmlDeviceGetTotalEnergyConsumption = lambda h: int(
-        1e9 + (time.monotonic() - started) * energy_mj_per_s)
+        1e9 + (clock() - started) * energy_mj_per_s)
     return module
 
 
-def test_sampler_reads_utilisation_power_and_the_energy_counter(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
-    sampler = gpu_metrics.sampler([0])
-    assert isinstance(sampler, gpu_metrics.NvmlSampler)
+def _sampled_epoch(sampler, clock, seconds: float, samples: int) -> dict:
+    """One epoch of `seconds` on the virtual clock with `samples` samples in it, taken here
+    (the background thread stopped first, so it adds none)."""
+    sampler.stop_event.set()
+    sampler.thread.join()
     sampler.begin_epoch()
-    time.sleep(0.6)
+    for _ in range(samples):
+        clock.advance(seconds / samples)
+        sampler.sample_once()
     record = sampler.end_epoch()
     sampler.close()
-    assert record["samples"] >= 2 and record["utilisation_pct_mean"] == 75
+    return record
+
+
+def test_sampler_reads_utilisation_power_and_the_energy_counter(monkeypatch, clock):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(clock))
+    sampler = gpu_metrics.sampler([0])
+    assert isinstance(sampler, gpu_metrics.NvmlSampler)
+    record = _sampled_epoch(sampler, clock, seconds=0.6, samples=3)
+    assert record["samples"] == 3 and record["utilisation_pct_mean"] == 75
     assert record["power_w_mean"] == 300.0 and record["memory_used_bytes_max"] == 2 * 2**30
-    assert record["energy_j"] == pytest.approx(300 * 0.6, rel=0.2)  # 300 W for ~0.6 s
+    assert record["energy_j"] == pytest.approx(300 * 0.6)  # 300 W for 0.6 s, from the counter
     assert record["energy_source"].startswith("nvmlDeviceGetTotalEnergyConsumption")
 
 
 def test_no_nvml_is_null_with_a_reason(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(fail_init=True))
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(time.monotonic, fail_init=True))
     sampler = gpu_metrics.sampler([0])
     assert sampler.end_epoch() == {"energy_j": None,
                                    "note": "NVML unavailable "
@@ -85,14 +118,15 @@ def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
     """The loop with a GPU-looking trainer: energy per epoch and in the summary, MFU from the
     table."""
     from test_reliability import FakeTrainer
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    gpu_clock = VirtualClock()  # the GPU's energy counter runs only while a step computes
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpu_clock))
 
     class SlowGpuTrainer(FakeTrainer):
         gpu_indices = [0]
         choice = DeviceChoice("gpu", ("cuda:0",), "NVIDIA H100 80GB HBM3", "GPU (test)")
 
         def train_step(self, batch, lr):
-            time.sleep(0.05)
+            gpu_clock.advance(0.05)
             return 1.0
 
     config = tiny_config(tmp_path, epochs=2, precision="mixed", timing_window=2)
@@ -102,7 +136,7 @@ def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
     result = schema.read_result(tmp_path / "run" / "result.json")
     energies = [e["gpu"]["energy_j"] for e in result["epochs"]]
     # 300 W x 4 steps x 50 ms
-    assert all(e == pytest.approx(300 * 4 * 0.05, rel=0.5) for e in energies)
+    assert energies == pytest.approx([300 * 4 * 0.05] * 2, abs=0.01)  # the counter counts mJ
     summary = result["summary"]
     assert summary["energy_j"] == pytest.approx(sum(energies))
     assert summary["energy_per_image_j"] == pytest.approx(summary["energy_j"] / (2 * 4 * 32))
@@ -133,22 +167,21 @@ def _refusing(module, *queries):
     return module
 
 
-def test_a_field_the_device_refuses_is_null_with_its_reason_and_the_rest_is_read(monkeypatch):
+def test_a_field_the_device_refuses_is_null_with_its_reason_and_the_rest_is_read(monkeypatch,
+                                                                                  clock):
     monkeypatch.setitem(sys.modules, "pynvml", _refusing(
-        fake_pynvml(), "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetUtilizationRates"))
+        fake_pynvml(clock), "nvmlDeviceGetTotalEnergyConsumption",
+        "nvmlDeviceGetUtilizationRates"))
     sampler = gpu_metrics.sampler([0])
-    sampler.begin_epoch()
-    time.sleep(0.5)
-    record = sampler.end_epoch()
-    sampler.close()
+    record = _sampled_epoch(sampler, clock, seconds=0.5, samples=2)
     assert record["utilisation_pct_mean"] is None and record["power_w_mean"] == 300.0
     assert record["energy_source"] == "mean sampled power x epoch time"  # no counter: power
-    assert record["energy_j"] == pytest.approx(300 * 0.5, rel=0.3)
+    assert record["energy_j"] == pytest.approx(300 * 0.5)
     assert record["unavailable"] == {"energy_j": "NVMLError_NotSupported: Not Supported",
                                      "utilisation_pct": "NVMLError_NotSupported: Not Supported"}
     # neither counter nor power: energy is null, and the record says why
     monkeypatch.setitem(sys.modules, "pynvml", _refusing(
-        fake_pynvml(), "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetPowerUsage"))
+        fake_pynvml(clock), "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetPowerUsage"))
     sampler = gpu_metrics.sampler([0])
     sampler.begin_epoch()
     record = sampler.end_epoch()
@@ -158,7 +191,7 @@ def test_a_field_the_device_refuses_is_null_with_its_reason_and_the_rest_is_read
 
 def test_env_and_doctor_survive_refused_nvml_fields(monkeypatch):
     from compare.machine import environment
-    module = fake_pynvml()
+    module = fake_pynvml(time.monotonic)
     module.nvmlDeviceGetCount = lambda: 1
     module.nvmlDeviceGetName = lambda h: b"NVIDIA H100 80GB HBM3"
     module.nvmlSystemGetDriverVersion = lambda: "580.1"

@@ -55,11 +55,16 @@ def test_sweep_varies_what_is_declared_variable_and_parses_its_values():
     assert set(settings.VARIABLE) >= {"precision", "batch-size", "pipeline", "compile",
                                       "cuda-graphs", "devices", "device", "model", "lr", "epochs",
                                       "workers", "tf32", "steps-per-call", "strategy"}
+    parsed_choices = 0
     for name, setting in settings.VARIABLE.items():
-        text = {"on", "off"} if setting.boolean else set(setting.check.choices or ())
+        text = ("on", "off") if setting.boolean else tuple(setting.check.choices or ())
         for value in text:
-            assert settings.parse_vary(f"{name}={value}")[1]
+            expected = {"on": True, "off": False}[value] if setting.boolean else value
+            assert settings.parse_vary(f"{name}={value}") == (name, [expected])
+            parsed_choices += 1
         assert name in settings.vary_help()
+    assert parsed_choices >= 10  # precision, pipeline, compile, device, model, ... and on/off
+    assert settings.parse_vary("compile=on,off") == ("compile", [True, False])
     assert settings.parse_vary("lr=0.05") == ("lr", [0.05])
     assert settings.parse_vary("workers=0,2") == ("workers", [0, 2])
     config = settings.VARIABLE["pipeline"].apply(RunConfig(), "naive")

@@ -167,14 +167,18 @@ class NvmlSampler:
 
     def _sample(self) -> None:
         while not self.stop_event.wait(self.interval_s):
-            sample = {}
-            for field, query in SAMPLED.items():
-                value = self._read(field, query)
-                if value is not None:
-                    sample[field] = value
-            if sample:
-                with self.lock:
-                    self.samples.append(sample)
+            self.sample_once()
+
+    def sample_once(self) -> None:
+        """Read every sampled field once (the background thread's work, every interval_s)."""
+        sample = {}
+        for field, query in SAMPLED.items():
+            value = self._read(field, query)
+            if value is not None:
+                sample[field] = value
+        if sample:
+            with self.lock:
+                self.samples.append(sample)
 
     def begin_epoch(self) -> None:
         with self.lock:
