@@ -9,6 +9,9 @@ ratio is B's median over A's (above 1: B trained slower).
     python benchmarks/setting_ab.py --setting strategy --values none,mirrored --repeats 5
     python benchmarks/setting_ab.py --setting precision --values fp32,mixed --repeats 3 \\
         --dataset folder --data-dir /tmp/cifar10-jpeg --epochs 2
+    # as on a CPU without AVX-512 or bfloat16 instructions, from any x86-64 machine:
+    tests/as_avx2_cpu.sh python benchmarks/setting_ab.py --setting precision \\
+        --values fp32,mixed --model resnet9 --synthetic-size 64 --repeats 3
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ import time
 from pathlib import Path
 
 import common  # benchmarks/common.py, beside this script
+
+
+# The environment that makes a run behave as on another CPU: the CPU flags --precision auto
+# reads, and the frameworks' kernel limits.
+AS_ANOTHER_CPU = ("CNNCOMPARE_CPU_FLAGS", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY",
+                  "TF_ENABLE_ONEDNN_OPTS")
 
 
 def arguments() -> argparse.Namespace:
@@ -66,9 +75,9 @@ def main() -> int:
         medians = {v: statistics.median(r["seconds"] for r in runs[v]) for v in values}
         rows.append({"framework": framework, "runs": runs, "median_s": medians,
                      "ratio": medians[values[1]] / medians[values[0]]})
-    forced = os.environ.get("CNNCOMPARE_CPU_FLAGS")  # the precision rule's override, if set
-    command = ((f"CNNCOMPARE_CPU_FLAGS='{forced}' " if forced else "")
-               + " ".join(["python", *sys.argv]))
+    # what holds the run to another CPU's instructions, if set (tests/as_avx2_cpu.sh sets all)
+    limits = [f"{name}='{os.environ[name]}'" for name in AS_ANOTHER_CPU if name in os.environ]
+    command = " ".join([*limits, "python", *sys.argv])
     document = {"command": command, "cpu": common.machine_label(),
                 "date": time.strftime("%Y-%m-%d"), "setting": args.setting, "values": values,
                 "figure": "training time of the epochs after the first; medians of alternated "

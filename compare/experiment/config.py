@@ -151,10 +151,10 @@ class RunConfig:
         "from the shared data plan.", flag()))
     crop_padding: int = 4  # pixels of zero padding before the random crop
     precision: str = field(default="auto", metadata=option(
-        "--precision", "auto: mixed on a GPU with tensor cores and on a CPU that computes "
-        "bfloat16 natively (AMX, AVX512-BF16), float32 elsewhere; mixed: float16 + loss "
-        "scaling on a GPU, bfloat16 on a CPU; fp32: float32. The choice and its reason are "
-        "recorded.", choice(PRECISIONS), vary=True))
+        "--precision", "auto: mixed on a GPU with tensor cores, float32 elsewhere (on a "
+        "CPU bfloat16 speeds the two frameworks up unequally, or is emulated); mixed: float16 "
+        "+ loss scaling on a GPU, bfloat16 on a CPU; fp32: float32. The choice and its reason "
+        "are recorded.", choice(PRECISIONS), vary=True))
     tf32: bool = field(default=False, metadata=option(  # off in both: equal numerics
         "--tf32/--no-tf32", "Allow TensorFloat-32 on Ampere+ GPUs, in both frameworks alike.",
         flag(), vary=True))

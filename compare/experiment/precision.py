@@ -3,15 +3,19 @@ hand (`--precision auto`, the default), with the reason.
 
 - a GPU with tensor cores (compute capability 7.0 or newer): mixed, float16 with dynamic
   loss scaling;
-- a CPU that computes bfloat16 natively (AMX, AVX512-BF16: read from its flags): mixed,
-  bfloat16;
-- anything else: float32. A CPU without native bfloat16 only emulates it, several times
-  slower than float32, so a default comparison there would compare two emulations.
+- a CPU: float32. bfloat16 mixed precision does not speed both frameworks up alike on a
+  CPU, and how much depends on the network: on an AMD EPYC with AVX512-BF16 it took 0.79x
+  float32's time in TensorFlow and 0.63x in PyTorch on ResNet-9, and a CPU without bfloat16
+  instructions emulates it, 9.7x and 19.5x float32's time (`benchmarks/setting_ab.py`:
+  benchmarks/results/cpu-epyc-2core/precision-resnet9.md, precision-resnet9-as-avx2.md).
+  A default that helps one side more than the other, or handicaps it, is no fair comparison;
+- a GPU without tensor cores: float32.
 
 `mixed` and `fp32` keep their meaning when asked for; `mixed` on a CPU without native
 bfloat16 runs, with a warning. Each framework process resolves its own precision from the
-device it actually uses (the same rule in both); the parent resolves it from NVML and the
-CPU's flags where it needs to know beforehand.
+device it actually uses (the same rule in both); the parent resolves it from NVML where it
+needs to know beforehand. $CNNCOMPARE_CPU_FLAGS replaces the CPU's flags as read from
+/proc/cpuinfo, so a machine with bfloat16 instructions can be run as one without.
 """
 
 from __future__ import annotations
@@ -88,11 +92,8 @@ def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = N
         return Resolved("mixed", "bfloat16", "--precision mixed on a CPU",
                         warning="this CPU has no native bfloat16, neither AMX nor "
                                 "AVX512-BF16: mixed precision emulates it, slower than float32")
-    if native:
-        return Resolved("mixed", "bfloat16", f"auto: this CPU computes bfloat16 natively, "
-                                             f"{native}")
-    return Resolved("fp32", "float32", "auto: this CPU has no native bfloat16, neither AMX nor "
-                                       "AVX512-BF16, so float32 is its fastest")
+    return Resolved("fp32", "float32", "auto: float32 on a CPU, where bfloat16 mixed precision "
+                                       "speeds the two frameworks up unequally or is emulated")
 
 
 def expected(requested: str, device: str) -> Resolved:
