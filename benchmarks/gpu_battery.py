@@ -81,6 +81,38 @@ CIFAR10 = (50_000, 10_000)  # training and test images
 
 
 @dataclass(frozen=True)
+class TinyWork:
+    """What --tiny runs: every stage's plumbing on work small enough to finish on any CPU.
+    On a CPU "mixed" is bfloat16, which a CPU without bfloat16 instructions emulates at many
+    times float32's step time (ResNet-9: 10-20x, benchmarks/results/cpu-epyc-2core/
+    precision-resnet9-as-avx2.md), so tiny runs on a CPU
+    train in float32 (the mixed-precision code paths have tests of their own); and the
+    limits are the longest a stage may take, since the estimates are a GPU's."""
+
+    images: int = 128  # synthetic training images (4 steps of 32)
+    batch: int = 32
+    epochs: int = 1
+    seeds: int = 1
+
+    def precision(self, precision: str, device: str) -> str:
+        return "fp32" if device == "cpu" else precision
+
+    def data(self) -> list[str]:
+        return ["--dataset", "synthetic", "--synthetic-size", str(self.images)]
+
+    def described(self, device: str) -> dict:
+        """battery.json's record of the choice."""
+        return {"images": self.images, "batch": self.batch, "epochs": self.epochs,
+                "seeds": self.seeds, "limit_s": STAGE_LIMIT_S,
+                "precision": ("fp32 for every stage: a CPU without bfloat16 instructions "
+                              "emulates mixed (bfloat16) many times slower"
+                              if device == "cpu" else "as each stage says")}
+
+
+TINY = TinyWork()
+
+
+@dataclass(frozen=True)
 class Recipe:
     """One comparison's training: what the command says and what the estimate uses."""
 
@@ -189,7 +221,8 @@ def recipe_for(recipe: Recipe, ctx: Context) -> Recipe:
     """The recipe as this invocation runs it: a few steps on tiny data with --tiny."""
     if not ctx.tiny:
         return recipe
-    return Recipe(recipe.model, recipe.precision, min(recipe.batch, 32), 1, 1, recipe.lr,
+    return Recipe(recipe.model, TINY.precision(recipe.precision, ctx.device),
+                  min(recipe.batch, TINY.batch), TINY.epochs, TINY.seeds, recipe.lr,
                   recipe.target)
 
 
@@ -224,18 +257,22 @@ def sweep_commands(name: str, varies: list[str], options: list[str],
                    tiny_varies: list[str] | None = None) -> Callable[[str, Context], list]:
     def commands(framework: str, ctx: Context) -> list[list[str]]:
         chosen = tiny_varies if ctx.tiny and tiny_varies is not None else varies
-        epochs = ["--epochs", "1"] if ctx.tiny else []
-        batch = ["--batch-size", "32"] if ctx.tiny and "resnet9" in options else []
+        shown = list(options)
+        if ctx.tiny:
+            at = shown.index("--precision") + 1
+            shown[at] = TINY.precision(shown[at], ctx.device)
+        epochs = ["--epochs", str(TINY.epochs)] if ctx.tiny else []
+        batch = ["--batch-size", str(TINY.batch)] if ctx.tiny and "resnet9" in options else []
         device = [] if any(v.startswith("device=") for v in chosen) else ["--device", ctx.device]
-        return [[*CLI, "sweep", "--framework", framework, *options, *epochs, *batch, *device,
+        return [[*CLI, "sweep", "--framework", framework, *shown, *epochs, *batch, *device,
                  *[x for v in chosen for x in ("--vary", v)], *ctx.data, "--quiet",
                  "--out", str(ctx.out / name / framework)]]
     return commands
 
 
 def overhead_commands(framework: str, ctx: Context) -> list[list[str]]:
-    configs = "lenet:32" if ctx.tiny else "lenet:4,lenet:32,resnet9:512"
-    data = ["--dataset", "synthetic", "--synthetic-size", "256"] if ctx.tiny else ctx.data
+    configs = f"lenet:{TINY.batch}" if ctx.tiny else "lenet:4,lenet:32,resnet9:512"
+    data = TINY.data() if ctx.tiny else ctx.data
     return [[sys.executable, str(REPO / "benchmarks" / "tool_overhead.py"), "--frameworks",
              framework, "--configs", configs, "--repeats", "1" if ctx.tiny else "2",
              "--epochs", "2" if ctx.tiny else "3", f"--option=--device={ctx.device}", *data,
@@ -326,7 +363,8 @@ def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list
         if framework not in frameworks:
             continue
         seconds, how = stage.estimate(framework, ctx)
-        limit = min(STAGE_LIMIT_S, max(120, math.ceil(2 * seconds / 30) * 30))
+        limit = (STAGE_LIMIT_S if ctx.tiny
+                 else min(STAGE_LIMIT_S, max(120, math.ceil(2 * seconds / 30) * 30)))
         capacity = RENTAL_CORE_S if stage.core and rental == 1 else RENTAL_S
         if used + seconds > capacity:  # the next rental
             rental, used = rental + 1, 0.0
@@ -481,7 +519,9 @@ def _read_json(path: Path) -> dict:
 def markdown(battery: dict) -> str:
     lines = [f"# GPU battery, {battery['started_at']}", "",
              f"Machine: {battery['machine']}; device: {battery['device']}"
-             + (" (tiny plumbing run)" if battery["tiny"] else ""), "",
+             + (" (tiny plumbing run: {images} synthetic images, batch {batch}, {epochs} "
+                "epoch, {seeds} seed, each stage's limit {limit_s} s; precision: {precision})"
+                .format(**battery["tiny"]) if battery["tiny"] else ""), "",
              "| stage | framework | status | seconds | estimate | limit | figures |",
              "|---|---|---|---|---|---|---|"]
     for s in battery["stages"]:
@@ -606,7 +646,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
                         help="gpu, or cpu with --tiny to prove the plumbing [default: gpu]")
     parser.add_argument("--tiny", action="store_true",
-                        help="every stage on 256 synthetic images, 1 epoch, 1 seed")
+                        help=f"every stage on {TINY.images} synthetic images, {TINY.epochs} "
+                             f"epoch, {TINY.seeds} seed (float32 on a CPU)")
     parser.add_argument("--dataset", default="synthetic",
                         help="cnncompare --dataset of every run [default: synthetic]")
     parser.add_argument("--data-dir", help="cnncompare --data-dir (e.g. the extracted CIFAR-10)")
@@ -622,8 +663,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def context(args: argparse.Namespace) -> Context:
     calibration = _read_json(CALIBRATION)
     if args.tiny:
-        data = ["--dataset", "synthetic", "--synthetic-size", "256"]
-        sizes = (256, 51)
+        data = TINY.data()
+        sizes = (TINY.images, TINY.images // 5)  # the synthetic source's test split: a fifth
     elif args.dataset == "synthetic":
         data, sizes = ["--dataset", "synthetic", "--synthetic-size", str(CIFAR10[0])], CIFAR10
     else:
@@ -654,7 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = _read_json(ctx.out / "battery.json")
     battery = {"started_at": previous.get("started_at") or time.strftime("%Y-%m-%d %H:%M:%S %z"),
                "machine": platform.node(), "python": platform.python_version(),
-               "device": ctx.device, "tiny": ctx.tiny, "data": ctx.data,
+               "device": ctx.device, "tiny": TINY.described(ctx.device) if ctx.tiny else False,
+               "data": ctx.data,
                "stages": list(previous.get("stages") or [])}
     begun = time.perf_counter()
     by_name = {s.name: s for s in STAGES}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CLASSES, write_cifar_archive, write_cifar_dir, write_image
+from conftest import CLASSES, patience, write_cifar_archive, write_cifar_dir, write_image
 
 from compare.errors import DataError
 from compare.experiment import datasets
@@ -357,7 +357,7 @@ def test_torchvision_decodes_in_a_helper_process_the_caller_never_imports(
     (hooks / "sitecustomize.py").write_text(_FIXTURE_CHECKSUMS)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hooks), str(REPO)])}
     proc = subprocess.run([sys.executable, "-c", _LOAD_AND_REPORT, str(root), json.dumps(md5s)],
-                          env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=patience(300))
     assert proc.returncode == 0, proc.stderr
     answer = json.loads(proc.stdout.splitlines()[-1])
     assert answer["imported"] == []

@@ -130,6 +130,7 @@ def test_loaded_libraries_are_read_from_the_process_maps():
     assert all(path.endswith("/" + library) for library, path in found.items())
 
 
+@pytest.mark.machine_sensitive  # bfloat16 steps
 @pytest.mark.slow
 def test_doctor_trains_real_steps_in_both_frameworks_and_says_ready():
     outcome = CliRunner().invoke(cli, ["doctor", "--json"])

@@ -64,6 +64,7 @@ def test_one_step_applies_the_pytorch_form_sgd_update(tmp_path, framework):
     assert trainer.gradients(batch)[1] < 0.75 * loss_before  # it learns the batch
 
 
+@pytest.mark.machine_sensitive  # bfloat16 native or emulated
 def test_mixed_precision_is_bfloat16_on_a_cpu(tmp_path, framework):
     """--precision mixed on a CPU computes in bfloat16 without loss scaling; the first step's
     loss is the float32 one within bfloat16's rounding."""
@@ -88,8 +89,8 @@ def test_cli_run_writes_a_valid_result(tmp_path, name):
     out = tmp_path / "cli"
     outcome = CliRunner().invoke(cli, ["run", "--framework", name, "--dataset", "synthetic",
                                        "--synthetic-size", "320", "--epochs", "2",
-                                       "--precision", "fp32", "--workers", "0", "--out", str(out),
-                                       "--quiet"])
+                                       "--precision", "fp32", "--workers", "0", "--device", "cpu",
+                                       "--out", str(out), "--quiet"])
     assert outcome.exit_code == 0, outcome.output
     result = schema.read_result(out / "result.json")
     summary = result["summary"]

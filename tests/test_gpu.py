@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import tiny_config
+from conftest import patience, tiny_config
 
 from compare import schema
 from compare.experiment import datasets
@@ -70,14 +70,14 @@ def _torch_trainer(torch_train, config):
 def _tf_scenario(name: str, tmp_path: Path) -> dict:
     done = subprocess.run([sys.executable, str(REPO / "tests" / "gpu_tf_scenarios.py"), name,
                            str(tmp_path / name)], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=patience(600))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", "from compare.cli import main; main()", *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+                          cwd=REPO, capture_output=True, text=True, timeout=patience(600))
 
 
 def _tf_run(tmp_path: Path, name: str, *options: str) -> dict:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import patience
 from test_reliability import REPO, _wait_for, _wait_until_gone
 
 pytestmark = pytest.mark.slow
@@ -161,7 +162,8 @@ def test_multi_worker_torch_matches_one_process_with_two_replicas(multi_runs):
 def test_multi_worker_runs_report_side_by_side_with_each_process(multi_runs, tmp_path):
     done = subprocess.run(_cli("report", str(multi_runs / "tf" / "multi"),
                                str(multi_runs / "torch" / "multi"), "--out", str(tmp_path)),
-                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+                          cwd=REPO, env=_env(), capture_output=True, text=True,
+                          timeout=patience(300))
     assert done.returncode == 0, done.stderr[-3000:]
     report = (tmp_path / "report.md").read_text()
     assert "TensorFlow/Keras" in report and "PyTorch" in report
@@ -200,14 +202,14 @@ def _lose_worker_mid_run(tmp_path, starts: list[list[str]], envs: list[dict], lo
         marker = f"CNNCOMPARE_TEST_NODE={lost}".encode()
         _signal_machine(out, marker, signum)
         lost_at = time.monotonic()
-        done = _finish([p for i, p in enumerate(processes) if i != lost], timeout=240)
+        done = _finish([p for i, p in enumerate(processes) if i != lost], timeout=patience(240))
         stopped_after = time.monotonic() - lost_at
     finally:
         _signal_machine(out, marker, signal.SIGKILL)
         for p in processes:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
-        _finish(processes, timeout=30)
+        _finish(processes, timeout=patience(30))
     assert _wait_until_gone(out) == []
     return done, stopped_after, _result(out)
 
@@ -216,8 +218,10 @@ def _check_the_chief_stopped(done: list[tuple[int, str]], stopped_after: float,
                              result: dict) -> None:
     (code, output), = done
     assert code != 0, output[-3000:]
-    # bounded: the collective timeout, the wait for peers' answers, and writing the result
-    assert stopped_after < 90, f"the chief took {stopped_after:.0f} s to stop"
+    # bounded: the collective timeout, then the wait for peers' answers and writing the
+    # result (70 s on the reference machine: conftest.patience)
+    limit = float(TIMEOUT_S) + patience(70)
+    assert stopped_after < limit, f"the chief took {stopped_after:.0f} s to stop (> {limit:.0f})"
     assert result["summary"]["status"] == "failed"
     assert result["epochs"], "the finished epochs are kept"
 
@@ -226,6 +230,7 @@ LOST = pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP],
                                ids=["killed", "hung"])
 
 
+@pytest.mark.machine_sensitive  # a limit
 @LOST
 def test_multi_worker_tf_lost_worker_stops_the_chief_naming_it(tmp_path, signum):
     ports = _ports(2)
@@ -238,6 +243,7 @@ def test_multi_worker_tf_lost_worker_stops_the_chief_naming_it(tmp_path, signum)
     assert "1" in result.get("peer_failures", {}), result.get("error")
 
 
+@pytest.mark.machine_sensitive  # a limit
 @LOST
 def test_multi_worker_torch_lost_worker_stops_the_chief_naming_it(tmp_path, signum):
     (port,) = _ports(1)
@@ -295,7 +301,7 @@ def test_a_launch_that_makes_no_sense_is_one_clear_line(environ, says):
 
 def _cli_says(args: list[str], env: dict) -> tuple[int, str]:
     done = subprocess.run(_cli(*args), cwd=REPO, env=_env(**env), capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=patience(120))
     return done.returncode, done.stdout + done.stderr
 
 
@@ -353,7 +359,7 @@ def test_multi_worker_docs_slurm_script_trains_on_two_nodes(tmp_path, framework)
     env = _env(PATH=path, SLURM_JOB_NODELIST="node[1-2]", SLURM_NNODES="2",
                SLURM_JOB_ID="42", SLURM_GPUS_ON_NODE="1")
     done = subprocess.run(["bash", str(script), *SMALL], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=patience(600))
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     result = _result(tmp_path / "runs" / f"{framework}-42")
     assert result["summary"]["status"] == "completed"

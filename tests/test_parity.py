@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 import pytest
@@ -13,6 +14,9 @@ from compare.experiment.config import PipelineConfig
 from compare.process import parity_check
 from compare.run import fairness, loop, worker
 from compare.run import recorder as recorder_module
+
+# precision-, tolerance- or time-sensitive: CI runs these again as on an AVX2-only CPU
+pytestmark = pytest.mark.machine_sensitive
 
 
 def _hash(images: np.ndarray, labels: np.ndarray) -> str:
@@ -80,11 +84,14 @@ def test_parity_passes_on_cpu(tmp_path, tf_two_cpus, model, batch_size, changes)
         assert record["params_max_abs_diff_after_steps"] < 1e-6
 
 
-@pytest.mark.parametrize("model", ["lenet", "resnet9"])
-def test_the_timed_mixed_configuration_stays_within_its_noise_floor(tmp_path, tf_two_cpus, model):
+# ResNet-9 on 16 images: bfloat16 on a CPU without bfloat16 instructions is emulated, many
+# times float32's step time, and the check's three probes train several steps each.
+@pytest.mark.parametrize(("model", "batch"), [("lenet", 32), ("resnet9", 16)])
+def test_the_timed_mixed_configuration_stays_within_its_noise_floor(tmp_path, tf_two_cpus, model,
+                                                                    batch):
     """bfloat16 on CPU: TF vs PyTorch against PyTorch vs itself moved by 1 ulp (the floor
     parity_check.NOISE_FACTOR is justified by; the figures are printed for the README)."""
-    probes = _probes(tmp_path, tf_two_cpus, model, 32, timed=True, precision="mixed",
+    probes = _probes(tmp_path, tf_two_cpus, model, batch, timed=True, precision="mixed",
                      weight_decay=5e-4)
     versus = parity.compare_probes(probes["tf"], probes["torch"], steps=3)
     floor = parity.compare_probes(probes["torch-perturbed"], probes["torch"], steps=3)
@@ -108,12 +115,12 @@ def test_parity_catches_a_real_difference(tmp_path, tf_two_cpus):
     assert record["grad_rel_diff_per_layer"]["fc1.weight"] > 0.5
 
 
-def _loss_curve(trainer, config, out, perturb: float = 0.0):
+def _loss_curve(trainer, config, out, perturb: float = 0.0, seed: int = 1):
     """Per-step losses of a full run; `perturb` multiplies every initial weight by
-    (1 + perturb * noise)."""
+    (1 + perturb * noise), the noise standard normal, drawn with `seed`."""
     if perturb:
         import torch
-        generator = torch.Generator().manual_seed(1)
+        generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for p in trainer.model.parameters():
                 p.mul_(1 + perturb * torch.randn(p.shape, generator=generator))
@@ -128,18 +135,22 @@ def test_loss_curves_agree_after_hundreds_of_steps(tmp_path, tf_two_cpus):
     """300 float32 steps of lenet on synthetic data, both frameworks from the same start.
 
     Tolerances, and why. The two builds differ by float32 rounding from the first step
-    (their kernels sum in other orders: activations agree to about 1e-5 relative, see
-    compare.experiment.parity.Tolerances), and SGD amplifies any such difference step by step, at a
-    rate that depends on the CPU's kernels: measured relative gaps of the loss at step 100
-    were 3e-6 on an AVX-512/AMX Xeon and up to 5e-2 on an AVX2-only CPU, where the curves
-    parted from step 64. So no fixed tolerance after the first steps holds on every CPU.
-    - The first 20 steps: within 1e-3 relative. Rounding starts near 1e-5 and on the
-      fastest-diverging CPU measured was still under 1e-4 at step 60; a recipe difference
-      (loss, label smoothing, schedule, update rule, batch order) moves the loss by 1e-2 or
-      more within its first steps.
+    (their kernels sum in other orders), and SGD amplifies any such difference step by step,
+    at a rate that depends on the CPU's kernels: the curves part from step 60 or so on an
+    AVX2-only CPU and stay together far longer with AVX-512. So no fixed tolerance after
+    the first steps holds on every CPU.
+    - The first 20 steps: within 1e-3 relative. Rounding starts near 1e-6 and stays under
+      1e-4 for dozens of steps on every CPU measured; a recipe difference (loss, label
+      smoothing, schedule, update rule, batch order) moves the loss further within these
+      steps (a learning rate 20% larger: by 2.4e-3).
     - After that, a yardstick measured in the same run, on the same CPU: PyTorch against
-      itself with its initial weights perturbed by 1e-7. Over 30-step windows the
-      TF-vs-PyTorch gap must stay within twice that noise floor plus 1%.
+      itself with every initial weight perturbed by 1e-4 relative, twice, with two draws of
+      the perturbation. Rounding differences make the two frameworks' curves part (chaos:
+      SGD amplifies them) and then differ by the spread of two runs of one recipe; the
+      perturbed runs must have parted too, or they measure too little noise: 1e-7 had not
+      parted after 300 steps with AVX2 kernels (window gap 0.002-0.008 against TF's 0.028),
+      1e-6 to 1e-3 all had, with AVX2 or AVX-512 kernels (0.012-0.038). Over 30-step windows
+      the TF-vs-PyTorch gap must stay within twice the larger floor plus 1%.
     """
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, synthetic_train_size=3200, synthetic_test_size=320, epochs=3,
@@ -153,7 +164,6 @@ def test_loss_curves_agree_after_hundreds_of_steps(tmp_path, tf_two_cpus):
         tf_two_cpus.Trainer(config, dataset, tf_two_cpus.select_device(config)), config,
         tmp_path / "tf")
     torch_losses, torch_result = _loss_curve(torch_trainer(), config, tmp_path / "torch")
-    noisy_losses, _ = _loss_curve(torch_trainer(), config, tmp_path / "noisy", perturb=1e-7)
     assert len(tf_losses) == len(torch_losses) == 300
     np.testing.assert_allclose(tf_losses[:20], torch_losses[:20], rtol=1e-3)
 
@@ -161,12 +171,20 @@ def test_loss_curves_agree_after_hundreds_of_steps(tmp_path, tf_two_cpus):
         wa, wb = a.reshape(10, 30).mean(1), b.reshape(10, 30).mean(1)
         return np.abs(wa / wb - 1).mean()
 
-    noise_floor = window_gap(noisy_losses, torch_losses)
-    assert window_gap(tf_losses, torch_losses) <= 2 * noise_floor + 0.01, (
-        window_gap(tf_losses, torch_losses), noise_floor)
+    floors = []
+    for draw in (1, 2):
+        noisy_losses, _ = _loss_curve(torch_trainer(), config, tmp_path / f"noisy{draw}",
+                                      perturb=1e-4, seed=draw)
+        floors.append(window_gap(noisy_losses, torch_losses))
+    gap = window_gap(tf_losses, torch_losses)
+    assert gap <= 2 * max(floors) + 0.01, (gap, floors)
     assert torch_losses[-30:].mean() < 0.6 * torch_losses[:30].mean()  # and both actually learned
+    # Once the curves have parted the two models are two draws of one recipe: their test
+    # accuracies on 320 images differ by sampling, within 3 standard errors of a difference
+    # (0.08 at 86%; measured 0.003-0.034 with AVX2 or AVX-512 kernels).
     accuracy = [r["summary"]["final_test_accuracy"] for r in (tf_result, torch_result)]
-    assert abs(accuracy[0] - accuracy[1]) < 0.03, accuracy
+    mean = sum(accuracy) / 2
+    assert abs(accuracy[0] - accuracy[1]) < 3 * math.sqrt(2 * mean * (1 - mean) / 320), accuracy
 
 
 def test_parity_catches_keras_momentum_form_under_a_changing_learning_rate(tmp_path, tf_two_cpus,

@@ -175,6 +175,7 @@ def _profiled_run(tmp_path, module, **changes):
     return config, record
 
 
+@pytest.mark.machine_sensitive  # durations
 @pytest.mark.parametrize("framework", ["tf", "torch"])
 def test_profile_splits_extra_steps_after_training_into_phases(tmp_path, framework,
                                                                tf_two_cpus):
@@ -188,7 +189,7 @@ def test_profile_splits_extra_steps_after_training_into_phases(tmp_path, framewo
     took = profile["phases_ms"]
     assert took["forward"] > 0 and took["backward"] > 0 and took["update"] > 0
     assert took["input"] > 0 and took["all_reduce"] == 0
-    assert took["forward"] + took["backward"] > 0.3 * profile["step_ms"]
+    assert all(0 <= ms <= profile["step_ms"] for ms in took.values())  # each within the step
     assert 0 <= profile["other_ms"] < profile["step_ms"]
     with open(Path(config.out) / "steps.csv") as f:
         assert len(list(csv.DictReader(f))) == 16  # 8 steps x 2 epochs: none of the profile's
@@ -233,6 +234,7 @@ def test_a_failing_profiler_leaves_a_note_and_a_completed_run(tmp_path, monkeypa
     assert len({row.count("|") for row in table}) == 1  # every row has the header's cells
 
 
+@pytest.mark.machine_sensitive  # durations
 def test_tf_input_waits_land_on_the_profile_clock(tmp_path, tf_two_cpus):
     """TensorFlow's profiler leaves get_next out once its cost model finds it cheap, so the
     input phase comes from the step function's own stamps, placed on the trace's clock."""
@@ -250,7 +252,10 @@ def test_tf_input_waits_land_on_the_profile_clock(tmp_path, tf_two_cpus):
     work = capture.host["forward"] + capture.host["backward"]
     assert len(waits) >= 4 and work and not capture.notes
     first, last = min(s for s, _ in work), max(e for _, e in work)
-    assert all(first - 0.05 <= s <= e <= last + 0.05 for s, e in waits)  # seconds, one clock
+    # seconds, on one clock: each wait lies within a step of the steps' work (a wait placed on
+    # another clock would be off by the clocks' offset, seconds to hours)
+    step = (last - first) / 8
+    assert all(first - step <= s <= e <= last + step for s, e in waits)
 
 
 def test_a_stop_during_the_profile_keeps_the_run_completed(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import tiny_config
+from conftest import patience, tiny_config
 from test_reliability import FakeTrainer
 
 from compare import schema
@@ -208,7 +208,7 @@ def test_cuda_graphs_on_the_cpu_are_one_clear_line_and_exit_2(tmp_path):
                            "--framework", "torch", "--device", "cpu", "--cuda-graphs",
                            "--dataset", "synthetic", "--synthetic-size", "64", "--quiet",
                            "--out", str(tmp_path / "run")], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=patience(300))
     assert done.returncode == 2, done.stderr
     assert "--cuda-graphs: CUDA graphs need a CUDA GPU" in done.stderr
     assert "Traceback" not in done.stderr and "it trained nothing" in done.stderr

@@ -7,7 +7,7 @@ import csv
 from pathlib import Path
 
 import pytest
-from conftest import tiny_config
+from conftest import patience, tiny_config
 
 from compare.experiment import datasets
 from compare.run import loop, recorder
@@ -59,7 +59,7 @@ def test_the_pytorch_writer_never_loads_tensorflow(tmp_path):
             f"w = ScalarWriter({str(tmp_path)!r}); w.scalar('train/loss', 1.5, 3); w.close()\n"
             "print('tensorflow' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent.parent, timeout=300)
+                          cwd=Path(__file__).resolve().parent.parent, timeout=patience(300))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
     assert list(tmp_path.glob("events.out.tfevents.*"))
