@@ -205,6 +205,8 @@ MEASUREMENT = {
     "eval_time_s": "test-set pass after each epoch, timed apart, synchronised at both ends",
     "warmup_time_s": "training time of the first epoch (tracing, XLA/torch.compile, cuDNN "
                      "autotuning, allocator growth all land there)",
+    "steady_train_time_s": "training time of the epochs after the first (train_time_s less "
+                           "warmup_time_s): steady training, start-up apart",
     "steady_step_time_ms": "median and p90 over synchronised timing windows (time of the "
                            "window / its steps), epochs after the first (after a resume, "
                            "also after the first of each session: it warms up again); a "

@@ -15,7 +15,7 @@ from compare.experiment import best as best_advice
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.process.comparison import planned_runs
 from compare.report import best as best_report
-from compare.report import own_loops, sections
+from compare.report import own_loops, sections, stats
 
 
 def test_own_loops_sit_beside_their_runs_and_take_turns_first(tmp_path):
@@ -50,41 +50,79 @@ def test_best_runs_take_each_frameworks_own_advice(tmp_path):
     assert cpu.channels_last and cpu.compile and cpu.precision == "auto"
 
 
-def _summary(tf_ratio: float, torch_ratio: float, matched: float = 1.3) -> dict:
-    def entry(ratio):
-        return {"time_ratio": {"ratio": ratio, "seeds": [0, 1]}, "seeds": [0, 1]}
-    return {"ratios": {"train_time_s": {"ratio": matched}},
-            "own_loops": {"tf": entry(tf_ratio), "torch": entry(torch_ratio),
-                          "own_ratio": {"ratio": 1.1}, "caveat_ratio": own_loops.CAVEAT_RATIO}}
+def _ratio(*per_seed: float) -> dict:
+    """A paired ratio over seeds 0, 1, ... with these per-seed values, as the summary has it."""
+    return stats.paired_ratio(dict(enumerate(per_seed)), {s: 1.0 for s in range(len(per_seed))})
 
 
-def test_the_verdict_says_how_close_the_shared_loop_ran_and_warns_past_five_percent():
-    close = _summary(1.03, 0.98)
-    assert own_loops.sentence(close) == ("The shared loop ran within 3% of Keras fit and 2% "
-                                         "faster than a plain PyTorch loop on the same recipe "
-                                         "(training time after the first epoch, n=2).")
+def _summary(tf: tuple, torch: tuple, shared: float = 1.3, own: float = 1.1) -> dict:
+    def entry(per_seed):
+        ratio = _ratio(*per_seed)
+        return {"time_ratio": ratio, "seeds": ratio["seeds"]}
+    return {"ratios": {"train_time_s": _ratio(1.5, 1.6)},
+            "own_loops": {"tf": entry(tf), "torch": entry(torch), "own_ratio": _ratio(own, own),
+                          "shared_ratio": _ratio(shared, shared),
+                          "caveat_ratio": own_loops.CAVEAT_RATIO}}
+
+
+def test_the_verdict_says_how_close_the_shared_loop_ran_in_the_words_its_range_supports():
+    close = _summary(tf=(0.99, 1.04), torch=(0.97, 0.99))
+    assert own_loops.sentence(close) == (
+        "The shared loop ran within 4% of Keras fit (range 0.99x-1.04x over 2 seeds) and 2% "
+        "faster than a plain PyTorch loop on the same recipe (training time after the first "
+        "epoch, n=2).")
     assert own_loops.caveats(close) == []
-    slow = _summary(1.20, 1.01)
+    slow = _summary(tf=(1.18, 1.22), torch=(1.0, 1.02))
     assert "20% slower than Keras fit" in own_loops.sentence(slow)
     (caveat,) = own_loops.caveats(slow)
     assert caveat.startswith("the shared loop took 1.20x the time of Keras fit for "
-                             "TensorFlow/Keras")
-    assert "(each in its own loop: 1.10, against 1.30 matched)" in caveat
+                             "TensorFlow/Keras (range 1.18x-1.22x over 2 seeds)")
+    # like for like: both TF / PyTorch ratios of training time after the first epoch
+    assert caveat.endswith("(training time after the first epoch, TF / PyTorch: 1.10 each in "
+                           "its own loop, against 1.30 in the shared loop)")
+    # 1.12 on average, but a range of 0.95-1.33 says nothing: no word, no caveat
+    unresolved = _summary(tf=(0.95, 1.33), torch=(1.0, 1.01))
+    assert ("1.12x the time of Keras fit, not resolved at n=2 (range 0.95x-1.33x over 2 seeds)"
+            in own_loops.sentence(unresolved))
+    assert own_loops.caveats(unresolved) == []
+
+
+def test_the_own_loop_caveat_compares_the_same_measure_on_both_sides(tmp_path):
+    """own_ratio and shared_ratio are both of the epochs after the first, on the same seeds;
+    a first epoch ten times the others' does not enter either."""
+    def run(framework, seed, epochs):
+        return {"framework": framework, "config": {"seed": seed}, "path": str(tmp_path / "r"),
+                "summary": {"status": "completed", "final_test_accuracy": 0.5},
+                "epochs": [{"train_time_s": t} for t in epochs]}
+
+    def own(framework, seed, epochs):
+        return {"framework": framework, "seed": seed, "status": "completed", "loop": "x",
+                "epoch_times_s": epochs, "final_test_accuracy": 0.5, "mean_losses": []}
+    runs = [run("tf", s, [10.0, 2.2, 2.2]) for s in (0, 1)] + [
+        run("torch", s, [1.0, 2.0, 2.0]) for s in (0, 1)]
+    records = [own("tf", s, [9.0, 2.0, 2.0]) for s in (0, 1)] + [
+        own("torch", s, [1.0, 2.0, 2.0]) for s in (0, 1)]
+    found = own_loops.summarise(runs, records)
+    assert found["shared_ratio"]["ratio"] == pytest.approx(1.1)  # 4.4 s / 4.0 s
+    assert found["own_ratio"]["ratio"] == pytest.approx(1.0)  # 4.0 s / 4.0 s
+    assert found["tf"]["time_ratio"]["ratio"] == pytest.approx(1.1)
 
 
 def test_the_best_section_lists_the_settings_that_differ_from_the_two_manifests():
     manifest = {"device_kind": "cpu", "compile": False, "channels_last": False,
                 "precision": {"precision": "mixed"}}
-    best_summary = {"ratios": {"train_time_s": {"ratio": 0.8}}, "frameworks": {},
+    best_summary = {"ratios": {"train_time_s": _ratio(0.79, 0.81)}, "frameworks": {},
                     "fairness": {"tf": {**manifest, "compile": True},
                                  "torch": {**manifest, "compile": True, "channels_last": True}}}
     summary = {"best": best_report.summarise(best_summary),
-               "ratios": {"train_time_s": {"ratio": 1.25}}}
+               "ratios": {"train_time_s": _ratio(1.24, 1.26)}}
     assert summary["best"]["settings_differ"] == [
         {"setting": "channels_last", "tf": "False", "torch": "True"}]
     assert best_report.sentence(summary) == (
         "Each at its own guide's best settings (--best), TensorFlow/Keras trained 1.25x faster "
-        "than PyTorch; matched, PyTorch trained 1.25x faster than TensorFlow/Keras.")
+        "than PyTorch (training time, range 1.23x-1.27x over 2 seeds); matched, PyTorch "
+        "trained 1.25x faster than TensorFlow/Keras (training time, range 1.24x-1.26x over 2 "
+        "seeds).")
     section = sections.best_settings({"summary": summary, "runs": []})
     assert "channels_last: TensorFlow/Keras False; PyTorch True" in section.intro
     assert {row[1] for row in section.rows} == {"compile", "channels_last", "pipeline"}
@@ -94,7 +132,8 @@ def test_compare_reports_each_framework_against_its_own_loop(tmp_path):
     out = tmp_path / "cmp"
     done = CliRunner().invoke(cli, ["compare", "--dataset", "synthetic", "--synthetic-size",
                                     "256", "--epochs", "2", "--seeds", "1", "--precision",
-                                    "fp32", "--workers", "0", "--out", str(out), "--quiet"])
+                                    "fp32", "--workers", "0", "--device", "cpu", "--out", str(out),
+                                    "--quiet"])
     assert done.exit_code == 0, done.output
     summary = json.loads((out / "summary.json").read_text())
     own = summary["own_loops"]

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import patience
+
 from compare import files, report, schema
 
 H100 = {"device_used": "GPU: NVIDIA H100 80GB HBM3", "platform": "Linux-6.8-x86_64-with-glibc2.39"}
@@ -165,11 +167,66 @@ def test_the_verdict_states_caveats_and_too_few_seeds(tmp_path):
     runs[0]["fairness"]["device_kind"] = "gpu"  # tf on a GPU, PyTorch on the CPU
     summary = report.summarise(runs, {"passed": False, "steps": 3}, None)
     sentences = report.verdict_sentences(summary)
-    assert "n=1: a single seed, no interval" in sentences[0]
+    assert sentences[0].startswith("Training time: TF / PyTorch 1.25 from one seed, which "
+                                   "cannot tell a difference from run-to-run noise")
+    assert "faster" not in sentences[0] and "slower" not in sentences[0]
     assert sentences[1].startswith("Not enough seeds to test equivalence")
     caveat = sentences[-1]
     assert "parity check FAILED and was ignored" in caveat
     assert "different device kinds" in caveat and "PyTorch seed 1 failed" in caveat
+
+
+def _verdict(tmp_path, tf_times, torch_times, epochs=4):
+    write_runs(tmp_path, [fake_result(fw, seed, t, 0.6, epochs=epochs)
+                          for fw, times in (("tf", tf_times), ("torch", torch_times))
+                          for seed, t in enumerate(times)])
+    return report.verdict_sentences(report.summarise(report.load_runs([tmp_path]), PASSED, None))
+
+
+@pytest.mark.parametrize("tf_times, torch_times, says", [
+    # both seeds have PyTorch faster: the range supports the word
+    ((12.0, 12.2), (10.0, 10.0), "PyTorch trained 1.21x faster than TensorFlow/Keras "
+                                 "(training time, range 1.20x-1.22x over 2 seeds)."),
+    # TF / PyTorch 0.95 and 1.33: the range holds no difference, so no comparative word
+    ((10.0, 13.3), (10.5, 10.0), "Training time is not resolved at n=2: TF / PyTorch 1.13 "
+                                 "(range 0.95x-1.33x over 2 seeds, which includes no "
+                                 "difference); about 18 seeds would resolve"),
+    # three seeds whose 95% interval holds 1.00
+    ((10.0, 12.0, 9.0), (10.0, 10.0, 10.0), "Training time is not resolved at n=3: TF / "
+                                            "PyTorch 1.03 (95% CI"),
+    ((10.0, 10.4, 10.2), (8.0, 8.1, 8.0), "PyTorch trained 1.27x faster than TensorFlow/Keras "
+                                          "(training time, 95% CI"),
+])
+def test_comparative_words_follow_the_interval(tmp_path, tf_times, torch_times, says):
+    speed = _verdict(tmp_path, tf_times, torch_times)[0]
+    assert speed.startswith(says), speed
+    resolved = "faster" in says
+    assert (" faster " in speed) == resolved and " slower " not in speed
+
+
+def test_start_up_and_steady_are_told_apart_when_the_first_epoch_is_over_a_third(tmp_path):
+    """The fixture's first epoch is a share 1/epochs of the training time."""
+    two = _verdict(tmp_path / "two", (12.0, 12.2), (10.0, 10.0), epochs=2)[0]
+    assert "The first epoch (tracing, compilation, warm-up) is over a third of the training " \
+           "time (TensorFlow/Keras 50%, PyTorch 50%)" in two
+    assert "start-up, PyTorch trained 1.21x faster than TensorFlow/Keras (first epoch" in two
+    assert "steady training, PyTorch trained 1.21x faster than TensorFlow/Keras (epochs " \
+           "after the first" in two
+    assert two.endswith("The headline is training time, first epoch included.")
+    four = _verdict(tmp_path / "four", (12.0, 12.2), (10.0, 10.0), epochs=4)[0]
+    assert "first epoch" not in four
+
+
+def test_a_run_too_short_to_time_says_so_first_and_marks_its_ratios(tmp_path):
+    """1.0 s of training in 2 epochs: 0.5 s of steady training, under the 1-s threshold."""
+    sentences = _verdict(tmp_path / "short", (1.0, 1.01), (0.8, 0.8), epochs=2)
+    assert sentences[0].startswith("Too short to time: steady training (the epochs after the "
+                                   "first, per seed): TensorFlow/Keras 0.50 s, under 1 s; "
+                                   "PyTorch 0.40 s, under 1 s.")
+    assert "About --epochs 6 on the same data would time enough." in sentences[0]
+    assert "(training time, too short to time, range" in sentences[1]
+    long_enough = _verdict(tmp_path / "long", (10.0, 10.1), (8.0, 8.0), epochs=2)
+    assert not any("too short" in s.lower() for s in long_enough)
 
 
 def test_two_seeds_show_a_range_not_a_t_interval(tmp_path):
@@ -302,7 +359,7 @@ def test_two_machines_stay_apart_and_a_shipped_summary_reads_beside_runs(tmp_pat
     assert cpu_time["centre"] == pytest.approx((10 * 12 * 11) ** (1 / 3)) and cpu_time["n"] == 3
     markdown = (laptop / "report.md").read_text()
     assert "A machine is the device" in markdown
-    assert markdown.count("PyTorch trained") == 2  # a verdict per machine
+    assert markdown.count("Measured on ") == 2  # a verdict per machine
     assert "GPU: NVIDIA H100 80GB HBM3" in markdown and "glibc2.36" in markdown
     html = (laptop / "report.html").read_text()
     assert html.count("<svg") == 4  # the headline and 3 plots of the machine with runs; no plots
@@ -373,7 +430,7 @@ def _browse(page_dir: Path, page: str, work: Path,
              f"--user-data-dir={work / 'profile'}", f"--log-net-log={net_log}",
              f"--window-size={window}", "--hide-scrollbars",
              "--virtual-time-budget=3000", "--dump-dom", f"{origin}/{page}"],
-            capture_output=True, text=True, timeout=120, check=True).stdout
+            capture_output=True, text=True, timeout=patience(120), check=True).stdout
     finally:
         server.shutdown()
         server.server_close()

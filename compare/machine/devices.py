@@ -77,12 +77,30 @@ def description(gpu_name: str | None, count: int, requested: str, units: str,
     return f"CPU ({why}), {count} {units}{where}"
 
 
+def cpu_description(flags: frozenset[str] | None = None) -> str:
+    """The CPU as a reader knows it: its model, cores and the instructions that decide how
+    fast (and whether natively) it trains, e.g. "AMD EPYC 9R14, 2 cores, AVX-512, bfloat16
+    (avx512_bf16)" or "..., AVX2, no bfloat16". The flags are those the precision rule reads
+    ($CNNCOMPARE_CPU_FLAGS where set)."""
+    import os
+
+    from compare.experiment import precision
+    from compare.machine.environment import cpu_name
+    flags = precision.cpu_flags() if flags is None else flags
+    vectors = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
+               else "no AVX2")
+    native = precision.native_bfloat16(flags)
+    return (f"{cpu_name()}, {os.cpu_count()} cores, {vectors}, "
+            + (f"bfloat16 ({native})" if native else "no bfloat16"))
+
+
 def hardware(kind: str, model: str | None, replicas: int, nodes: int) -> dict:
     """The machine a run trained on, recorded the same way by both frameworks: the device
     kind, model and count (every replica over every process and machine) and the machines.
     `label` is what reports group runs by (with the host platform): on a GPU the model and
     count, e.g. "GPU: 8x NVIDIA H100 80GB HBM3"; on a CPU only "CPU" (the logical devices or
-    processes a CPU run is split into are a setting, not the machine). The machines are
+    processes a CPU run is split into are a setting, not the machine). `named` is what a
+    reader is told: the label, on a CPU with its model, cores and instructions. The machines are
     recorded, not labelled: the launchers count them differently (torchrun its node groups,
     TF_CONFIG its hosts)."""
     if kind != "gpu":
@@ -90,7 +108,8 @@ def hardware(kind: str, model: str | None, replicas: int, nodes: int) -> dict:
     else:
         label = f"GPU: {replicas}x {model}" if replicas > 1 else f"GPU: {model}"
     return {"device_kind": kind, "device_model": model, "device_count": replicas,
-            "nodes": nodes, "label": label}
+            "nodes": nodes, "label": label,
+            "named": label if kind == "gpu" else f"CPU: {cpu_description()}"}
 
 
 def label_of(environment: dict | None) -> str | None:

@@ -30,6 +30,8 @@ AGGREGATES: dict[str, tuple[Callable[[dict], Any], str]] = {
     "train_time_s": (lambda s: s["train_time_s"] if s.get("epochs_completed") else None,
                      "positive"),
     "warmup_time_s": (lambda s: s["warmup_time_s"], "positive"),
+    "steady_train_time_s": (lambda s: s["train_time_s"] - s["warmup_time_s"]
+                            if s.get("epochs_completed", 0) > 1 else None, "positive"),
     "eval_time_s": (lambda s: s.get("eval_time_s") if s.get("epochs_completed") else None,
                     "positive"),
     "images_per_s": (lambda s: s["images_per_s"], "positive"),
@@ -47,7 +49,7 @@ AGGREGATES: dict[str, tuple[Callable[[dict], Any], str]] = {
 
 
 RATIO_KEYS = ("train_time_s", "images_per_s", "steady_step_time_ms", "warmup_time_s",
-              "peak_device_memory_bytes", "energy_j")
+              "steady_train_time_s", "peak_device_memory_bytes", "energy_j")
 
 
 def summarise(runs: list[dict], parity: dict | None, command: str | None,
@@ -150,15 +152,20 @@ def device_label(environment: dict | None) -> str | None:
 
 
 def machine_of(environment: dict[str, dict | None]) -> dict[str, Any]:
-    """{id, device, host}: where a comparison ran (see MACHINE_IDENTITY)."""
+    """{id, device, host, named}: where a comparison ran (see MACHINE_IDENTITY); `named` is
+    the device as a reader knows it (a CPU's model, cores and instructions)."""
     labels = {fw: device_label(env) for fw, env in environment.items() if device_label(env)}
     hosts = sorted({env["platform"] for env in environment.values() if env and env.get("platform")})
+    names = {fw: ((env or {}).get("hardware") or {}).get("named") or labels.get(fw)
+             for fw, env in environment.items() if labels.get(fw)}
     if len(set(labels.values())) > 1:  # a comparison deliberately run on mixed devices
         device = "; ".join(f"{FRAMEWORK_NAMES[fw]} on {d}" for fw, d in sorted(labels.items()))
+        named = "; ".join(f"{FRAMEWORK_NAMES[fw]} on {d}" for fw, d in sorted(names.items()))
     else:
         device = next(iter(labels.values()), "unknown device")
+        named = " / ".join(sorted(set(names.values()))) or device
     host = " / ".join(hosts) or "unknown host"
-    return {"id": f"{device} | {host}", "device": device, "host": host}
+    return {"id": f"{device} | {host}", "device": device, "host": host, "named": named}
 
 
 def precision_label(run_or_summary: dict) -> str | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from compare import files, schema
 from compare.experiment import best as best_advice
-from compare.experiment.config import FRAMEWORK_NAMES
+from compare.report import words
 
 
 def load(directory: Path) -> dict | None:
@@ -42,20 +42,14 @@ def summarise(best: dict | None) -> dict | None:
 
 
 def sentence(summary: dict) -> str | None:
-    """Best against best beside the matched ratio, in one sentence."""
+    """Best against best beside the matched ratio, in one sentence, each in the words its
+    interval supports."""
     best = summary.get("best") or {}
-    ratio = (best.get("time_ratio") or {}).get("ratio")
-    if ratio is None:
+    ratio = best.get("time_ratio") or {}
+    if ratio.get("ratio") is None:
         return None
-    matched = ((summary.get("ratios") or {}).get("train_time_s") or {}).get("ratio")
-    return (f"Each at its own guide's best settings (--best), {_faster(ratio)}"
-            + (f"; matched, {_faster(matched)}" if matched else "") + ".")
-
-
-def _faster(ratio: float) -> str:
-    """TF / PyTorch time ratio in words."""
-    tf, torch = FRAMEWORK_NAMES["tf"], FRAMEWORK_NAMES["torch"]
-    if ratio >= 1:
-        return f"{torch} trained {ratio:.2f}x faster than {tf}"
-    return f"{tf} trained {1 / ratio:.2f}x faster than {torch}"
-
+    matched = (summary.get("ratios") or {}).get("train_time_s") or {}
+    return (f"Each at its own guide's best settings (--best), "
+            f"{words.time_ratio(ratio, 'training time')}"
+            + (f"; matched, {words.time_ratio(matched, 'training time')}"
+               if matched.get("ratio") else "") + ".")

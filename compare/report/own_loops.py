@@ -10,7 +10,7 @@ from pathlib import Path
 
 from compare import files, schema
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
-from compare.report import stats
+from compare.report import stats, words
 from compare.run.own_loop import running_means, steady_seconds
 
 # shared / own training time above this: the shared loop may be handicapping that
@@ -41,6 +41,7 @@ def summarise(runs: list[dict], records: list[dict]) -> dict | None:
         return None
     summary: dict = {"caveat_ratio": CAVEAT_RATIO}
     own_times: dict[str, dict[int, float]] = {}
+    shared_steady: dict[str, dict[int, float]] = {}
     for framework in FRAMEWORKS:
         own = {r["seed"]: r for r in completed if r["framework"] == framework}
         shared = {r["config"].get("seed"): r for r in runs if r["framework"] == framework
@@ -48,6 +49,7 @@ def summarise(runs: list[dict], records: list[dict]) -> dict | None:
         own_times[framework] = {s: steady_seconds(r["epoch_times_s"]) for s, r in own.items()}
         shared_times = {s: steady_seconds([e["train_time_s"] for e in r["epochs"]])
                         for s, r in shared.items()}
+        shared_steady[framework] = shared_times
         ratio = stats.paired_ratio(shared_times, own_times[framework])
         seeds = ratio["seeds"]
         summary[framework] = {
@@ -62,26 +64,22 @@ def summarise(runs: list[dict], records: list[dict]) -> dict | None:
             "own_accuracy": _mean([own[s]["final_test_accuracy"] for s in seeds]),
             "loss_difference": _max([_loss_difference(shared[s], own[s]) for s in seeds]),
         }
+    # TF / PyTorch with each in its own loop, and in the shared loop on the same measure
+    # (training time after the first epoch) and the same seeds, so the two compare like for like
     summary["own_ratio"] = stats.paired_ratio(own_times["tf"], own_times["torch"])
+    seeds = set(summary["own_ratio"]["seeds"])
+    summary["shared_ratio"] = stats.paired_ratio(
+        *({s: t for s, t in shared_steady[fw].items() if s in seeds} for fw in ("tf", "torch")))
     return summary
 
 
 def sentence(summary: dict) -> str | None:
-    """One verdict sentence: how close the shared loop ran to each framework's own."""
+    """One verdict sentence: how close the shared loop ran to each framework's own, in the
+    words the per-seed interval (or range) supports."""
     own = summary.get("own_loops") or {}
-    parts = []
-    for framework in FRAMEWORKS:
-        ratio = ((own.get(framework) or {}).get("time_ratio") or {}).get("ratio")
-        if ratio is None:
-            continue
-        percent = 100 * abs(ratio - 1)
-        if ratio > CAVEAT_RATIO:
-            where = f"{percent:.0f}% slower than"
-        elif ratio < 0.995:
-            where = f"{percent:.0f}% faster than"
-        else:  # within half a percent either side, or slower by no more than the caveat's
-            where = f"within {max(1, round(percent))}% of"
-        parts.append(f"{where} {OWN_LOOP_NAMES[framework]}")
+    parts = [words.loop_ratio((own.get(fw) or {}).get("time_ratio") or {}, OWN_LOOP_NAMES[fw],
+                              CAVEAT_RATIO) for fw in FRAMEWORKS]
+    parts = [p for p in parts if p]
     if not parts:
         return None
     n = min(len((own.get(fw) or {}).get("seeds") or []) for fw in FRAMEWORKS if own.get(fw))
@@ -90,20 +88,24 @@ def sentence(summary: dict) -> str | None:
 
 
 def caveats(summary: dict) -> list[str]:
-    """A caveat for each framework the shared loop slowed past CAVEAT_RATIO, with what it
-    could explain: the TF/PyTorch ratio with each framework in its own loop."""
+    """A caveat for each framework the shared loop slowed past CAVEAT_RATIO, its interval (or
+    range) wholly above it, with what it could explain: the TF/PyTorch ratio with each
+    framework in its own loop against the same ratio in the shared loop, both of training
+    time after the first epoch on the same seeds."""
     own = summary.get("own_loops") or {}
     found = []
     for framework in FRAMEWORKS:
-        ratio = ((own.get(framework) or {}).get("time_ratio") or {}).get("ratio")
-        if ratio is not None and ratio > CAVEAT_RATIO:
-            found.append(f"the shared loop took {ratio:.2f}x the time of "
-                         f"{OWN_LOOP_NAMES[framework]} for {FRAMEWORK_NAMES[framework]}")
-    matched = ((summary.get("ratios") or {}).get("train_time_s") or {}).get("ratio")
+        ratio = (own.get(framework) or {}).get("time_ratio") or {}
+        if stats.side(ratio, CAVEAT_RATIO) == 1:
+            found.append(f"the shared loop took {ratio['ratio']:.2f}x the time of "
+                         f"{OWN_LOOP_NAMES[framework]} for {FRAMEWORK_NAMES[framework]} "
+                         f"({words.spread(ratio)})")
+    shared = (own.get("shared_ratio") or {}).get("ratio")
     each_own = (own.get("own_ratio") or {}).get("ratio")
-    if found and matched and each_own:
-        found[-1] += (f", so up to that much of the TF/PyTorch time ratio may be the harness's "
-                      f"(each in its own loop: {each_own:.2f}, against {matched:.2f} matched)")
+    if found and shared and each_own:
+        found[-1] += (f", so up to that much of the TF/PyTorch ratio may be the harness's "
+                      f"(training time after the first epoch, TF / PyTorch: {each_own:.2f} "
+                      f"each in its own loop, against {shared:.2f} in the shared loop)")
     return found
 
 

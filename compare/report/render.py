@@ -29,8 +29,8 @@ class Group:
 
     @property
     def label(self) -> str:
-        return (f"{self.machine['device']}, {precision_label(self.summary) or '?'} "
-                f"({self.machine['host']})")
+        return (f"{self.machine.get('named') or self.machine['device']}, "
+                f"{precision_label(self.summary) or '?'}")
 
 
 def data_note(summary: dict) -> str:

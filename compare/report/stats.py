@@ -130,8 +130,42 @@ def paired_ratio(numerator: dict[int, float | None], denominator: dict[int, floa
                 "method": "no seed completed in both frameworks"}
     entry = positive_interval(ratios)
     method = entry["method"] if entry["interval"] != "ci95" else RATIO_METHOD
+    log_std = float(np.log(ratios).std(ddof=1)) if len(ratios) > 1 else None
     return {"ratio": entry["centre"], "low": entry["low"], "high": entry["high"],
-            "interval": entry["interval"], "n": entry["n"], "seeds": seeds, "method": method}
+            "interval": entry["interval"], "n": entry["n"], "seeds": seeds, "method": method,
+            "log_std": log_std}
+
+
+def side(ratio: dict, threshold: float = 1.0) -> int | None:
+    """Where a paired ratio lies against `threshold`: +1 wholly above, -1 wholly below (its
+    95% interval from 3 or more seeds, its range from 2), 0 when the interval or range holds
+    the threshold; None from a single seed, which cannot tell a difference from noise."""
+    if ratio.get("ratio") is None or ratio.get("low") is None or ratio.get("high") is None:
+        return None
+    if ratio["low"] > threshold:
+        return 1
+    if ratio["high"] < threshold:
+        return -1
+    return 0
+
+
+MOST_SEEDS_SUGGESTED = 50
+
+
+def seeds_to_resolve(ratio: dict, threshold: float = 1.0) -> int | None:
+    """The seeds a paired 95% t interval would need to lie wholly on one side of `threshold`,
+    if the per-seed log ratios kept the spread seen here: the smallest n of at least 3 with
+    t(n-1) sd / sqrt(n) < |log(ratio / threshold)|. None when the spread is unknown (one
+    seed), the ratio sits on the threshold, or it would take more than MOST_SEEDS_SUGGESTED."""
+    if ratio.get("ratio") is None or ratio.get("log_std") is None:
+        return None
+    distance = abs(math.log(ratio["ratio"] / threshold))
+    if distance == 0:
+        return None
+    for n in range(MIN_SEEDS_FOR_T, MOST_SEEDS_SUGGESTED + 1):
+        if _t_quantile(n - 1) * ratio["log_std"] / math.sqrt(n) < distance:
+            return n
+    return None
 
 
 def paired_difference(a: dict[int, float | None], b: dict[int, float | None]) -> dict:

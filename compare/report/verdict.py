@@ -3,8 +3,10 @@ where and how it was measured, fairness caveats), and the notes that sit beside 
 
 from __future__ import annotations
 
+import math
+
 from compare.experiment.config import FRAMEWORK_NAMES
-from compare.report import best, own_loops, stats
+from compare.report import best, own_loops, stats, words
 from compare.report.aggregate import machine_of
 
 
@@ -17,35 +19,88 @@ def verdict_sentences(summary: dict) -> list[str]:
         nothing = "Nothing to compare: no seed completed in both frameworks."
         setup = setup_sentence(summary) if summary.get("seeds") else ""
         return [s for s in (nothing, setup, _caveat_sentence(summary)) if s]
-    return [s for s in (_speed_sentence(summary), _accuracy_sentence(summary),
+    return [s for s in (_timing_sentence(summary), _speed_sentence(summary),
+                        _accuracy_sentence(summary),
                         setup_sentence(summary), own_loops.sentence(summary),
                         best.sentence(summary),
                         _caveat_sentence(summary)) if s]
 
 
+# A comparison's timed work is too short to time when a framework's steady training (the
+# epochs after the first) lasts under MIN_TIMED_S per seed, where one scheduler pause,
+# page-fault burst or clock step (10-50 ms) moves the figure by 1-5%, the size of the
+# differences a verdict reports; or when its step-to-step spread leaves the mean step time's
+# standard error above MAX_STEP_ERROR, too coarse to resolve a 5% difference. The timer
+# itself (perf_counter, under a microsecond) is never the limit.
+MIN_TIMED_S = 1.0
+MAX_STEP_ERROR = 0.02
+TIMED_TARGET_S = 2.0  # what the suggested run length aims at: twice the threshold
+P90_Z = 1.2816  # the p90 of a normal distribution, in standard deviations
+STARTUP_SHARE = 1 / 3  # above this share of training time, start-up and steady are told apart
+
+
+def timing(summary: dict) -> dict | None:
+    """Why this comparison's timed work is too short to time, per framework, and the
+    epochs that would time TIMED_TARGET_S; None when it is long enough (or unknown)."""
+    frameworks = summary.get("frameworks") or {}
+    found: dict = {}
+    needed = 1.0  # how many times longer the steady work must be
+    for fw in ("tf", "torch"):
+        f = frameworks.get(fw) or {}
+        steady = (f.get("steady_train_time_s") or {}).get("centre")
+        median = (f.get("steady_step_time_ms") or {}).get("centre")
+        p90 = (f.get("steady_step_time_p90_ms") or {}).get("centre")
+        if not steady or not median:
+            continue
+        steps = max(1.0, steady * 1000 / median)
+        error = max((p90 or median) / median - 1, 0.0) / P90_Z / steps ** 0.5
+        if steady < MIN_TIMED_S or error > MAX_STEP_ERROR:
+            found[fw] = {"steady_s": steady, "step_error": error}
+            needed = max(needed, TIMED_TARGET_S / steady, (error / (MAX_STEP_ERROR / 2)) ** 2)
+    if not found:
+        return None
+    epochs = (summary.get("config") or {}).get("epochs") or 2
+    return {"frameworks": found, "epochs": 1 + math.ceil(max(1, epochs - 1) * needed)}
+
+
+def _timing_sentence(summary: dict) -> str:
+    short = timing(summary)
+    if not short:
+        return ""
+    parts = []
+    for fw, f in short["frameworks"].items():
+        why = (f"{f['steady_s']:.2f} s, under {MIN_TIMED_S:g} s" if f["steady_s"] < MIN_TIMED_S
+               else f"the mean step time uncertain by {100 * f['step_error']:.1f}%, above "
+                    f"{100 * MAX_STEP_ERROR:g}%")
+        parts.append(f"{FRAMEWORK_NAMES[fw]} {why}")
+    return (f"Too short to time: steady training (the epochs after the first, per seed): "
+            f"{'; '.join(parts)}. Under {MIN_TIMED_S:g} s one scheduler pause of 10-50 ms "
+            f"moves a figure by 1-5%, and a step error above {100 * MAX_STEP_ERROR:g}% cannot "
+            f"resolve a 5% difference: the ratios below are marked. About --epochs "
+            f"{short['epochs']} on the same data would time enough.")
+
+
 def _speed_sentence(summary: dict) -> str:
-    ratio = (summary.get("ratios") or {}).get("train_time_s") or {}
-    if ratio.get("ratio") is None:
-        return "Training time could not be compared: no seed completed in both frameworks."
-    r, low, high = ratio["ratio"], ratio.get("low"), ratio.get("high")
-    if r >= 1:  # TF took longer: PyTorch is faster by r
-        faster, slower, factor, span = "torch", "tf", r, (low, high)
-    else:
-        faster, slower, factor = "tf", "torch", 1 / r
-        span = (1 / high if high else None, 1 / low if low else None)
-    n = ratio.get("n", 0)
-    if ratio.get("interval") == "ci95":
-        detail = f"95% CI {span[0]:.2f}x-{span[1]:.2f}x over {n} seeds"
-        if span[0] <= 1:
-            return (f"{FRAMEWORK_NAMES[faster]} trained {factor:.2f}x faster than "
-                    f"{FRAMEWORK_NAMES[slower]} on average, but the {detail} includes no "
-                    f"difference.")
-    elif ratio.get("interval") == "range":
-        detail = f"n={n}: range {span[0]:.2f}x-{span[1]:.2f}x, too few seeds for an interval"
-    else:
-        detail = "n=1: a single seed, no interval"
-    return (f"{FRAMEWORK_NAMES[faster]} trained {factor:.2f}x faster than "
-            f"{FRAMEWORK_NAMES[slower]} (training time, {detail}).")
+    ratios = summary.get("ratios") or {}
+    mark = ", too short to time" if timing(summary) else ""
+    headline = words.time_ratio(ratios.get("train_time_s") or {}, "training time", mark)
+    sentence = headline[0].upper() + headline[1:] + "."
+    frameworks = summary.get("frameworks") or {}
+    shares = {}
+    for fw in ("tf", "torch"):
+        first = ((frameworks.get(fw) or {}).get("warmup_time_s") or {}).get("centre")
+        total = ((frameworks.get(fw) or {}).get("train_time_s") or {}).get("centre")
+        if first and total:
+            shares[fw] = first / total
+    steady = ratios.get("steady_train_time_s") or {}
+    if not shares or max(shares.values()) <= STARTUP_SHARE or steady.get("ratio") is None:
+        return sentence
+    held = ", ".join(f"{FRAMEWORK_NAMES[fw]} {100 * share:.0f}%" for fw, share in shares.items())
+    return (f"{sentence} The first epoch (tracing, compilation, warm-up) is over a third of "
+            f"the training time ({held}), so apart: start-up, "
+            f"{words.time_ratio(ratios.get('warmup_time_s') or {}, 'first epoch')}; steady "
+            f"training, {words.time_ratio(steady, 'epochs after the first', mark)}. The "
+            f"headline is training time, first epoch included.")
 
 
 def _accuracy_sentence(summary: dict) -> str:
@@ -86,7 +141,8 @@ def setup_sentence(summary: dict) -> str:
               f"on {f['nodes']} machine(s) ({f['launcher']})"
               for fw, f in (summary.get("fairness") or {}).items()
               if (f or {}).get("processes", 1) > 1 or (f or {}).get("nodes", 1) > 1]
-    return (f"Measured on {machine['device']} ({machine['host']}), {_precision_phrase(summary)}"
+    return (f"Measured on {machine.get('named') or machine['device']}, "
+            f"{_precision_phrase(summary)}"
             + (f", {_wrapper_phrase(summary)}" if _wrapper_phrase(summary) else "")
             + f", {model} on {source} data, {seeds} seed{'s' if seeds != 1 else ''}"
             + (f"; {', '.join(spread)}" if spread else "") + ".")
