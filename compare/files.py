@@ -8,6 +8,7 @@ schema of what the JSON files hold is compare.schema's.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -167,4 +168,21 @@ def read_json_or_empty(path: str | os.PathLike) -> dict[str, Any]:
     try:
         return read_json(path)
     except Unreadable:
+        return {}
+
+
+def read_csv(path: Path) -> dict:
+    """A numeric CSV a run writes (steps.csv, windows.csv), with its header, as {column:
+    numpy array}; empty when missing or unreadable."""
+    import numpy as np
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        return {}
+    if not rows:
+        return {}
+    try:
+        return {key: np.array([float(row[key]) for row in rows]) for key in rows[0]}
+    except (TypeError, ValueError):  # a torn last line of a killed run
         return {}

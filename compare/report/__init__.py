@@ -4,9 +4,11 @@ seeds (aggregate), the verdict, the tables and figures, each section declared on
 
 The names below are the package's interface for the commands and the tests."""
 
-from compare.report.aggregate import MACHINE_IDENTITY, machine_of, precision_label, summarise
+from compare.files import read_csv
+from compare.report.aggregate import summarise
 from compare.report.builder import Built, build, keep_a_fuller_report, load_runs, rebuild, write
-from compare.report.plots import read_csv, smooth, window_step_ms
+from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
+from compare.report.plots import smooth, window_step_ms
 from compare.report.tables import fairness_rows, fmt, verdict_rows
 from compare.report.verdict import (
                                     behaviour_notes,

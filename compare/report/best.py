@@ -10,6 +10,7 @@ from pathlib import Path
 from compare import files, schema
 from compare.experiment import best as best_advice
 from compare.report import words
+from compare.report.labels import plain
 
 
 def load(directory: Path) -> dict | None:
@@ -26,7 +27,6 @@ def summarise(best: dict | None) -> dict | None:
     settings that differ between the two best runs, and the advice each side took."""
     if not best:
         return None
-    from compare.report.tables import plain  # tables reads aggregate, which reads this
     manifests = best.get("fairness") or {}
     tf, torch = manifests.get("tf") or {}, manifests.get("torch") or {}
     differ = [{"setting": key, "tf": plain(tf.get(key)), "torch": plain(torch.get(key))}

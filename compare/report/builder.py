@@ -13,7 +13,8 @@ from typing import Any
 from compare import files, schema
 from compare.errors import UserError
 from compare.report import best, own_loops, stats
-from compare.report.aggregate import MACHINE_IDENTITY, machine_of, precision_label, summarise
+from compare.report.aggregate import summarise
+from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
 from compare.report.render import Group, render
 from compare.report.verdict import verdict_sentences
 

@@ -112,8 +112,7 @@ def caveats(summary: dict) -> list[str]:
 def _loss_difference(run: dict, record: dict) -> float | None:
     """The largest relative difference between the own loop's running mean losses in the
     first epoch and the shared loop's at the same steps (from its steps.csv)."""
-    from compare.report.plots import read_csv  # plots reads aggregate, which reads this
-    steps = read_csv(files.RunDir(Path(run["path"]).parent).steps)
+    steps = files.read_csv(files.RunDir(Path(run["path"]).parent).steps)
     pairs = record.get("mean_losses") or []
     if not steps or not pairs:
         return None

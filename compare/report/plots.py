@@ -3,7 +3,6 @@ learning curves, the steady step-time distribution and the time breakdown."""
 
 from __future__ import annotations
 
-import csv
 import io
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import numpy as np
 
 from compare import files
 from compare.experiment.config import FRAMEWORK_NAMES
-from compare.report.aggregate import seed_of
+from compare.report.labels import seed_of
 
 COLOURS = {"tf": "#e8710a", "torch": "#1f5fbf"}
 
@@ -24,21 +23,6 @@ def svg(fig) -> str:
     plt.close(fig)
     text = buffer.getvalue()
     return text[text.index("<svg"):]
-
-
-def read_csv(path: Path) -> dict[str, np.ndarray]:
-    """A numeric CSV with a header as {column: array}; empty when missing or unreadable."""
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError:
-        return {}
-    if not rows:
-        return {}
-    try:
-        return {key: np.array([float(row[key]) for row in rows]) for key in rows[0]}
-    except (TypeError, ValueError):  # a torn last line of a killed run
-        return {}
 
 
 def smooth(values: np.ndarray, steps_per_epoch: int) -> np.ndarray:
@@ -54,7 +38,7 @@ def smooth(values: np.ndarray, steps_per_epoch: int) -> np.ndarray:
 def window_step_ms(run: dict) -> np.ndarray:
     """Per-step time of each steady-state timing window, ms: epochs after the first (a
     one-epoch run: its windows after the first), as steady_step_time_ms is measured."""
-    windows = read_csv(files.RunDir(Path(run["path"]).parent).windows)
+    windows = files.read_csv(files.RunDir(Path(run["path"]).parent).windows)
     if not windows or not len(windows.get("epoch", [])):
         return np.array([])
     later = windows["epoch"] > windows["epoch"].min()
@@ -120,7 +104,7 @@ def _curves_figure(runs: list[dict]):
                  if seed_of(run) in seeds else "-",
                  "linewidth": 2.6 if fw == "tf" else 1.2, "zorder": 2 if fw == "tf" else 3,
                  "label": f"{FRAMEWORK_NAMES[fw]} seed {seed_of(run)}"}
-        steps = read_csv(files.RunDir(Path(run["path"]).parent).steps)
+        steps = files.read_csv(files.RunDir(Path(run["path"]).parent).steps)
         if steps and len(steps.get("loss", [])):
             per_epoch = max(1, int(len(steps["loss"]) / max(1, steps["epoch"].max())))
             loss_ax.plot(steps["global_step"], steps["loss"], color=COLOURS[fw], alpha=0.08,

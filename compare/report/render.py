@@ -11,7 +11,7 @@ from typing import Any
 from compare import files
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.report import sections, tables
-from compare.report.aggregate import MACHINE_IDENTITY, machine_of, precision_label
+from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
 from compare.report.verdict import verdict_sentences
 
 

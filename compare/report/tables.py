@@ -7,7 +7,7 @@ from typing import Any
 
 from compare import schema
 from compare.experiment.config import FRAMEWORK_NAMES
-from compare.report.aggregate import machine_of, precision_label, seed_of
+from compare.report.labels import machine_of, plain, precision_label, seed_of
 from compare.run import phases
 
 FORMATS = {  # how each kind of figure is printed in tables
@@ -153,12 +153,6 @@ def fairness_rows(summary: dict) -> list[dict[str, str]]:
             same = "yes" if a == b else "differs"
         rows.append({"setting": key, "tf": a, "torch": b, "same": same})
     return rows
-
-
-def plain(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={plain(v)}" for k, v in value.items())
-    return "n/a" if value is None else str(value)
 
 
 ENVIRONMENT_KEYS = ("hardware", "device_used", "tensorflow", "keras", "torch", "torchvision",

@@ -7,7 +7,7 @@ import math
 
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.report import best, own_loops, stats, words
-from compare.report.aggregate import machine_of
+from compare.report.labels import machine_of
 
 
 def verdict_sentences(summary: dict) -> list[str]:
