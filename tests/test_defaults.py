@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import patience
 
 from compare import report
@@ -24,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 AVX2_ONLY = frozenset({"sse4_2", "avx", "avx2", "fma"})
 AMX = AVX2_ONLY | {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
 CPU_REASON = ("auto: float32 on a CPU, where bfloat16 mixed precision speeds the two "
-              "frameworks up unequally or is emulated")
+              "frameworks up unequally or is emulated (cnncompare doctor measures both here)")
 
 
 def test_auto_precision_follows_the_device():
@@ -41,6 +40,41 @@ def test_auto_precision_follows_the_device():
     assert emulated.compute_type == "bfloat16" and "emulates" in emulated.warning
     assert precision.resolve("mixed", False, flags=AMX).warning is None
     assert precision.resolve("fp32", True, (9, 0)).compute_type == "float32"
+
+
+def test_auto_takes_mixed_on_a_cpu_only_where_doctor_measured_it_faster_in_both():
+    """doctor's step times, kept per CPU, model and framework versions, decide auto on a CPU;
+    an explicit mixed that one framework runs slower carries the handicap with its figures."""
+    assert precision.measurement("lenet") is None
+    precision.record_measurement("lenet", {"tf": {"fp32": 20.0, "mixed": 15.0},
+                                           "torch": {"fp32": 21.0, "mixed": 16.0}})
+    faster = precision.resolve("auto", False, model="lenet")
+    assert (faster.precision, faster.compute_type) == ("mixed", "bfloat16")
+    assert faster.reason.startswith("auto: mixed measured faster than float32 in both "
+                                    "frameworks on this CPU, TensorFlow/Keras 20 -> 15 ms, "
+                                    "PyTorch 21 -> 16 ms a step")
+    assert precision.resolve("auto", False, model="resnet9").reason == CPU_REASON  # not measured
+    assert precision.resolve("mixed", False, model="lenet").handicap is None
+    # PyTorch slower in mixed, TensorFlow within 5% (three timed steps): float32
+    precision.record_measurement("lenet", {"tf": {"fp32": 20.0, "mixed": 19.5},
+                                           "torch": {"fp32": 20.0, "mixed": 26.0}})
+    auto = precision.resolve("auto", False, model="lenet")
+    assert auto.precision == "fp32" and auto.reason.startswith(
+        "auto: float32 on a CPU, mixed not measured faster in TensorFlow/Keras and PyTorch: "
+        "TensorFlow/Keras 20 -> 19.5 ms, PyTorch 20 -> 26 ms a step")
+    asked = precision.resolve("mixed", False, model="lenet")
+    assert asked.precision == "mixed" and asked.handicap.startswith(
+        "mixed was slower than float32 here in PyTorch: TensorFlow/Keras 20 -> 19.5 ms, "
+        "PyTorch 20 -> 26 ms a step (float32 -> mixed; cnncompare doctor, ")
+    # another CPU (as the precision rule reads it) is another machine: not measured there
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(precision.FLAGS_ENV, "avx2 fma")
+        assert precision.measurement("lenet") is None
+    # the verdict's caveat gives the two figures
+    summary = {"fairness": {fw: {"precision": asked.to_dict("mixed")} for fw in ("tf", "torch")},
+               "parity": {"passed": True}}
+    (caveat,) = [c for c in verdict.fairness_caveats(summary) if "handicaps" in c]
+    assert "PyTorch 20 -> 26 ms a step" in caveat
 
 
 def test_the_cpu_flags_are_read_and_can_be_forced(monkeypatch):

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from compare.cli import cli
 from compare.errors import UserError
+from compare.experiment import precision as precision_rule
 from compare.experiment.config import RunConfig
 from compare.machine import devices, doctor
 from compare.process import runner
@@ -146,6 +147,13 @@ def test_doctor_trains_real_steps_in_both_frameworks_and_says_ready():
             result = entry["runs"][kind]["precisions"][precision]
             assert result["ok"] and result["step_ms"] > 0 and len(result["losses"]) == 3
             assert all(1.0 < loss < 4.0 for loss in result["losses"])  # ~ln(10) at the start
+    # on a CPU the step times are kept for --precision auto (compare.experiment.precision)
+    on_cpu = all(report["frameworks"][fw]["kinds"] == ["cpu"] for fw in ("tf", "torch"))
+    measured = precision_rule.measurement(report["model"])
+    assert (measured is not None) == on_cpu == ("precision_measured" in report)
+    if on_cpu:
+        assert measured["step_ms"] == {fw: {mode: report["frameworks"][fw]["runs"]["cpu"][
+            "precisions"][mode]["step_ms"] for mode in ("fp32", "mixed")} for fw in ("tf", "torch")}
 
 
 def test_a_framework_can_run_in_its_own_environment(monkeypatch, tmp_path):

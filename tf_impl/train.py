@@ -111,7 +111,8 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
     tf.config.experimental.enable_tensor_float_32_execution(config.tf32)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability)
+    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
+                                 model=config.model)
     if resolved.precision == "mixed":
         policy = "mixed_float16" if choice.on_gpu else "mixed_bfloat16"
     else:

@@ -109,7 +109,8 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
     torch.backends.cudnn.benchmark = config.cudnn_benchmark and choice.on_gpu
     if config.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability)
+    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
+                                 model=config.model)
     dtype, policy = None, "float32"
     if resolved.precision == "mixed":
         dtype = torch.float16 if choice.on_gpu else torch.bfloat16

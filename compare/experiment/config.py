@@ -151,8 +151,9 @@ class RunConfig:
         "from the shared data plan.", flag()))
     crop_padding: int = 4  # pixels of zero padding before the random crop
     precision: str = field(default="auto", metadata=option(
-        "--precision", "auto: mixed on a GPU with tensor cores, float32 elsewhere (on a "
-        "CPU bfloat16 speeds the two frameworks up unequally, or is emulated); mixed: float16 "
+        "--precision", "auto: mixed on a GPU with tensor cores; on a CPU float32, unless "
+        "`cnncompare doctor` measured mixed faster in both frameworks here (bfloat16 speeds "
+        "them up unequally, or is emulated); float32 elsewhere; mixed: float16 "
         "+ loss scaling on a GPU, bfloat16 on a CPU; fp32: float32. The choice and its reason "
         "are recorded.", choice(PRECISIONS), vary=True))
     tf32: bool = field(default=False, metadata=option(  # off in both: equal numerics

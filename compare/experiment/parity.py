@@ -92,7 +92,8 @@ def _probe_devices(config: RunConfig) -> int:
 
 def differs_numerically(config: RunConfig) -> bool:
     """Whether the timed configuration computes differently from the float32 gate's."""
-    mixed = precision.expected(config.precision, config.device).precision != "fp32"
+    mixed = precision.expected(config.precision, config.device,
+                               config.model).precision != "fp32"
     return mixed or config.tf32 or config.compile or config.cuda_graphs
 
 

@@ -3,24 +3,30 @@ hand (`--precision auto`, the default), with the reason.
 
 - a GPU with tensor cores (compute capability 7.0 or newer): mixed, float16 with dynamic
   loss scaling;
-- a CPU: float32. bfloat16 mixed precision does not speed both frameworks up alike on a
+- a CPU: float32, unless `cnncompare doctor` measured mixed (bfloat16) faster than float32
+  in both frameworks on this CPU, for this model and these framework versions (kept under
+  $CNNCOMPARE_HOME). bfloat16 mixed precision does not speed both frameworks up alike on a
   CPU, and how much depends on the network: on an AMD EPYC with AVX512-BF16 it took 0.79x
   float32's time in TensorFlow and 0.63x in PyTorch on ResNet-9, and a CPU without bfloat16
   instructions emulates it, 9.7x and 19.5x float32's time (`benchmarks/setting_ab.py`:
   benchmarks/results/cpu-epyc-2core/precision-resnet9.md, precision-resnet9-as-avx2.md).
-  A default that helps one side more than the other, or handicaps it, is no fair comparison;
+  A default that helps one side and handicaps the other is no fair comparison;
 - a GPU without tensor cores: float32.
 
 `mixed` and `fp32` keep their meaning when asked for; `mixed` on a CPU without native
-bfloat16 runs, with a warning. Each framework process resolves its own precision from the
-device it actually uses (the same rule in both); the parent resolves it from NVML where it
-needs to know beforehand. $CNNCOMPARE_CPU_FLAGS replaces the CPU's flags as read from
-/proc/cpuinfo, so a machine with bfloat16 instructions can be run as one without.
+bfloat16 runs, with a warning, and where doctor measured it slower than float32 in one
+framework, with that handicap recorded (the report's caveat gives the two figures). Each
+framework process resolves its own precision from the device it actually uses (the same rule
+in both); the parent resolves it from NVML where it needs to know beforehand.
+$CNNCOMPARE_CPU_FLAGS replaces the CPU's flags as read from /proc/cpuinfo, so a machine with
+bfloat16 instructions can be run as one without.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +43,7 @@ class Resolved:
     compute_type: str  # "float16", "bfloat16" or "float32"
     reason: str  # why, in words
     warning: str | None = None  # a choice the user made that costs them (one line)
+    handicap: str | None = None  # mixed measured slower than float32 in a framework here
 
     def describe(self) -> str:
         return f"{self.compute_type} ({self.reason})"
@@ -44,7 +51,7 @@ class Resolved:
     def to_dict(self, requested: str) -> dict:
         return {"requested": requested, "precision": self.precision,
                 "compute_type": self.compute_type, "reason": self.reason,
-                "warning": self.warning}
+                "warning": self.warning, "handicap": self.handicap}
 
 
 def cpu_flags() -> frozenset[str]:
@@ -66,9 +73,79 @@ def native_bfloat16(flags: frozenset[str]) -> str | None:
     return next((flag for flag in NATIVE_BFLOAT16_FLAGS if flag in flags), None)
 
 
+MEASURED_FILE = "precision-measured.json"  # under $CNNCOMPARE_HOME, written by doctor
+FRAMEWORK_PACKAGES = {"tf": "tensorflow", "torch": "torch"}
+SHOWN = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
+# auto picks mixed on a CPU only where doctor measured its step under this share of float32's
+# in both frameworks: doctor times three steps, and a smaller gain is within their spread
+MIXED_FASTER = 0.95
+
+
+def _measured_path() -> Path:
+    from compare.experiment.datasets.cache import home
+    return home() / MEASURED_FILE
+
+
+def measurement_key(model: str) -> str:
+    """What a measurement of mixed against float32 holds for: this CPU as described (its
+    model, cores and instructions, under $CNNCOMPARE_CPU_FLAGS where set), the model and both
+    frameworks' installed versions (read from their metadata, neither imported)."""
+    from importlib import metadata
+
+    from compare.machine.devices import cpu_description
+    versions = {}
+    for package in FRAMEWORK_PACKAGES.values():
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return json.dumps({"cpu": cpu_description(), "model": model, **versions}, sort_keys=True)
+
+
+def record_measurement(model: str, step_ms: dict[str, dict[str, float]]) -> dict:
+    """Keep doctor's step times ({framework: {"fp32": ms, "mixed": ms}}) for this CPU, model
+    and versions; returns the entry."""
+    path = _measured_path()
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        kept = {}
+    entry = {"step_ms": step_ms, "measured_at": time.strftime("%Y-%m-%d"),
+             "by": "cnncompare doctor", "key": json.loads(measurement_key(model))}
+    kept[measurement_key(model)] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(kept, indent=2))
+    return entry
+
+
+def measurement(model: str | None) -> dict | None:
+    """doctor's step times of mixed and float32 on this CPU for `model` and these framework
+    versions, or None where none was measured."""
+    if not model:
+        return None
+    try:
+        entry = json.loads(_measured_path().read_text()).get(measurement_key(model))
+    except (OSError, ValueError):
+        return None
+    step_ms = (entry or {}).get("step_ms") or {}
+    if all(isinstance(step_ms.get(fw), dict) and step_ms[fw].get("fp32") and
+           step_ms[fw].get("mixed") for fw in FRAMEWORK_PACKAGES):
+        return entry
+    return None
+
+
+def _figures(entry: dict) -> str:
+    """'TensorFlow/Keras 20 -> 16 ms, PyTorch 21 -> 27 ms a step (float32 -> mixed)'."""
+    step = entry["step_ms"]
+    return (", ".join(f"{SHOWN[fw]} {step[fw]['fp32']:.3g} -> {step[fw]['mixed']:.3g} ms"
+                      for fw in FRAMEWORK_PACKAGES)
+            + f" a step (float32 -> mixed; cnncompare doctor, {entry['measured_at']})")
+
+
 def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = None,
-            flags: frozenset[str] | None = None) -> Resolved:
-    """The precision a run computes in, on a GPU of `capability` or on this CPU."""
+            flags: frozenset[str] | None = None, model: str | None = None) -> Resolved:
+    """The precision a run computes in, on a GPU of `capability` or on this CPU (where
+    doctor's measurement for `model`, if any, decides `auto`)."""
     if requested not in CHOICES:
         raise ValueError(f"unknown precision {requested!r}; choose one of {', '.join(CHOICES)}")
     if requested == "fp32":
@@ -85,26 +162,41 @@ def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = N
                                            f"capability {shown} below 7.0")
     flags = cpu_flags() if flags is None else flags
     native = native_bfloat16(flags)
+    measured = measurement(model)
+    steps = ((measured or {}).get("step_ms") or {}).items()
+    slower = [SHOWN[fw] for fw, step in steps if step["mixed"] > step["fp32"]]
+    not_faster = [SHOWN[fw] for fw, step in steps if step["mixed"] > MIXED_FASTER * step["fp32"]]
     if requested == "mixed":
+        handicap = (f"mixed was slower than float32 here in {' and '.join(slower)}: "
+                    f"{_figures(measured)}" if measured and slower else None)
         if native:
             return Resolved("mixed", "bfloat16", f"--precision mixed on a CPU with native "
-                                                 f"bfloat16, {native}")
+                                                 f"bfloat16, {native}", handicap=handicap)
         return Resolved("mixed", "bfloat16", "--precision mixed on a CPU",
                         warning="this CPU has no native bfloat16, neither AMX nor "
-                                "AVX512-BF16: mixed precision emulates it, slower than float32")
+                                "AVX512-BF16: mixed precision emulates it, slower than float32",
+                        handicap=handicap)
+    if measured and not not_faster:
+        return Resolved("mixed", "bfloat16", f"auto: mixed measured faster than float32 in "
+                                             f"both frameworks on this CPU, {_figures(measured)}")
+    if measured:
+        return Resolved("fp32", "float32", f"auto: float32 on a CPU, mixed not measured faster "
+                                           f"in {' and '.join(not_faster)}: "
+                                           f"{_figures(measured)}")
     return Resolved("fp32", "float32", "auto: float32 on a CPU, where bfloat16 mixed precision "
-                                       "speeds the two frameworks up unequally or is emulated")
+                                       "speeds the two frameworks up unequally or is emulated "
+                                       "(cnncompare doctor measures both here)")
 
 
-def expected(requested: str, device: str) -> Resolved:
+def expected(requested: str, device: str, model: str | None = None) -> Resolved:
     """What a run will resolve to, judged in the parent before any framework starts: the GPU
-    from NVML (`device` auto or gpu), else this CPU's flags."""
+    from NVML (`device` auto or gpu), else this CPU's flags and doctor's measurement."""
     if requested == "fp32":
         return resolve("fp32", False)
     capability = nvml_capability() if device != "cpu" else None
     if capability is not None:
         return resolve(requested, True, capability)
-    return resolve(requested, False)
+    return resolve(requested, False, model=model)
 
 
 def nvml_capability() -> tuple[int, int] | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from compare.errors import FrameworkMissing
-from compare.experiment import datasets
+from compare.experiment import datasets, precision
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, RunConfig, recipe_config
 from compare.machine import environment
 from compare.process import runner
@@ -66,8 +66,8 @@ def train_steps(impl, config: RunConfig) -> dict[str, Any]:
     record: dict[str, Any] = {"framework": impl.FRAMEWORK, "device": choice.description,
                               "device_kind": choice.kind, "device_name": choice.name,
                               "model": config.model, "batch_size": batch, "precisions": {}}
-    for precision in ("fp32", "mixed"):
-        run_config = config.replace(precision=precision)
+    for mode in ("fp32", "mixed"):
+        run_config = config.replace(precision=mode)
         try:
             trainer = impl.Trainer(run_config, dataset, choice)
             batches = trainer.batches(0)
@@ -78,13 +78,13 @@ def train_steps(impl, config: RunConfig) -> dict[str, Any]:
             trainer.sync()
             step_ms = 1000.0 * (time.perf_counter() - start) / TIMED_STEPS
             losses = trainer.losses(pending)
-            record["precisions"][precision] = {
+            record["precisions"][mode] = {
                 "ok": all(math.isfinite(v) for v in losses), "step_ms": step_ms,
                 "losses": losses, "policy": trainer.manifest()["precision_policy"]}
             trainer.close()
         except Exception as exc:  # noqa: BLE001 - the doctor reports every failure
-            record["precisions"][precision] = {"ok": False,
-                                               "error": f"{exc.__class__.__name__}: {exc}"}
+            record["precisions"][mode] = {"ok": False,
+                                          "error": f"{exc.__class__.__name__}: {exc}"}
     record["libraries"] = loaded_cuda_libraries()
     return record
 
@@ -141,6 +141,12 @@ def examine(model: str, frameworks: tuple[str, ...] = FRAMEWORKS) -> dict[str, A
             p.get("ok") for p in r["precisions"].values())]
         entry["verdict"] = _framework_verdict(entry)
         report["frameworks"][framework] = entry
+    on_cpu = {fw: e["runs"]["cpu"]["precisions"] for fw, e in report["frameworks"].items()
+              if "cpu" in e.get("kinds", [])}
+    if set(on_cpu) == set(FRAMEWORKS):  # what --precision auto decides by on this CPU
+        report["precision_measured"] = precision.record_measurement(model, {
+            fw: {p: result["step_ms"] for p, result in done.items()}
+            for fw, done in on_cpu.items()})
     if len(report["frameworks"]) == 1:
         (framework, entry), = report["frameworks"].items()
         report["verdict"] = f"{entry['name']} alone: {entry['verdict']}"
@@ -211,12 +217,16 @@ def print_report(report: dict[str, Any]) -> None:
             if "error" in run:
                 table.add_row(kind, "", "", run["error"])
                 continue
-            for precision, result in run["precisions"].items():
+            for mode, result in run["precisions"].items():
                 step = f"{result['step_ms']:.2f} ms" if "step_ms" in result else ""
                 outcome = (f"ok ({result['policy']})" if result.get("ok")
                            else result.get("error", "non-finite loss"))
-                table.add_row(run["device"], precision, step, outcome)
+                table.add_row(run["device"], mode, step, outcome)
             libraries = ", ".join(run.get("libraries") or {}) or "none"
             table.add_row(run["device"], "libraries", "", libraries)
         console.print(table)
+    if report.get("precision_measured"):
+        chosen = precision.resolve("auto", False, model=report["model"])
+        console.print(f"--precision auto on this CPU for {report['model']}: "
+                      f"{chosen.describe()}")
     console.print(f"[bold]{report['verdict']}[/bold]")

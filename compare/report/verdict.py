@@ -217,6 +217,10 @@ def fairness_caveats(summary: dict) -> list[str]:
         caveats.append("one framework trained under its distribution wrapper and the other "
                        "without (" + _wrapper_phrase(summary) + "): the wrapper's cost falls "
                        "on one side only")
+    handicaps = {(f or {}).get("precision", {}).get("handicap")
+                 for f in fairness.values() if isinstance((f or {}).get("precision"), dict)}
+    caveats += [f"--precision mixed handicaps a framework on this machine ({h})"
+                for h in sorted(h for h in handicaps if h)]
     failed = [r for r in summary.get("runs") or [] if r.get("status") != "completed"]
     if failed:
         caveats.append(f"{len(failed)} run{'s' if len(failed) != 1 else ''} did not complete ("

@@ -156,7 +156,7 @@ def resolved_precision(config: RunConfig, trainer: Trainer) -> str:
     if "resolved" in numerics:
         return numerics["resolved"].precision
     return precision.resolve(config.precision, trainer.choice.on_gpu,
-                             trainer.choice.capability).precision
+                             trainer.choice.capability, model=config.model).precision
 
 
 def _tail(rows: list, belongs) -> list:

@@ -95,7 +95,8 @@ def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice:
     The chief says where it trains and in what precision (and warns of emulated bfloat16)."""
     from compare.experiment import precision
     from compare.run import loop
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability)
+    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
+                                 model=config.model)
     if choice.is_chief:
         if not config.quiet:
             print(f"{impl.FRAMEWORK}: training on {choice.description}, {resolved.describe()}",
