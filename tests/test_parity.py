@@ -200,7 +200,8 @@ def test_parity_catches_keras_momentum_form_under_a_changing_learning_rate(tmp_p
     changes = {"schedule": "onecycle", "lr": 0.1, "epochs": 2, "momentum": 0.9}
     honest = _probes(tmp_path / "a", tf_two_cpus, "lenet", 32, **changes)
     assert parity.compare_probes(honest["tf"], honest["torch"], steps=3)["passed"]
-    monkeypatch.setattr(tf_two_cpus.TorchFormSGD, "update_step", keras_form)
+    from tf_impl.optimizer import TorchFormSGD
+    monkeypatch.setattr(TorchFormSGD, "update_step", keras_form)
     wrong = _probes(tmp_path / "b", tf_two_cpus, "lenet", 32, **changes)
     record = parity.compare_probes(wrong["tf"], wrong["torch"], steps=3)
     assert record["failed"] == ["params_rel_update_diff_after_steps"], (

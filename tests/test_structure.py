@@ -14,7 +14,8 @@ import pytest
 from compare.run import interface
 
 REPO = Path(__file__).resolve().parent.parent
-MIRRORED_MODULES = ("model", "data", "train", "profile", "own_loop")
+MIRRORED_MODULES = ("model", "data", "device", "optimizer", "train", "manifest", "scalars",
+                    "profile", "own_loop")
 
 
 def _public(module) -> dict[str, object]:

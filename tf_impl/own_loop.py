@@ -14,7 +14,8 @@ import tensorflow as tf
 from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
 from tf_impl import data as tf_data
-from tf_impl.train import Trainer, make_optimizer
+from tf_impl.optimizer import make_optimizer
+from tf_impl.train import Trainer
 
 LOOP = ("Keras Model.compile + Model.fit, one fit call per epoch (steps_per_execution = the "
         "run's steps per call)")

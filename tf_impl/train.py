@@ -7,7 +7,6 @@ Trainer. Run by the CLI as `python -m tf_impl.train CONFIG.json`.
 from __future__ import annotations
 
 import os
-import platform
 import sys
 from pathlib import Path
 
@@ -19,156 +18,26 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from compare.errors import DeviceError  # noqa: E402
-from compare.experiment import precision, specs, stages, strategy, weights  # noqa: E402
+from compare.experiment import specs, stages, weights  # noqa: E402
 from compare.experiment.config import RunConfig, steps_per_call  # noqa: E402
 from compare.experiment.datasets import Dataset  # noqa: E402
 from compare.experiment.validate import check_split  # noqa: E402
-from compare.machine import devices, gpu_metrics  # noqa: E402
-from compare.process import cluster  # noqa: E402
+from compare.machine import gpu_metrics  # noqa: E402
 from compare.run.interface import DeviceChoice  # noqa: E402
 from compare.run.phases import Capture, scope  # noqa: E402
 from tf_impl import data as tf_data  # noqa: E402
+from tf_impl import device as trainer_device  # noqa: E402
+from tf_impl import manifest as trainer_manifest  # noqa: E402
 from tf_impl import profile as tf_profile  # noqa: E402
+from tf_impl.device import (  # noqa: E402, F401 - the protocol's: compare.run.worker looks here
+    FRAMEWORK,
+    _pci_bus_ids,
+    describe_environment,
+    select_device,
+)
 from tf_impl.model import build_model, export_gradients, export_weights, load_weights  # noqa: E402
-
-FRAMEWORK = "tf"
-TF32_DEFAULT = tf.config.experimental.tensor_float_32_execution_enabled()  # before we set it
-
-
-def select_device(config: RunConfig) -> DeviceChoice:
-    """Chosen once, from --device and --devices; the GPU when present under `auto`.
-
-    Must run before TensorFlow initialises its devices: on a CPU-only machine it splits
-    the CPU into --devices logical devices so MirroredStrategy runs the multi-replica path.
-    Under a TF_CONFIG of several workers (compare.process.cluster) each worker trains --devices
-    local GPUs, or its one CPU, under MultiWorkerMirroredStrategy (make_strategy).
-    """
-    launched = cluster.launch(FRAMEWORK)
-    workers = (f", worker {launched.rank} of {launched.processes} on {launched.nodes} "
-               f"machine(s)" if launched.multi_process else "")
-    gpus = tf.config.list_physical_devices("GPU")
-    if config.device == "gpu" and not gpus:
-        raise DeviceError("--device gpu: TensorFlow sees no GPU (is tensorflow[and-cuda] "
-                          "installed? pip install -e '.[gpu]'); use --device cpu or auto")
-    if config.device != "cpu" and gpus:
-        if config.devices > len(gpus):
-            raise DeviceError(f"--devices {config.devices}: TensorFlow sees only "
-                              f"{len(gpus)} GPU(s)")
-        used = gpus[: config.devices]
-        tf.config.set_visible_devices(used, "GPU")
-        for gpu in used:  # grow on demand, so other processes' memory figures stay honest
-            tf.config.experimental.set_memory_growth(gpu, True)
-        details = tf.config.experimental.get_device_details(used[0])
-        name = details.get("device_name", used[0].name)
-        names = tuple(f"/gpu:{i}" for i in range(config.devices))
-        capability = details.get("compute_capability")
-        return DeviceChoice("gpu", names, name,
-                            devices.description(name, len(names), config.device, "", workers),
-                            launched.rank, launched.processes,
-                            tuple(capability) if capability else None)
-    replicas = 1 if launched.multi_process else config.devices  # one CPU replica per worker
-    try:
-        tf.config.set_visible_devices([], "GPU")
-        if replicas > 1:
-            tf.config.set_logical_device_configuration(
-                tf.config.list_physical_devices("CPU")[0],
-                [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)])
-    except RuntimeError:  # TensorFlow already initialised in this process (tests): use it
-        available = len(tf.config.list_logical_devices("CPU"))
-        if available < replicas:
-            raise DeviceError(f"--devices {replicas}: TensorFlow was initialised with "
-                              f"{available} logical CPU device(s)") from None
-    names = tuple(f"/cpu:{i}" for i in range(replicas))
-    return DeviceChoice("cpu", names, None, devices.description(
-        None, replicas, config.device, "logical device(s)", workers),
-        launched.rank, launched.processes)
-
-
-def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Strategy:
-    """The tf.distribute strategy the replicas train under (--strategy, experiment.strategy):
-    MirroredStrategy over the chosen devices when wrapped (several replicas, or `mirrored` on
-    one), else the default strategy (tf.distribute.get_strategy(): no distribution, as Keras'
-    fit without a strategy). Under a TF_CONFIG of several workers,
-    MultiWorkerMirroredStrategy: collective all-reduce over all workers' replicas, NCCL
-    between GPUs and ring (gRPC) between CPUs, each collective failing after
-    config.collective_timeout_s when a peer does not answer."""
-    if config.parallel == "model":  # one replica, its stages on the devices (build_model)
-        return tf.distribute.get_strategy()
-    if choice.processes == 1:
-        if not strategy.resolve(config.strategy, FRAMEWORK, len(choice.names)).wrapped:
-            return tf.distribute.get_strategy()
-        return tf.distribute.MirroredStrategy(list(choice.names))
-    collectives = tf.distribute.experimental.CommunicationImplementation
-    implementation = collectives.NCCL if choice.on_gpu else collectives.RING
-    return tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=implementation, timeout_seconds=config.collective_timeout_s))
-
-
-def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
-    """Precision policy (experiment.precision), TF32 and determinism; returns what was set."""
-    tf.config.experimental.enable_tensor_float_32_execution(config.tf32)
-    if config.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
-                                 model=config.model)
-    if resolved.precision == "mixed":
-        policy = "mixed_float16" if choice.on_gpu else "mixed_bfloat16"
-    else:
-        policy = "float32"
-    keras.mixed_precision.set_global_policy(policy)
-    return {"policy": policy, "loss_scaling": policy == "mixed_float16", "resolved": resolved}
-
-
-class TorchFormSGD(keras.optimizers.Optimizer):
-    """SGD in PyTorch's form, so both frameworks apply the same update:
-    g += wd * p; v = mu * v + g; p -= lr * (g + mu * v if nesterov else v).
-    (keras.optimizers.SGD keeps v in units of lr * g, which differs once lr changes.)"""
-
-    def __init__(self, learning_rate, momentum=0.9, nesterov=False, l2=0.0,
-                 name="torch_form_sgd", **kwargs):
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        self.momentum, self.nesterov, self.l2 = momentum, nesterov, l2
-
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
-        self.momentums = (self.add_optimizer_variables(variables, "momentum")
-                          if self.momentum else [])
-
-    def update_step(self, gradient, variable, learning_rate):
-        lr = keras.ops.cast(learning_rate, variable.dtype)
-        g = keras.ops.cast(gradient, variable.dtype)
-        if self.l2:
-            g = g + self.l2 * variable
-        if self.momentum:
-            v = self.momentums[self._get_variable_index(variable)]
-            self.assign(v, self.momentum * v + g)
-            g = g + self.momentum * v if self.nesterov else v
-        self.assign_sub(variable, lr * g)
-
-    def get_config(self):
-        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov,
-                "l2": self.l2}
-
-
-class ScalarWriter:
-    """TensorBoard scalars through tf.summary's own event-file writer."""
-
-    def __init__(self, directory: Path):
-        self.writer = tf.summary.create_file_writer(str(directory))
-
-    def scalar(self, tag: str, value: float, step: int) -> None:
-        with self.writer.as_default():
-            tf.summary.scalar(tag, value, step=step)
-
-    def flush(self) -> None:
-        self.writer.flush()
-
-    def close(self) -> None:
-        self.writer.close()
+from tf_impl.optimizer import make_optimizer  # noqa: E402
+from tf_impl.scalars import ScalarWriter  # noqa: E402
 
 
 class Trainer:
@@ -178,8 +47,9 @@ class Trainer:
 
     def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice):
         self.config, self.choice = config, choice
-        self.strategy = make_strategy(config, choice)  # first: MultiWorkerMirroredStrategy
-        self.numerics = configure_numerics(config, choice)  # must come before any TF op
+        # first the strategy (MultiWorkerMirroredStrategy), then numerics: before any TF op
+        self.strategy = trainer_device.make_strategy(config, choice)
+        self.numerics = trainer_device.configure_numerics(config, choice)
         keras.utils.set_random_seed(config.seed)
         self.replicas = self.strategy.num_replicas_in_sync
         self.steps_per_call = steps_per_call(config, choice.on_gpu)
@@ -308,61 +178,8 @@ class Trainer:
         return isinstance(exc, tf.errors.ResourceExhaustedError)
 
     def manifest(self) -> dict:
-        """TensorFlow's half of the fairness manifest (compare.run.fairness builds the rest)."""
-        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
-        scaling = None
-        if self.numerics["loss_scaling"]:
-            scaling = (f"dynamic (keras.optimizers.LossScaleOptimizer): initial "
-                       f"{self.config.loss_scale_initial:g}, x2 after "
-                       f"{self.config.loss_scale_growth_interval} finite steps, /2 on overflow")
-        wrapped = strategy.resolve(self.config.strategy, FRAMEWORK, self.replicas,
-                                   self.choice.processes)
-        distribution = (f"MirroredStrategy over {', '.join(self.choice.names)}"
-                        if wrapped.wrapped else
-                        f"default strategy (no distribution) on {self.choice.names[0]}")
-        if self.placement is not None:
-            distribution = ("default strategy, one replica; its stages under tf.device of "
-                            + ", ".join(self.placement))
-        if self.choice.processes > 1:
-            distribution = (f"MultiWorker{distribution} on each of {self.choice.processes} workers "
-                            f"(collective {'NCCL' if self.choice.on_gpu else 'ring'} all-reduce)")
-        return {
-            "precision_policy": self.numerics["policy"],
-            "tf32": {"matmul": tf32, "cudnn": tf32},
-            "cudnn_autotune": self.choice.on_gpu,  # TF autotunes cuDNN convolutions by default
-            "loss_scaling": scaling,
-            "bn_momentum_as_set": 1.0 - self.config.bn_momentum,
-            "bn_running_variance": "biased batch variance (Keras)",
-            "optimizer_implementation": "TorchFormSGD (a keras.optimizers.Optimizer, "
-                                        "tf_impl/train.py)",
-            "distribution": distribution,
-            "strategy": wrapped.to_dict(FRAMEWORK),
-            "precision": self.numerics["resolved"].to_dict(self.config.precision),
-            "step_batching": (f"{self.steps_per_call} step(s) per tf.function call, which reads "
-                              "the distributed iterator inside the graph (tf.while_loop over "
-                              "get_next, as Keras' steps_per_execution)" + (
-                                  "; --cuda-graphs is PyTorch's alone" if self.config.cuda_graphs
-                                  else "")),
-            "input_wait": "tf.timestamp before and after the iterator's get_next inside the "
-                          "step function (in the graph: no host next() to time)",
-            "compile": "XLA jit_compile (forward+backward)" if self.config.compile else "off",
-            "channels_last": True,  # Keras convolutions compute NHWC; not switchable here
-            "pipeline": tf_data.pipeline_settings(self.config, self.choice),
-            "placement": (None if self.placement is None else
-                          [f"stage {i}: {d}" for i, d in enumerate(self.placement)]),
-            "default_init": "Keras default initialisers",
-            # What Keras itself does differently; no setting changes it.
-            "loss_scale_check": (
-                "Keras LossScaleOptimizer: each step branches (tf.cond) on whether every "
-                "gradient is finite; the predicate is read on the host, a device-to-host "
-                "wait per step" if self.numerics["loss_scaling"] else None),
-            "batchnorm_kernel": (
-                "Keras 3 BatchNormalization: moments and normalisation as separate ops (no "
-                "fused kernel), in float32" + (
-                    f" (inputs cast up from the {self.numerics['policy']} policy's compute type)"
-                    if self.numerics["policy"] != "float32" else "")
-                if specs.has_batchnorm(self.spec) else None),
-        }
+        """TensorFlow's half of the fairness manifest (tf_impl/manifest.py)."""
+        return trainer_manifest.describe(self)
 
     def start_profile(self, directory: Path) -> None:
         self.profile_directory = Path(directory)
@@ -397,22 +214,7 @@ class Trainer:
         return rows.numpy()[:: len(self.choice.names)].tolist()  # a row per worker, not replica
 
     def peer_failures(self, exc: BaseException) -> dict[int, str] | None:
-        """After a failure under MultiWorkerMirroredStrategy: the workers TensorFlow's error
-        names (its health check says which task it found down), as ranks; None when it
-        names none or on one worker."""
-        if self.choice.processes == 1 or not self.choice.is_chief:
-            return None
-        lines = str(exc).splitlines()
-        failures = {}
-        for rank in cluster.tf_tasks_named(str(exc)):
-            at = next((i for i, line in enumerate(lines) if rank in cluster.tf_tasks_named(line)),
-                      0)
-            said = lines[at].strip()
-            if said.startswith("/job:") and at > 0:  # a bare task name: the line before says why
-                said = f"{lines[at - 1].strip()} {said}"
-            if rank != self.choice.rank:
-                failures[rank] = f"named by TensorFlow: {said[:300]}"
-        return failures or None
+        return trainer_device.peer_failures(self.choice, exc)
 
     def close(self) -> None:
         self.train_batches = self.test_batches = None
@@ -533,44 +335,6 @@ class Trainer:
                 for v in per_replica]
 
 
-def make_optimizer(model: keras.Model, config: RunConfig, choice: DeviceChoice,
-                   learning_rate=None) -> keras.optimizers.Optimizer:
-    """SGD in PyTorch's form; under mixed_float16 (GPU) wrapped in dynamic loss scaling with
-    the same initial scale and growth policy as PyTorch's GradScaler (from the config).
-    `learning_rate`: config.lr unless given (a Keras schedule for Keras' own fit)."""
-    optimizer = TorchFormSGD(config.lr if learning_rate is None else learning_rate,
-                             config.momentum, config.nesterov, config.weight_decay)
-    if choice.on_gpu and keras.mixed_precision.global_policy().name == "mixed_float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(
-            optimizer, initial_scale=config.loss_scale_initial,
-            dynamic_growth_steps=config.loss_scale_growth_interval)
-    return optimizer
-
-
-def describe_environment() -> dict:
-    """What TensorFlow sees: versions, devices, CUDA/cuDNN, TF32, precision support."""
-    build = tf.sysconfig.get_build_info()
-    details = [tf.config.experimental.get_device_details(g)
-               for g in tf.config.list_physical_devices("GPU")]
-    gpus = [{"name": d.get("device_name"),
-             "capability": ".".join(map(str, d.get("compute_capability", ()))) or None}
-            for d in details]
-    libraries = None
-    if not gpus and build.get("is_cuda_build"):  # why not: which CUDA library is missing?
-        from compare.machine.doctor import find_library
-        cuda, cudnn = str(build.get("cuda_version", "12")), str(build.get("cudnn_version", "9"))
-        names = (f"libcudart.so.{cuda.split('.')[0]}", f"libcublas.so.{cuda.split('.')[0]}",
-                 f"libcudnn.so.{cudnn.split('.')[0]}")
-        libraries = {name: find_library(name) for name in names}
-    return {"framework": FRAMEWORK, "tensorflow": tf.__version__, "keras": keras.__version__,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "cuda_available": bool(gpus), "cuda": build.get("cuda_version"),
-            "cudnn": build.get("cudnn_version"), "gpus": gpus, "tf32_default": TF32_DEFAULT,
-            "gpu_libraries": libraries,
-            "mixed_precision": ("mixed_float16 + LossScaleOptimizer" if gpus
-                                else "mixed_bfloat16 (CPU)")}
-
-
 def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     """Train as `config` says, all replicas in this process under make_strategy's
     strategy (compare.experiment.strategy); an exit code.
@@ -578,18 +342,6 @@ def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     check_split(config)
     return worker.train_process(sys.modules[__name__], config, dataset, select_device(config),
                                 resume)
-
-
-def _pci_bus_ids(choice: DeviceChoice) -> list[str]:
-    """PCI bus ids of the chosen GPUs, from TensorFlow's device descriptions, so NVML samples
-    the right boards even under CUDA_VISIBLE_DEVICES."""
-    from tensorflow.python.client import device_lib  # the only place TF states the bus id
-    found = {}
-    for device in device_lib.list_local_devices():
-        if device.device_type == "GPU" and "pci bus id:" in device.physical_device_desc:
-            bus = device.physical_device_desc.split("pci bus id:")[1].split(",")[0].strip()
-            found[device.name.lower().replace("/device:", "/")] = bus  # "/gpu:0"
-    return [found.get(name, "") for name in choice.names]
 
 
 if __name__ == "__main__":

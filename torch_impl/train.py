@@ -6,15 +6,11 @@ Trainer. Run by the CLI as `python -m torch_impl.train CONFIG.json`.
 
 from __future__ import annotations
 
-import inspect
 import os
-import platform
 import socket
 import sys
 import time
-import types
 from contextlib import nullcontext
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -24,124 +20,33 @@ import torch.nn.functional as F
 
 from compare import files
 from compare.errors import DeviceError
-from compare.experiment import precision, specs, stages, strategy, weights
+from compare.experiment import specs, stages, strategy, weights
 from compare.experiment.config import RunConfig, data_replicas, steps_per_call
 from compare.experiment.datasets import Dataset
 from compare.experiment.validate import check_split
-from compare.machine import devices, gpu_metrics
+from compare.machine import gpu_metrics
 from compare.process import cluster, shutdown
 from compare.run import worker
 from compare.run.interface import DeviceChoice
 from compare.run.phases import Capture, scope
 from torch_impl import data as torch_data
+from torch_impl import device as trainer_device
+from torch_impl import manifest as trainer_manifest
 from torch_impl import profile as torch_profile
+from torch_impl.device import (  # noqa: F401 - the protocol's: compare.run.worker looks here
+    FRAMEWORK,
+    _pci_bus_ids,
+    describe_environment,
+    select_device,
+)
 from torch_impl.model import build_model, export_gradients, export_weights, load_weights
+from torch_impl.optimizer import make_optimizer
+from torch_impl.scalars import ScalarWriter
 
-FRAMEWORK = "torch"
 # After one DDP process ends with an error, the others get this long (s) to end on their own
 # (an interrupted chief is writing its result) before torch.multiprocessing terminates them.
 DDP_STOP_GRACE_S = 30.0
-# After a failure, how long the chief waits for each other process to say why it stopped (s):
-# a peer still blocked in a collective answers when that collective times out.
-PEER_ANSWER_S = 15.0
 NOT_PROFILING = nullcontext()  # the step's phase ranges when no profiler records them
-TF32_DEFAULT = {"matmul": torch.backends.cuda.matmul.allow_tf32,
-                "cudnn": torch.backends.cudnn.allow_tf32}  # before we set them
-
-
-def select_device(config: RunConfig) -> DeviceChoice:
-    """Chosen once, from --device and --devices; the GPU when present under `auto`.
-
-    Under torchrun (or the DDP processes `train` spawns) the process count comes from
-    WORLD_SIZE, this process's rank from RANK and its GPU from LOCAL_RANK (compare.process.cluster).
-    """
-    launched = cluster.launch(FRAMEWORK)
-    processes, rank, local_rank = launched.processes, launched.rank, launched.local_rank
-    machines = f" on {launched.nodes} machines" if launched.nodes > 1 else ""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if config.device == "gpu" and gpus == 0:
-        raise DeviceError("--device gpu: PyTorch sees no CUDA GPU (torch.cuda.is_available() "
-                          "is False); use --device cpu or auto")
-    if config.device != "cpu" and gpus:
-        if launched.local_processes > gpus:
-            raise DeviceError(f"--devices {launched.local_processes}: PyTorch sees only "
-                              f"{gpus} GPU(s)")
-        name = torch.cuda.get_device_name(local_rank)
-        names = (f"cuda:{local_rank}",)
-        if config.parallel == "model":  # one process, a GPU per stage
-            if config.devices > gpus:
-                raise DeviceError(f"--devices {config.devices}: PyTorch sees only {gpus} GPU(s)")
-            names = tuple(f"cuda:{i}" for i in range(config.devices))
-        return DeviceChoice("gpu", names, name,
-                            devices.description(name, processes, config.device, "", machines),
-                            rank, processes, tuple(torch.cuda.get_device_capability(local_rank)))
-    return DeviceChoice("cpu", ("cpu",), None, devices.description(
-        None, processes, config.device, "process(es)", machines), rank, processes)
-
-
-def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
-    """PyTorch's counterpart of a tf.distribute strategy (--strategy, experiment.strategy): join
-    the process group of the run's DDP processes (NCCL between GPUs, gloo between CPUs) from
-    the environment torchrun or `train` set, each collective failing after
-    config.collective_timeout_s when a peer does not answer; with `--strategy mirrored` on one
-    replica, a group of this process alone, so that DDP wraps it as MirroredStrategy wraps
-    TensorFlow's one device. The backend, or None without a wrapper."""
-    resolved = strategy.resolve(config.strategy, FRAMEWORK, choice.processes, choice.processes)
-    if not resolved.wrapped:
-        return None
-    backend = "nccl" if choice.on_gpu else "gloo"
-    timeout = timedelta(seconds=config.collective_timeout_s)
-    if choice.processes == 1:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
-                                timeout=timeout)
-        return backend
-    dist.init_process_group(backend, timeout=timeout)
-    if not choice.on_gpu:  # share the cores instead of oversubscribing them
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // choice.processes))
-    return backend
-
-
-def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
-    """Precision (experiment.precision), TF32, cuDNN autotune and determinism; returns what
-    was set."""
-    torch.backends.cuda.matmul.allow_tf32 = config.tf32
-    torch.backends.cudnn.allow_tf32 = config.tf32
-    torch.backends.cudnn.benchmark = config.cudnn_benchmark and choice.on_gpu
-    if config.deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
-                                 model=config.model)
-    dtype, policy = None, "float32"
-    if resolved.precision == "mixed":
-        dtype = torch.float16 if choice.on_gpu else torch.bfloat16
-        policy = f"autocast {str(dtype).replace('torch.', '')}"
-        policy += " + GradScaler" if dtype == torch.float16 else ""
-    return {"policy": policy, "loss_scaling": dtype == torch.float16, "autocast_dtype": dtype,
-            "resolved": resolved}
-
-
-class ScalarWriter:
-    """TensorBoard scalars through torch.utils.tensorboard's SummaryWriter."""
-
-    def __init__(self, directory: Path):
-        # tensorboard's compat layer imports TensorFlow when it is installed; in a PyTorch
-        # process that would load a second LLVM beside torch's compiler (an abort). Its
-        # documented `notf` marker makes it use its own stub instead. Where TensorFlow is
-        # already loaded (the test suite holds both), there is nothing to avoid, and the
-        # marker would break TensorFlow's own tf.summary (tensorboard implements it).
-        if "tensorflow" not in sys.modules:
-            sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("notf"))
-        from torch.utils.tensorboard import SummaryWriter
-        self.writer = SummaryWriter(str(directory))
-
-    def scalar(self, tag: str, value: float, step: int) -> None:
-        self.writer.add_scalar(tag, value, step)
-
-    def flush(self) -> None:
-        self.writer.flush()
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 class Trainer:
@@ -155,7 +60,7 @@ class Trainer:
         self.device = torch.device(choice.names[0])
         if choice.on_gpu:
             torch.cuda.set_device(self.device)
-        self.numerics = configure_numerics(config, choice)
+        self.numerics = trainer_device.configure_numerics(config, choice)
         torch.manual_seed(config.seed)
         self.replicas = choice.processes
         self.steps_per_call = steps_per_call(config, choice.on_gpu)
@@ -177,7 +82,7 @@ class Trainer:
         # A trainer made outside train() (the parity probe, tests) joins its own group
         self.owns_group = self.wrapper.wrapped and not dist.is_initialized()
         if self.owns_group:
-            make_strategy(config, choice)
+            trainer_device.make_strategy(config, choice)
         if self.wrapper.wrapped:  # DDP over the process group make_strategy joined
             self.train_model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if choice.on_gpu else None)
@@ -337,58 +242,8 @@ class Trainer:
         return isinstance(exc, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError))
 
     def manifest(self) -> dict:
-        """PyTorch's half of the fairness manifest (compare.run.fairness builds the rest)."""
-        scaling = None
-        if self.scaler.is_enabled():
-            scaling = (f"dynamic (torch.amp.GradScaler): initial "
-                       f"{self.scaler.get_scale():g}, x{self.scaler.get_growth_factor():g} after "
-                       f"{self.scaler.get_growth_interval()} finite steps, "
-                       f"x{self.scaler.get_backoff_factor():g} on overflow")
-        backend = dist.get_backend() if dist.is_initialized() else None
-        return {
-            "precision_policy": self.numerics["policy"],
-            "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
-                     "cudnn": torch.backends.cudnn.allow_tf32},
-            "cudnn_autotune": torch.backends.cudnn.benchmark,
-            "loss_scaling": scaling,
-            "bn_momentum_as_set": self.config.bn_momentum,
-            "bn_running_variance": "unbiased (n/(n-1)) batch variance",
-            "optimizer_implementation": _optimizer_kind(self.optimizer),
-            "distribution": (f"DistributedDataParallel ({backend})" if backend
-                             else "single process, no DDP") + (
-                "; one replica, its stages on " + ", ".join(self.placement)
-                + (" (a CPU: the stages share the one device)" if not self.choice.on_gpu
-                   else " (activations copied between stages, non_blocking)")
-                if self.placement else ""),
-            "strategy": self.wrapper.to_dict(FRAMEWORK),
-            "precision": self.numerics["resolved"].to_dict(self.config.precision),
-            "step_batching": (f"{self.steps_per_call} step(s) per trainer call, each launched "
-                              "from Python; " + (
-                                  "forward and backward replayed as CUDA graphs (torch.compile "
-                                  "mode reduce-overhead), loss, optimizer and scaler eager"
-                                  if self.config.cuda_graphs else "no CUDA graphs")),
-            "input_wait": "host clock (time.perf_counter) around next() on the loader",
-            "compile": ("torch.compile, mode reduce-overhead (CUDA graphs)"
-                        if self.config.cuda_graphs else
-                        "torch.compile" if self.config.compile else "off"),
-            "channels_last": self.memory_format == torch.channels_last,
-            "pipeline": torch_data.pipeline_settings(self.config, self.choice),
-            "placement": (None if self.placement is None else
-                          [f"stage {i}: {d}" for i, d in enumerate(self.placement)]),
-            "default_init": "PyTorch default initialisers",
-            # What PyTorch itself does differently; no setting changes it.
-            "loss_scale_check": (
-                ("GradScaler with the fused SGD: the inf check and the skipped step stay on "
-                 "the device, no host wait per step" if "fused" in _optimizer_kind(self.optimizer)
-                 else "GradScaler: the inf check is read on the host before each step")
-                if self.scaler.is_enabled() else None),
-            "batchnorm_kernel": (
-                "torch batch_norm (cuDNN on a GPU, one fused kernel)" + (
-                    f", on {str(self.numerics['autocast_dtype']).replace('torch.', '')} "
-                    "activations under autocast with float32 statistics"
-                    if self.numerics["autocast_dtype"] is not None else "")
-                if specs.has_batchnorm(self.spec) else None),
-        }
+        """PyTorch's half of the fairness manifest (torch_impl/manifest.py)."""
+        return trainer_manifest.describe(self)
 
     def start_profile(self, directory: Path) -> None:
         activities = [torch.profiler.ProfilerActivity.CPU]
@@ -420,30 +275,7 @@ class Trainer:
         return rows
 
     def peer_failures(self, exc: BaseException) -> dict[int, str] | None:
-        """After a failure in a multi-process run: each process leaves its own error in the
-        process group's key-value store (torchrun's, or rank 0's), which outlives a dead
-        peer; the chief then reads every other rank's, and a rank that left none in
-        PEER_ANSWER_S stopped answering (killed, or its machine lost)."""
-        if self.choice.processes == 1 or not dist.is_initialized():
-            return None
-        try:
-            store = dist.distributed_c10d._get_default_store()  # no public accessor
-            store.set(f"cnncompare/failure/{self.choice.rank}",
-                      f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            if not self.choice.is_chief:
-                return None
-            failures = {}
-            for rank in range(1, self.choice.processes):
-                key = f"cnncompare/failure/{rank}"
-                try:
-                    store.wait([key], timedelta(seconds=PEER_ANSWER_S))
-                    failures[rank] = store.get(key).decode(errors="replace")[:300]
-                except RuntimeError:  # DistStoreError on timeout is one
-                    failures[rank] = ("no answer: the process was killed or hung, or its "
-                                      "machine was lost")
-            return failures
-        except (RuntimeError, AttributeError, ValueError):  # the store itself is gone
-            return None
+        return trainer_device.peer_failures(self.choice, exc)
 
     def close(self) -> None:
         self.train_batches = self.test_batches = None
@@ -489,38 +321,6 @@ class Trainer:
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
 
-def make_optimizer(model: torch.nn.Module, config: RunConfig, choice: DeviceChoice,
-                   learning_rate=None) -> torch.optim.Optimizer:
-    """SGD in PyTorch's form (the one both frameworks use): g += wd * p; v = mu * v + g;
-    p -= lr * (g + mu * v if nesterov else v). On a GPU the fused kernel, which also takes
-    GradScaler's inf check on the device instead of a host sync per step.
-    `learning_rate`: config.lr unless given (an lr_scheduler may set it each step)."""
-    fused = choice.on_gpu and "fused" in inspect.signature(torch.optim.SGD).parameters
-    lr = config.lr if learning_rate is None else learning_rate
-    return torch.optim.SGD(model.parameters(), lr=lr, momentum=config.momentum,
-                           nesterov=config.nesterov, weight_decay=config.weight_decay,
-                           **({"fused": True} if fused else {}))
-
-
-def describe_environment() -> dict:
-    """What PyTorch sees: versions, devices, CUDA/cuDNN, TF32 defaults, precision support."""
-    cuda = torch.cuda.is_available()
-    gpus = [{"name": torch.cuda.get_device_name(i),
-             "memory_bytes": torch.cuda.get_device_properties(i).total_memory,
-             "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))}
-            for i in range(torch.cuda.device_count())] if cuda else []
-    return {"framework": FRAMEWORK, "torch": torch.__version__,
-            "torchvision": _version("torchvision"), "python": platform.python_version(),
-            "platform": platform.platform(), "cpu_threads": torch.get_num_threads(),
-            "cuda_available": cuda, "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version() if cuda else None,
-            "gpus": gpus, "tf32_default": TF32_DEFAULT,
-            "gpu_libraries": None,  # PyTorch's wheels load their own CUDA libraries
-            "bf16_supported": torch.cuda.is_bf16_supported() if cuda else True,
-            "mixed_precision": ("float16 autocast + GradScaler" if cuda
-                                else "bfloat16 autocast (CPU)")}
-
-
 def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     """Train as `config` says, one DDP process per replica; an exit code.
     With `resume`, continue from the checkpoint in config.out (compare.run.checkpoint)."""
@@ -548,7 +348,7 @@ def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
 def _train_process(config: RunConfig, dataset: Dataset, resume: bool) -> int:
     """Train this process's replica (joining the process group when there are several)."""
     choice = select_device(config)
-    grouped = make_strategy(config, choice) is not None
+    grouped = trainer_device.make_strategy(config, choice) is not None
     code = None
     try:
         code = worker.train_process(sys.modules[__name__], config, dataset, choice, resume)
@@ -575,30 +375,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _optimizer_kind(optimizer: torch.optim.Optimizer) -> str:
-    kind = ("fused" if optimizer.defaults.get("fused")
-            else "foreach" if optimizer.defaults.get("foreach") is not False else "for-loop")
-    return f"torch.optim.SGD (dampening 0, {kind} implementation)"
-
-
-def _pci_bus_ids(names: tuple[str, ...]) -> list[str]:
-    """PCI bus ids of these CUDA devices, so NVML samples the right boards even under
-    CUDA_VISIBLE_DEVICES."""
-    ids = []
-    for name in names:
-        p = torch.cuda.get_device_properties(torch.device(name))
-        ids.append(f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
-                   if hasattr(p, "pci_bus_id") else "")
-    return ids
-
-
-def _version(module: str) -> str | None:
-    try:
-        return __import__(module).__version__
-    except ImportError:
-        return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,68 @@
+"""TensorFlow's half of the fairness manifest (compare.run.fairness builds the rest): what a
+Trainer computes in and how, in words a reader can set beside PyTorch's."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from compare.experiment import specs, strategy
+from tf_impl import data as tf_data
+from tf_impl.device import FRAMEWORK
+
+
+def describe(trainer) -> dict:
+    """TensorFlow's half of the fairness manifest (compare.run.fairness builds the rest)."""
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    scaling = None
+    if trainer.numerics["loss_scaling"]:
+        scaling = (f"dynamic (keras.optimizers.LossScaleOptimizer): initial "
+                   f"{trainer.config.loss_scale_initial:g}, x2 after "
+                   f"{trainer.config.loss_scale_growth_interval} finite steps, /2 on overflow")
+    wrapped = strategy.resolve(trainer.config.strategy, FRAMEWORK, trainer.replicas,
+                               trainer.choice.processes)
+    distribution = (f"MirroredStrategy over {', '.join(trainer.choice.names)}"
+                    if wrapped.wrapped else
+                    f"default strategy (no distribution) on {trainer.choice.names[0]}")
+    if trainer.placement is not None:
+        distribution = ("default strategy, one replica; its stages under tf.device of "
+                        + ", ".join(trainer.placement))
+    if trainer.choice.processes > 1:
+        distribution = (f"MultiWorker{distribution} on each of {trainer.choice.processes} workers "
+                        f"(collective {'NCCL' if trainer.choice.on_gpu else 'ring'} all-reduce)")
+    return {
+        "precision_policy": trainer.numerics["policy"],
+        "tf32": {"matmul": tf32, "cudnn": tf32},
+        "cudnn_autotune": trainer.choice.on_gpu,  # TF autotunes cuDNN convolutions by default
+        "loss_scaling": scaling,
+        "bn_momentum_as_set": 1.0 - trainer.config.bn_momentum,
+        "bn_running_variance": "biased batch variance (Keras)",
+        "optimizer_implementation": "TorchFormSGD (a keras.optimizers.Optimizer, "
+                                    "tf_impl/optimizer.py)",
+        "distribution": distribution,
+        "strategy": wrapped.to_dict(FRAMEWORK),
+        "precision": trainer.numerics["resolved"].to_dict(trainer.config.precision),
+        "step_batching": (f"{trainer.steps_per_call} step(s) per tf.function call, which reads "
+                          "the distributed iterator inside the graph (tf.while_loop over "
+                          "get_next, as Keras' steps_per_execution)" + (
+                              "; --cuda-graphs is PyTorch's alone" if trainer.config.cuda_graphs
+                              else "")),
+        "input_wait": "tf.timestamp before and after the iterator's get_next inside the "
+                      "step function (in the graph: no host next() to time)",
+        "compile": "XLA jit_compile (forward+backward)" if trainer.config.compile else "off",
+        "channels_last": True,  # Keras convolutions compute NHWC; not switchable here
+        "pipeline": tf_data.pipeline_settings(trainer.config, trainer.choice),
+        "placement": (None if trainer.placement is None else
+                      [f"stage {i}: {d}" for i, d in enumerate(trainer.placement)]),
+        "default_init": "Keras default initialisers",
+        # What Keras itself does differently; no setting changes it.
+        "loss_scale_check": (
+            "Keras LossScaleOptimizer: each step branches (tf.cond) on whether every "
+            "gradient is finite; the predicate is read on the host, a device-to-host "
+            "wait per step" if trainer.numerics["loss_scaling"] else None),
+        "batchnorm_kernel": (
+            "Keras 3 BatchNormalization: moments and normalisation as separate ops (no "
+            "fused kernel), in float32" + (
+                f" (inputs cast up from the {trainer.numerics['policy']} policy's compute type)"
+                if trainer.numerics["policy"] != "float32" else "")
+            if specs.has_batchnorm(trainer.spec) else None),
+    }

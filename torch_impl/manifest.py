@@ -1,0 +1,67 @@
+"""PyTorch's half of the fairness manifest (compare.run.fairness builds the rest): what a
+Trainer computes in and how, in words a reader can set beside TensorFlow's."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from compare.experiment import specs
+from torch_impl import data as torch_data
+from torch_impl.device import FRAMEWORK
+from torch_impl.optimizer import _optimizer_kind
+
+
+def describe(trainer) -> dict:
+    """PyTorch's half of the fairness manifest (compare.run.fairness builds the rest)."""
+    scaling = None
+    if trainer.scaler.is_enabled():
+        scaling = (f"dynamic (torch.amp.GradScaler): initial "
+                   f"{trainer.scaler.get_scale():g}, x{trainer.scaler.get_growth_factor():g} after "
+                   f"{trainer.scaler.get_growth_interval()} finite steps, "
+                   f"x{trainer.scaler.get_backoff_factor():g} on overflow")
+    backend = dist.get_backend() if dist.is_initialized() else None
+    return {
+        "precision_policy": trainer.numerics["policy"],
+        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
+                 "cudnn": torch.backends.cudnn.allow_tf32},
+        "cudnn_autotune": torch.backends.cudnn.benchmark,
+        "loss_scaling": scaling,
+        "bn_momentum_as_set": trainer.config.bn_momentum,
+        "bn_running_variance": "unbiased (n/(n-1)) batch variance",
+        "optimizer_implementation": _optimizer_kind(trainer.optimizer),
+        "distribution": (f"DistributedDataParallel ({backend})" if backend
+                         else "single process, no DDP") + (
+            "; one replica, its stages on " + ", ".join(trainer.placement)
+            + (" (a CPU: the stages share the one device)" if not trainer.choice.on_gpu
+               else " (activations copied between stages, non_blocking)")
+            if trainer.placement else ""),
+        "strategy": trainer.wrapper.to_dict(FRAMEWORK),
+        "precision": trainer.numerics["resolved"].to_dict(trainer.config.precision),
+        "step_batching": (f"{trainer.steps_per_call} step(s) per trainer call, each launched "
+                          "from Python; " + (
+                              "forward and backward replayed as CUDA graphs (torch.compile "
+                              "mode reduce-overhead), loss, optimizer and scaler eager"
+                              if trainer.config.cuda_graphs else "no CUDA graphs")),
+        "input_wait": "host clock (time.perf_counter) around next() on the loader",
+        "compile": ("torch.compile, mode reduce-overhead (CUDA graphs)"
+                    if trainer.config.cuda_graphs else
+                    "torch.compile" if trainer.config.compile else "off"),
+        "channels_last": trainer.memory_format == torch.channels_last,
+        "pipeline": torch_data.pipeline_settings(trainer.config, trainer.choice),
+        "placement": (None if trainer.placement is None else
+                      [f"stage {i}: {d}" for i, d in enumerate(trainer.placement)]),
+        "default_init": "PyTorch default initialisers",
+        # What PyTorch itself does differently; no setting changes it.
+        "loss_scale_check": (
+            ("GradScaler with the fused SGD: the inf check and the skipped step stay on "
+             "the device, no host wait per step" if "fused" in _optimizer_kind(trainer.optimizer)
+             else "GradScaler: the inf check is read on the host before each step")
+            if trainer.scaler.is_enabled() else None),
+        "batchnorm_kernel": (
+            "torch batch_norm (cuDNN on a GPU, one fused kernel)" + (
+                f", on {str(trainer.numerics['autocast_dtype']).replace('torch.', '')} "
+                "activations under autocast with float32 statistics"
+                if trainer.numerics["autocast_dtype"] is not None else "")
+            if specs.has_batchnorm(trainer.spec) else None),
+    }
