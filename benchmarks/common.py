@@ -56,5 +56,5 @@ def run(framework: str, args: argparse.Namespace, *options: str,
 
 def machine_label() -> str:
     """e.g. "Intel(R) Xeon(R) Processor, 2 cores"."""
-    from compare.machine.environment import cpu_name
+    from compare.machine.cpu import cpu_name
     return f"{cpu_name()}, {os.cpu_count()} cores"

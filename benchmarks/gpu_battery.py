@@ -625,7 +625,7 @@ def calibrate() -> dict:
 
 
 def _cpu_name() -> str:
-    from compare.machine.environment import cpu_name
+    from compare.machine.cpu import cpu_name
     return f"{cpu_name()}, {os.cpu_count()} cores"
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import patience
 
 from compare import files, report, schema

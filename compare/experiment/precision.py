@@ -25,16 +25,19 @@ bfloat16 instructions can be run as one without.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from compare.machine.cpu import (  # noqa: F401 - FLAGS_ENV and cpu_flags: the rule's inputs
+    FLAGS_ENV,
+    cpu_description,
+    cpu_flags,
+    native_bfloat16,
+)
+
 CHOICES = ("auto", "mixed", "fp32")
-# CPU flags (as /proc/cpuinfo names them) that compute bfloat16 natively, best first.
-NATIVE_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
 TENSOR_CORES_FROM = (7, 0)  # Volta: the first GPUs with float16 tensor cores
-FLAGS_ENV = "CNNCOMPARE_CPU_FLAGS"  # overrides the CPU's flags (tests; a forced choice)
 
 
 @dataclass(frozen=True)
@@ -52,25 +55,6 @@ class Resolved:
         return {"requested": requested, "precision": self.precision,
                 "compute_type": self.compute_type, "reason": self.reason,
                 "warning": self.warning, "handicap": self.handicap}
-
-
-def cpu_flags() -> frozenset[str]:
-    """This CPU's feature flags (Linux /proc/cpuinfo), or $CNNCOMPARE_CPU_FLAGS when set."""
-    forced = os.environ.get(FLAGS_ENV)
-    if forced is not None:
-        return frozenset(forced.replace(",", " ").split())
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def native_bfloat16(flags: frozenset[str]) -> str | None:
-    """The flag by which this CPU computes bfloat16 natively, or None."""
-    return next((flag for flag in NATIVE_BFLOAT16_FLAGS if flag in flags), None)
 
 
 MEASURED_FILE = "precision-measured.json"  # under $CNNCOMPARE_HOME, written by doctor
@@ -92,7 +76,6 @@ def measurement_key(model: str) -> str:
     frameworks' installed versions (read from their metadata, neither imported)."""
     from importlib import metadata
 
-    from compare.machine.devices import cpu_description
     versions = {}
     for package in FRAMEWORK_PACKAGES.values():
         try:

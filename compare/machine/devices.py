@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from compare.errors import UserError
 from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
+from compare.machine.cpu import cpu_description
 from compare.process import runner
 
 
@@ -75,23 +76,6 @@ def description(gpu_name: str | None, count: int, requested: str, units: str,
         return f"GPU: {', '.join([gpu_name] * count)}{where}"
     why = "no GPU found" if requested == "auto" else "--device cpu"
     return f"CPU ({why}), {count} {units}{where}"
-
-
-def cpu_description(flags: frozenset[str] | None = None) -> str:
-    """The CPU as a reader knows it: its model, cores and the instructions that decide how
-    fast (and whether natively) it trains, e.g. "AMD EPYC 9R14, 2 cores, AVX-512, bfloat16
-    (avx512_bf16)" or "..., AVX2, no bfloat16". The flags are those the precision rule reads
-    ($CNNCOMPARE_CPU_FLAGS where set)."""
-    import os
-
-    from compare.experiment import precision
-    from compare.machine.environment import cpu_name
-    flags = precision.cpu_flags() if flags is None else flags
-    vectors = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
-               else "no AVX2")
-    native = precision.native_bfloat16(flags)
-    return (f"{cpu_name()}, {os.cpu_count()} cores, {vectors}, "
-            + (f"bfloat16 ({native})" if native else "no bfloat16"))
 
 
 def hardware(kind: str, model: str | None, replicas: int, nodes: int) -> dict:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
 from typing import Any
 
 from compare.machine import gpu_metrics
@@ -56,17 +55,6 @@ def nvml_devices() -> dict[str, Any]:
             pynvml.nvmlShutdown()
         except Exception:  # noqa: BLE001 - nothing left to release
             pass
-
-
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what the platform module says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine() -> dict[str, Any]:
