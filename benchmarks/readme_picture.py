@@ -35,11 +35,13 @@ def draw(source: Path, out: Path) -> Path:
     runs = report.load_runs([source / "runs"])
     plots.matplotlib_agg()
     import matplotlib.pyplot as plt
-    fig = plt.figure(figsize=(10, 8.2), dpi=80)
-    grid = fig.add_gridspec(3, 3, height_ratios=(1.25, 1, 2.6), width_ratios=(0.15, 1, 0.15))
+    text = "\n".join(textwrap.fill(s, 135) for s in summary.get("verdict") or [])
+    verdict_inches = 0.16 * (text.count("\n") + 1) + 0.45  # 8.8-point lines, and the title
+    fig = plt.figure(figsize=(10, verdict_inches + 1.6 + 3.9), dpi=80)
+    grid = fig.add_gridspec(3, 3, height_ratios=(verdict_inches, 1.6, 3.9),
+                            width_ratios=(0.15, 1, 0.15))
     verdict = fig.add_subplot(grid[0, :])
     verdict.axis("off")
-    text = "\n".join(textwrap.fill(s, 135) for s in summary.get("verdict") or [])
     verdict.text(0, 1, text, va="top", ha="left", fontsize=8.8)
     verdict.set_title(f"cnncompare: {source / 'report.html'}", loc="left", fontsize=10.5,
                       fontweight="bold")

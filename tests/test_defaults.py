@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 AVX2_ONLY = frozenset({"sse4_2", "avx", "avx2", "fma"})
 AMX = AVX2_ONLY | {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
 CPU_REASON = ("auto: float32 on a CPU, where bfloat16 mixed precision speeds the two "
-              "frameworks up unequally or is emulated (cnncompare doctor measures both here)")
+              "frameworks up unequally or is emulated; cnncompare doctor measures both here")
 
 
 def test_auto_precision_follows_the_device():

@@ -87,6 +87,22 @@ def test_the_verdict_says_how_close_the_shared_loop_ran_in_the_words_its_range_s
     assert own_loops.caveats(unresolved) == []
 
 
+def test_a_run_too_short_to_time_raises_no_harness_caveat_and_marks_the_sentence():
+    from compare.report import verdict
+    slow = _summary(tf=(1.18, 1.22), torch=(1.0, 1.02))
+    assert own_loops.caveats(slow)  # 1.18-1.22: past 1.05 when timed long enough
+
+    def steady(seconds):
+        return {"steady_train_time_s": {"centre": seconds},
+                "steady_step_time_ms": {"centre": 5.0}, "steady_step_time_p90_ms": {"centre": 5.5}}
+    short = {**slow, "frameworks": {"tf": steady(0.5), "torch": steady(0.5)}}
+    assert not any("shared loop" in c for c in verdict.fairness_caveats(short))
+    assert any("shared loop" in c for c in verdict.fairness_caveats(
+        {**slow, "frameworks": {"tf": steady(5.0), "torch": steady(5.0)}}))
+    said = next(s for s in verdict.verdict_sentences(short) if s.startswith("The shared loop"))
+    assert "(training time after the first epoch, too short to time, n=2)" in said
+
+
 def test_the_own_loop_caveat_compares_the_same_measure_on_both_sides(tmp_path):
     """own_ratio and shared_ratio are both of the epochs after the first, on the same seeds;
     a first epoch ten times the others' does not enter either."""

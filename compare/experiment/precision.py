@@ -167,8 +167,8 @@ def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = N
                                            f"in {' and '.join(not_faster)}: "
                                            f"{_figures(measured)}")
     return Resolved("fp32", "float32", "auto: float32 on a CPU, where bfloat16 mixed precision "
-                                       "speeds the two frameworks up unequally or is emulated "
-                                       "(cnncompare doctor measures both here)")
+                                       "speeds the two frameworks up unequally or is emulated; "
+                                       "cnncompare doctor measures both here")
 
 
 def expected(requested: str, device: str, model: str | None = None) -> Resolved:

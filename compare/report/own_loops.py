@@ -73,9 +73,10 @@ def summarise(runs: list[dict], records: list[dict]) -> dict | None:
     return summary
 
 
-def sentence(summary: dict) -> str | None:
+def sentence(summary: dict, mark: str = "") -> str | None:
     """One verdict sentence: how close the shared loop ran to each framework's own, in the
-    words the per-seed interval (or range) supports."""
+    words the per-seed interval (or range) supports; `mark` follows its measure (e.g. ", too
+    short to time")."""
     own = summary.get("own_loops") or {}
     parts = [words.loop_ratio((own.get(fw) or {}).get("time_ratio") or {}, OWN_LOOP_NAMES[fw],
                               CAVEAT_RATIO) for fw in FRAMEWORKS]
@@ -84,7 +85,7 @@ def sentence(summary: dict) -> str | None:
         return None
     n = min(len((own.get(fw) or {}).get("seeds") or []) for fw in FRAMEWORKS if own.get(fw))
     return (f"The shared loop ran {' and '.join(parts)} on the same recipe (training time "
-            f"after the first epoch, n={n}).")
+            f"after the first epoch{mark}, n={n}).")
 
 
 def caveats(summary: dict) -> list[str]:

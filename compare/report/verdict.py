@@ -21,7 +21,9 @@ def verdict_sentences(summary: dict) -> list[str]:
         return [s for s in (nothing, setup, _caveat_sentence(summary)) if s]
     return [s for s in (_timing_sentence(summary), _speed_sentence(summary),
                         _accuracy_sentence(summary),
-                        setup_sentence(summary), own_loops.sentence(summary),
+                        setup_sentence(summary),
+                        own_loops.sentence(summary, ", too short to time" if timing(summary)
+                                           else ""),
                         best.sentence(summary),
                         _caveat_sentence(summary)) if s]
 
@@ -235,7 +237,8 @@ def fairness_caveats(summary: dict) -> list[str]:
     if summary.get("skipped"):
         caveats.append(f"{len(summary['skipped'])} result file(s) could not be read and are "
                        f"left out")
-    return caveats + own_loops.caveats(summary)
+    # a harness caveat from timings too short to time would be noise called a finding
+    return caveats + ([] if timing(summary) else own_loops.caveats(summary))
 
 
 def _caveat_sentence(summary: dict) -> str:
