@@ -96,6 +96,7 @@ class Result(TypedDict):
     exit: NotRequired[dict]  # how a process that wrote no end ended (compare.process.runner)
     peer_failures: NotRequired[dict]
     profile: NotRequired[dict]  # the phase split (compare.run.phases)
+    compilation: NotRequired[dict]  # what compiled of the step, read from the compiler
 
 
 class Summary(TypedDict):

@@ -16,6 +16,8 @@ from compare import schema
 from compare.cli import cli
 from compare.experiment import datasets
 from compare.experiment.config import PipelineConfig
+from compare.run import loop
+from compare.run import recorder as recorder_module
 
 # What each framework calls the shared settings, where the tests check them.
 OWN = {
@@ -130,16 +132,55 @@ def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(tmp_path, tf_t
         np.testing.assert_allclose(wb[weight], wa[weight], atol=2e-6, err_msg=weight)
 
 
-def test_xla_switch_compiles_and_trains(tmp_path, tf_two_cpus):
+def test_xla_compiles_the_step_and_trains_as_eager_does(tmp_path, tf_two_cpus):
+    """What compiled is read from TensorFlow: the traced forward/backward marked for XLA and
+    the HLO XLA builds for it; with --no-compile (the negative control) nothing is."""
     plain = _trainer(tf_two_cpus, tiny_config(tmp_path))
     xla = _trainer(tf_two_cpus, tiny_config(tmp_path, compile=True))
-    batch = next(iter(plain.batches(0)))
-    assert float(xla.train_step(batch, 0.05)) == pytest.approx(float(plain.train_step(batch, 0.05)),
+    for a, b in zip(plain.batches(0), xla.batches(0)):
+        assert float(xla.train_step(b, 0.05)) == pytest.approx(float(plain.train_step(a, 0.05)),
                                                                rel=1e-4)
+    compiled = xla.compilation()
+    assert compiled["compiled"] and compiled["traces"] == compiled["xla_traces"] == 1
+    assert compiled["hlo_instructions"] > 50  # LeNet's convolutions, dots and their gradients
+    assert plain.compilation() == {"compiler": "XLA (jit_compile)", "compiled": False,
+                                   "traces": 1, "xla_traces": 0, "hlo_instructions": 0}
     assert "XLA" in xla.manifest()["compile"]
 
 
+def test_a_run_records_what_compiled(tmp_path, framework):
+    """result.json holds the compiler's own account of the step (here eager: nothing)."""
+    name, module = framework
+    config = tiny_config(tmp_path)
+    trainer = _trainer(module, config)
+    recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
+    assert loop.train_epochs(trainer, config, recorder) == 0
+    compiled = schema.read_result(tmp_path / "run" / "result.json")["compilation"]
+    assert compiled == trainer.compilation() and compiled["compiled"] is False
+
+
 # PyTorch's own mechanisms
+
+
+@pytest.mark.slow  # inductor compiles C++ kernels: seconds on 2 cores
+def test_torch_compile_captures_the_step_in_one_graph_and_trains_as_eager_does(tmp_path):
+    """What compiled is read from dynamo's counters: the model in one graph, no graph break;
+    the eager trainer (the negative control) compiles nothing."""
+    from torch_impl import train as torch_train
+    eager = _trainer(torch_train, tiny_config(tmp_path))
+    eager_losses = [float(eager.train_step(batch, 0.05)) for batch in eager.batches(0)]
+    assert eager.compilation() == {"compiler": "torch.compile (dynamo + inductor)",
+                                   "compiled": False, "graphs": 0, "graph_breaks": 0,
+                                   "frames": 0}
+    compiled = _trainer(torch_train, tiny_config(tmp_path, compile=True))
+    losses = [float(compiled.train_step(batch, 0.05)) for batch in compiled.batches(0)]
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-4)
+    found = compiled.compilation()
+    assert found["compiled"] and found["graphs"] >= 1 and found["graph_breaks"] == 0
+    assert found["frames"] >= 1
+    for name, value in compiled.weights().items():
+        np.testing.assert_allclose(value, eager.weights()[name], rtol=1e-4, atol=1e-6,
+                                   err_msg=name)
 
 
 def test_dataloader_workers_deliver_the_same_batches(tmp_path):

@@ -226,7 +226,8 @@ def test_tf_every_pipeline_trains_on_the_gpus(tmp_path, tf_gpus, pipeline):
 def test_tf_xla_on_the_gpu(tmp_path, tf_gpus):
     """Claim: --compile runs XLA (TensorFlow) and torch.compile (PyTorch) on the GPU."""
     result = _tf_run(tmp_path, "xla", "--compile", "--epochs", "2", "--precision", "mixed")
-    assert result["fairness"]["compile"] == "XLA jit_compile (forward+backward)"
+    compiled = result["compilation"]  # read from TensorFlow, not the config
+    assert compiled["compiled"] and compiled["hlo_instructions"] > 50, compiled
     assert all(math.isfinite(e["train_loss"]) for e in result["epochs"])
 
 
@@ -236,7 +237,8 @@ def test_torch_compile_on_the_gpu(tmp_path, torch_gpu):
     trainer = _torch_trainer(torch_gpu, config)
     recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
     assert loop.train_epochs(trainer, config, recorder) == 0
-    assert trainer.manifest()["compile"] == "torch.compile"
+    found = trainer.compilation()  # read from dynamo, not the config
+    assert found["compiled"] and found["graph_breaks"] == 0, found
     assert all(math.isfinite(row[3]) for row in recorder.steps)
 
 

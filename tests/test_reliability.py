@@ -83,6 +83,9 @@ class FakeTrainer:
     def manifest(self):
         return {}
 
+    def compilation(self):
+        return {"compiler": None, "compiled": False}
+
     def save_model(self, directory):
         return "model.fake"
 

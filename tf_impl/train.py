@@ -234,6 +234,17 @@ class Trainer:
     def reset_weights(self) -> None:
         load_weights(self.model, self.initial, self.spec)
 
+    def compilation(self) -> dict:
+        """What compiled of the training step so far, read from TensorFlow (not the config):
+        for each trace of the forward/backward function, whether XLA must compile it (its
+        graph's _XlaMustCompile) and the HLO instructions XLA builds for it."""
+        traced = self._gradients._list_all_concrete_functions()  # no public list of traces
+        must = [c for c in traced if c.function_def.attr["_XlaMustCompile"].b]
+        hlo = sum(sum(" = " in line for line in self._gradients.experimental_get_compiler_ir(
+            *c.structured_input_signature[0])(stage="hlo").splitlines()) for c in must)
+        return {"compiler": "XLA (jit_compile)", "compiled": bool(must) and hlo > 0,
+                "traces": len(traced), "xla_traces": len(must), "hlo_instructions": hlo}
+
     def weights(self) -> dict[str, np.ndarray]:
         return export_weights(self.model, self.spec)
 

@@ -196,7 +196,8 @@ class RunConfig:
         "collective waits for a peer before the run fails naming it.",
         number(0, low_open=True, what="a number of seconds")))
     compile: bool = field(default=False, metadata=option(
-        "--compile/--no-compile", "XLA jit_compile (tf) and torch.compile (torch).", flag(),
+        "--compile/--no-compile", "XLA jit_compile (tf) and torch.compile (torch); what "
+        "compiled, read from the compiler, is in result.json's compilation.", flag(),
         vary=True))
     # PyTorch on a GPU: replay the model's forward and backward as CUDA graphs
     # (torch.compile mode "reduce-overhead"), PyTorch's counterpart of TensorFlow's in-graph

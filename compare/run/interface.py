@@ -85,6 +85,9 @@ class Training(Protocol):
     def reset_peak_memory(self) -> None: ...  # the next peak_memory counts from now
     def is_out_of_memory(self, exc: BaseException) -> bool: ...
     def manifest(self) -> dict[str, Any]: ...  # this framework's half of the fairness manifest
+    # What compiled of the training step (XLA, torch.compile), read from the compiler itself,
+    # not from the config: {"compiler", "compiled", and the compiler's own counts}.
+    def compilation(self) -> dict[str, Any]: ...
     def scalar_writer(self, directory: Path) -> Any: ...  # .scalar(tag, value, step), .flush(),
     # .close(): TensorBoard events through the framework's own summary writer
     def close(self) -> None: ...

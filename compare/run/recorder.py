@@ -138,6 +138,10 @@ class Recorder:
             self.scalars.close()
             self.scalars = None
         self.result["finished_at"] = _now()
+        try:
+            self.result["compilation"] = self.trainer.compilation()
+        except Exception as exc:  # noqa: BLE001 - a compiler's API must not cost the result
+            self.result["compilation"] = {"error": f"{exc.__class__.__name__}: {exc}"}
         self.summarise(status)
         self.write()
 
