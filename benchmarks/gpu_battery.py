@@ -380,10 +380,10 @@ def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list
 CALL_S = 540  # estimated seconds packed into one device command (10 minutes at most)
 
 
-def device_calls(rows: list[dict]) -> list[dict]:
+def device_calls(rows: list[dict], options: list[str]) -> list[dict]:
     """The plan's rows packed, in order, into device commands of at most CALL_S estimated
     seconds, each a `--stage ... --framework ...` invocation (a new command where the
-    framework or the rental changes)."""
+    framework or the rental changes) with this invocation's data options."""
     calls: list[dict] = []
     for row in rows:
         last = calls[-1] if calls else None
@@ -398,6 +398,7 @@ def device_calls(rows: list[dict]) -> list[dict]:
     for call in calls:
         call["command"] = ("python benchmarks/gpu_battery.py --framework " + call["framework"]
                            + "".join(f" --stage {s}" for s in call["stages"])
+                           + "".join(f" {_shown(o)}" for o in options)
                            + f" --time-left {STAGE_LIMIT_S} --out /tmp/battery --pack \"$OUT\"")
     return calls
 
@@ -559,11 +560,26 @@ def write_summary(battery: dict, out: Path) -> None:
 
 def pack(out: Path, target: Path) -> list[Path]:
     """At most PACK_FILES files directly in `target`: the summary, one report over every
-    comparison, and a tar.gz of logs and results (no models, checkpoints or traces)."""
+    comparison, and a tar.gz of logs and results (no models, checkpoints or traces). Built
+    beside `target` and moved in file by file (each move atomic), then the previous pack's
+    other files removed: a command killed while packing leaves the previous pack whole."""
+    building = target.parent / f".{target.name}.partial"
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    files = _build_pack(out, building)
     target.mkdir(parents=True, exist_ok=True)
-    for old in target.iterdir():  # a pack replaces the previous one
-        if old.is_file():
+    moved = []
+    for path in files:
+        os.replace(path, target / path.name)
+        moved.append(target / path.name)
+    for old in target.iterdir():  # the previous pack's files this one does not replace
+        if old.is_file() and old not in moved:
             old.unlink()
+    shutil.rmtree(building, ignore_errors=True)
+    return moved
+
+
+def _build_pack(out: Path, target: Path) -> list[Path]:
     written = [shutil.copy(out / name, target / name) for name in ("battery.json", "battery.md")]
     comparisons = sorted(p.parent for p in out.glob("*/compare.json"))
     if comparisons:
@@ -684,7 +700,9 @@ def main(argv: list[str] | None = None) -> int:
     stages = [s for s in STAGES if not args.stage or s.name in args.stage]
     rows = plan(stages, frameworks, ctx)
     if args.plan:
-        print(json.dumps({"stages": rows, "calls": device_calls(rows), "assumptions": {
+        options = ((["--dataset", args.dataset] if args.dataset != "synthetic" else [])
+                   + (["--data-dir", args.data_dir] if args.data_dir else []))
+        print(json.dumps({"stages": rows, "calls": device_calls(rows, options), "assumptions": {
             "utilisation": ASSUMED_UTILISATION,
             "host_step_ms": {f"{fw}/{m}": v for (fw, m), v in ASSUMED_HOST_STEP_MS.items()},
             "cuda_start_s": CUDA_START_S, "calibration": ctx.calibration},

@@ -61,6 +61,34 @@ def test_a_stage_cut_by_its_limit_keeps_what_it_wrote(tmp_path):
     assert json.loads((tmp_path / "out.json").read_text()) == {"verdict": "ok"}
 
 
+def test_the_plan_keeps_the_data_options_in_every_call():
+    calls = _plan("--dataset", "cifar10", "--data-dir", "/data/cifar-10-batches-py")["calls"]
+    assert calls and all("--dataset cifar10 --data-dir /data/cifar-10-batches-py" in c["command"]
+                         for c in calls)
+    assert all(len(c["command"]) <= 2000 for c in calls)  # what one device command may hold
+
+
+def test_a_pack_killed_midway_leaves_the_previous_pack_whole(tmp_path, monkeypatch):
+    out, target = tmp_path / "out", tmp_path / "pack"
+    out.mkdir()
+    for name, text in (("battery.json", '{"stages": []}'), ("battery.md", "# first")):
+        (out / name).write_text(text)
+    first = sorted(p.name for p in battery.pack(out, target))
+    assert sorted(p.name for p in target.iterdir()) == first
+    (out / "battery.md").write_text("# second")
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # as SIGINT or the call's limit would, while archiving
+    monkeypatch.setattr(battery.tarfile, "open", killed)
+    with pytest.raises(KeyboardInterrupt):
+        battery.pack(out, target)
+    assert sorted(p.name for p in target.iterdir()) == first
+    assert (target / "battery.md").read_text() == "# first"
+    monkeypatch.undo()
+    battery.pack(out, target)
+    assert (target / "battery.md").read_text() == "# second"
+
+
 @pytest.mark.machine_sensitive  # limits
 @pytest.mark.slow  # every stage of the battery in both frameworks: about 3 minutes on 2 cores
 def test_the_whole_plan_runs_tiny_on_the_cpu_and_packs_at_most_eight_files(tmp_path,
