@@ -41,6 +41,7 @@ class Epoch(TypedDict):
     gpu: NotRequired[dict]  # NVML: energy, power, utilisation (compare.machine.gpu_metrics)
     session: NotRequired[int]  # the process that trained it (a resume starts another)
     processes: NotRequired[list[dict]]  # each process's own clock (several processes)
+    loss_scale: NotRequired[float | None]  # the dynamic loss scale at the epoch's end (float16)
 
 
 class RunSummary(TypedDict):

@@ -148,6 +148,30 @@ def test_xla_compiles_the_step_and_trains_as_eager_does(tmp_path, tf_two_cpus):
     assert "XLA" in xla.manifest()["compile"]
 
 
+def test_fp16_trains_on_a_cpu_with_dynamic_loss_scaling_and_records_the_scale(tmp_path,
+                                                                               framework):
+    """--precision fp16: the GPU's float16 mixed precision on any device, the CPU here, with
+    the loss scaling both frameworks use on a GPU; each epoch records the scale."""
+    name, module = framework
+    config = tiny_config(tmp_path, precision="fp16", epochs=2, loss_scale_initial=256.0,
+                         loss_scale_growth_interval=4)
+    trainer = _trainer(module, config)
+    try:
+        recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
+        assert loop.train_epochs(trainer, config, recorder) == 0
+        manifest = trainer.manifest()
+    finally:
+        if name == "tf":
+            module.keras.mixed_precision.set_global_policy("float32")
+    result = schema.read_result(tmp_path / "run" / "result.json")
+    # 8 finite steps an epoch, a doubling every 4: 256 -> 1024 -> 4096
+    assert [e["loss_scale"] for e in result["epochs"]] == [1024.0, 4096.0]
+    assert all(np.isfinite(e["train_loss"]) for e in result["epochs"])
+    assert manifest["precision"]["compute_type"] == "float16"
+    assert manifest["loss_scaling"].startswith("dynamic") and "initial 256" in manifest[
+        "loss_scaling"]
+
+
 def test_a_run_records_what_compiled(tmp_path, framework):
     """result.json holds the compiler's own account of the step (here eager: nothing)."""
     name, module = framework

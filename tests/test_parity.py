@@ -86,12 +86,14 @@ def test_parity_passes_on_cpu(tmp_path, tf_two_cpus, model, batch_size, changes)
 
 # ResNet-9 on 16 images: bfloat16 on a CPU without bfloat16 instructions is emulated, many
 # times float32's step time, and the check's three probes train several steps each.
-@pytest.mark.parametrize(("model", "batch"), [("lenet", 32), ("resnet9", 16)])
+@pytest.mark.parametrize(("model", "batch", "mode"), [
+    ("lenet", 32, "mixed"), ("resnet9", 16, "mixed"), ("lenet", 32, "fp16")])
 def test_the_timed_mixed_configuration_stays_within_its_noise_floor(tmp_path, tf_two_cpus, model,
-                                                                    batch):
-    """bfloat16 on CPU: TF vs PyTorch against PyTorch vs itself moved by 1 ulp (the floor
-    parity_check.NOISE_FACTOR is justified by; the figures are printed for the README)."""
-    probes = _probes(tmp_path, tf_two_cpus, model, batch, timed=True, precision="mixed",
+                                                                    batch, mode):
+    """bfloat16 (mixed) and float16 with loss scaling (fp16) on CPU: TF vs PyTorch against
+    PyTorch vs itself moved by 1 ulp, the floor parity_check.NOISE_FACTOR is justified by
+    (the figures are printed)."""
+    probes = _probes(tmp_path, tf_two_cpus, model, batch, timed=True, precision=mode,
                      weight_decay=5e-4)
     versus = parity.compare_probes(probes["tf"], probes["torch"], steps=3)
     floor = parity.compare_probes(probes["torch-perturbed"], probes["torch"], steps=3)
@@ -242,3 +244,45 @@ def test_both_builds_have_the_specs_parameter_count(tf_two_cpus, model, count):
     spec = specs.get_spec(model)
     assert (specs.parameter_count(spec) == keras_count(keras_build(spec))
             == torch_count(torch_build(spec)) == count)
+
+
+def test_a_float16_overflow_skips_the_step_and_halves_the_scale_alike_in_both(tmp_path,
+                                                                              tf_two_cpus):
+    """--precision fp16 on the CPU: dynamic loss scaling in both frameworks (Keras'
+    LossScaleOptimizer, PyTorch's GradScaler) from the same initial scale and growth interval.
+    At step 3 the batch's images overflow float16 (x 1e6): both skip that update and halve
+    the scale; every other step counts towards doubling it after 2 finite steps. The scale
+    is read step by step and must follow the same schedule in both."""
+    import torch
+
+    from torch_impl import train as torch_train
+    config = tiny_config(tmp_path, precision="fp16", loss_scale_initial=1024.0,
+                         loss_scale_growth_interval=2, device="cpu")
+    dataset = datasets.config_dataset(config)
+    overflow_at = 3
+    # finite steps double the scale every 2; the overflow halves it and restarts the count
+    expected = [1024.0, 2048.0, 2048.0, 1024.0, 1024.0, 2048.0]
+    schedules, skipped = {}, {}
+    for name, module in (("tf", tf_two_cpus), ("torch", torch_train)):
+        trainer = module.Trainer(config, dataset, module.select_device(config))
+        assert trainer.numerics["loss_scaling"] and trainer.loss_scale() == 1024.0
+        batches = iter(trainer.batches(0))
+        schedules[name] = []
+        for step in range(len(expected)):
+            images, labels = next(batches)
+            if step == overflow_at:
+                before = trainer.weights()
+                images = images * 1e6
+            loss = trainer.train_step((images, labels), 0.05)
+            if step == overflow_at:
+                after = trainer.weights()
+                skipped[name] = all(np.array_equal(before[k], after[k]) for k in before)
+            else:
+                assert np.isfinite(float(loss)), (name, step)
+            schedules[name].append(trainer.loss_scale())
+        trainer.close()
+        if name == "tf":
+            tf_two_cpus.keras.mixed_precision.set_global_policy("float32")
+    assert schedules["tf"] == schedules["torch"] == expected, schedules
+    assert skipped == {"tf": True, "torch": True}
+    assert torch.get_default_dtype() == torch.float32

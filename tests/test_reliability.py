@@ -86,6 +86,9 @@ class FakeTrainer:
     def compilation(self):
         return {"compiler": None, "compiled": False}
 
+    def loss_scale(self):
+        return None
+
     def save_model(self, directory):
         return "model.fake"
 

@@ -103,7 +103,7 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
     resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
                                  model=config.model)
     if resolved.precision == "mixed":
-        policy = "mixed_float16" if choice.on_gpu else "mixed_bfloat16"
+        policy = f"mixed_{resolved.compute_type}"  # mixed_float16 or mixed_bfloat16
     else:
         policy = "float32"
     keras.mixed_precision.set_global_policy(policy)

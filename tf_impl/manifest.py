@@ -66,3 +66,21 @@ def describe(trainer) -> dict:
                 if trainer.numerics["policy"] != "float32" else "")
             if specs.has_batchnorm(trainer.spec) else None),
     }
+
+
+def compile_baseline() -> dict[str, int]:
+    """Nothing to subtract: what `compiled` reads belongs to the Trainer's own tf.function."""
+    return {}
+
+
+def compiled(trainer) -> dict:
+    """What compiled of the training step so far, read from TensorFlow (not the config): for
+    each trace of the forward/backward function, whether XLA must compile it (its graph's
+    _XlaMustCompile) and the HLO instructions XLA builds for it."""
+    function = trainer._gradients
+    traced = function._list_all_concrete_functions()  # no public list of traces
+    must = [c for c in traced if c.function_def.attr["_XlaMustCompile"].b]
+    hlo = sum(sum(" = " in line for line in function.experimental_get_compiler_ir(
+        *c.structured_input_signature[0])(stage="hlo").splitlines()) for c in must)
+    return {"compiler": "XLA (jit_compile)", "compiled": bool(must) and hlo > 0,
+            "traces": len(traced), "xla_traces": len(must), "hlo_instructions": hlo}

@@ -44,12 +44,13 @@ class TorchFormSGD(keras.optimizers.Optimizer):
 
 def make_optimizer(model: keras.Model, config: RunConfig, choice: DeviceChoice,
                    learning_rate=None) -> keras.optimizers.Optimizer:
-    """SGD in PyTorch's form; under mixed_float16 (GPU) wrapped in dynamic loss scaling with
-    the same initial scale and growth policy as PyTorch's GradScaler (from the config).
-    `learning_rate`: config.lr unless given (a Keras schedule for Keras' own fit)."""
+    """SGD in PyTorch's form; under mixed_float16 (a GPU's mixed, or --precision fp16 on any
+    device) wrapped in dynamic loss scaling with the same initial scale and growth policy as
+    PyTorch's GradScaler (from the config). `learning_rate`: config.lr unless given (a Keras
+    schedule for Keras' own fit)."""
     optimizer = TorchFormSGD(config.lr if learning_rate is None else learning_rate,
                              config.momentum, config.nesterov, config.weight_decay)
-    if choice.on_gpu and keras.mixed_precision.global_policy().name == "mixed_float16":
+    if keras.mixed_precision.global_policy().name == "mixed_float16":  # GPU, or fp16
         optimizer = keras.optimizers.LossScaleOptimizer(
             optimizer, initial_scale=config.loss_scale_initial,
             dynamic_growth_steps=config.loss_scale_growth_interval)

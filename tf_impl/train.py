@@ -71,6 +71,8 @@ class Trainer:
                             if choice.on_gpu else None)
         # XLA compiles the forward/backward; the update and all-reduce stay outside it.
         self._gradients = tf.function(self._forward_backward, jit_compile=config.compile)
+        # what compiled counts from here (tf_impl/manifest.py)
+        self.compile_baseline = trainer_manifest.compile_baseline()
         self._train_step = tf.function(self._distributed_step)
         # Traced once per number of steps: steps_per_call, and the epoch's last call when
         # steps_per_epoch is not a multiple of it.
@@ -234,16 +236,15 @@ class Trainer:
     def reset_weights(self) -> None:
         load_weights(self.model, self.initial, self.spec)
 
+    def loss_scale(self) -> float | None:
+        """The dynamic loss scale now (LossScaleOptimizer's), None without loss scaling."""
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            return float(self.optimizer.dynamic_scale)
+        return None
+
     def compilation(self) -> dict:
-        """What compiled of the training step so far, read from TensorFlow (not the config):
-        for each trace of the forward/backward function, whether XLA must compile it (its
-        graph's _XlaMustCompile) and the HLO instructions XLA builds for it."""
-        traced = self._gradients._list_all_concrete_functions()  # no public list of traces
-        must = [c for c in traced if c.function_def.attr["_XlaMustCompile"].b]
-        hlo = sum(sum(" = " in line for line in self._gradients.experimental_get_compiler_ir(
-            *c.structured_input_signature[0])(stage="hlo").splitlines()) for c in must)
-        return {"compiler": "XLA (jit_compile)", "compiled": bool(must) and hlo > 0,
-                "traces": len(traced), "xla_traces": len(must), "hlo_instructions": hlo}
+        """What compiled of the training step so far (tf_impl/manifest.py)."""
+        return trainer_manifest.compiled(self)
 
     def weights(self) -> dict[str, np.ndarray]:
         return export_weights(self.model, self.spec)

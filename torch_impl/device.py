@@ -91,7 +91,7 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
                                  model=config.model)
     dtype, policy = None, "float32"
     if resolved.precision == "mixed":
-        dtype = torch.float16 if choice.on_gpu else torch.bfloat16
+        dtype = getattr(torch, resolved.compute_type)  # float16 or bfloat16
         policy = f"autocast {str(dtype).replace('torch.', '')}"
         policy += " + GradScaler" if dtype == torch.float16 else ""
     return {"policy": policy, "loss_scaling": dtype == torch.float16, "autocast_dtype": dtype,

@@ -16,8 +16,9 @@ def describe(trainer) -> dict:
     """PyTorch's half of the fairness manifest (compare.run.fairness builds the rest)."""
     scaling = None
     if trainer.scaler.is_enabled():
-        scaling = (f"dynamic (torch.amp.GradScaler): initial "
-                   f"{trainer.scaler.get_scale():g}, x{trainer.scaler.get_growth_factor():g} after "
+        scaling = (f"dynamic (torch.amp.GradScaler): initial "  # the run's, not the scale now
+                   f"{trainer.config.loss_scale_initial:g}, "
+                   f"x{trainer.scaler.get_growth_factor():g} after "
                    f"{trainer.scaler.get_growth_interval()} finite steps, "
                    f"x{trainer.scaler.get_backoff_factor():g} on overflow")
     backend = dist.get_backend() if dist.is_initialized() else None
@@ -65,3 +66,23 @@ def describe(trainer) -> dict:
                 if trainer.numerics["autocast_dtype"] is not None else "")
             if specs.has_batchnorm(trainer.spec) else None),
     }
+
+
+def compile_baseline() -> dict[str, int]:
+    """torch._dynamo's process-wide counters now (graphs captured, graph breaks, frames
+    compiled): what `compiled` subtracts."""
+    from torch._dynamo.utils import counters
+    return {"graphs": counters["stats"]["unique_graphs"],
+            "graph_breaks": sum(counters["graph_break"].values()),
+            "frames": counters["frames"]["ok"]}
+
+
+def compiled(trainer) -> dict:
+    """What compiled of the training step so far, read from the compiler (not the config):
+    dynamo's captured graphs, graph breaks and compiled frames (a frame compiled again is a
+    recompile) since the Trainer was built (dynamo counts per process: a second Trainer
+    compiling in the same process counts here too)."""
+    now = compile_baseline()
+    found = {key: now[key] - trainer.compile_baseline[key] for key in now}
+    return {"compiler": "torch.compile (dynamo + inductor)", "compiled": found["graphs"] > 0,
+            **found}

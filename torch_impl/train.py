@@ -96,10 +96,11 @@ class Trainer:
             # optimizer and the loss scaler stay eager, on the graphs' outputs.
             self.train_model = torch.compile(
                 self.train_model, mode="reduce-overhead" if config.cuda_graphs else None)
-        self.dynamo_before = _dynamo_counts()  # the counters are the process's, not ours
+        # what compiled counts from here (dynamo's counters are the process's)
+        self.compile_baseline = trainer_manifest.compile_baseline()
         self.optimizer = make_optimizer(self.model, config, choice)
         self.scaler = torch.amp.GradScaler(
-            "cuda", init_scale=config.loss_scale_initial,
+            self.device.type, init_scale=config.loss_scale_initial,
             growth_interval=config.loss_scale_growth_interval,
             enabled=self.numerics["loss_scaling"])
         self.non_blocking = config.pipeline.non_blocking and choice.on_gpu
@@ -304,15 +305,13 @@ class Trainer:
     def reset_weights(self) -> None:
         load_weights(self.model, self.initial, self.spec)
 
+    def loss_scale(self) -> float | None:
+        """The dynamic loss scale now (GradScaler's), None without loss scaling."""
+        return self.scaler.get_scale() if self.scaler.is_enabled() else None
+
     def compilation(self) -> dict:
-        """What compiled of the training step so far, read from the compiler (not the
-        config): dynamo's captured graphs, graph breaks and compiled frames (a frame
-        compiled again is a recompile) since this Trainer was built (dynamo counts per
-        process: a second Trainer compiling in the same process counts here too)."""
-        now = _dynamo_counts()
-        found = {key: now[key] - self.dynamo_before[key] for key in now}
-        return {"compiler": "torch.compile (dynamo + inductor)", "compiled": found["graphs"] > 0,
-                **found}
+        """What compiled of the training step so far (torch_impl/manifest.py)."""
+        return trainer_manifest.compiled(self)
 
     def weights(self) -> dict[str, np.ndarray]:
         return export_weights(self.model, self.spec)
@@ -386,14 +385,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _dynamo_counts() -> dict[str, int]:
-    """torch._dynamo's process-wide counters: graphs captured, graph breaks, frames compiled."""
-    from torch._dynamo.utils import counters
-    return {"graphs": counters["stats"]["unique_graphs"],
-            "graph_breaks": sum(counters["graph_break"].values()),
-            "frames": counters["frames"]["ok"]}
 
 
 if __name__ == "__main__":

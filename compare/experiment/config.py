@@ -31,7 +31,8 @@ from compare.experiment.checks import (
 
 FRAMEWORKS = ("tf", "torch")
 FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
-PRECISIONS = ("auto", "mixed", "fp32")  # compare.experiment.precision resolves auto per device
+# compare.experiment.precision resolves auto per device
+PRECISIONS = ("auto", "mixed", "fp16", "fp32")
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")
@@ -154,8 +155,9 @@ class RunConfig:
         "--precision", "auto: mixed on a GPU with tensor cores; on a CPU float32, unless "
         "`cnncompare doctor` measured mixed faster in both frameworks here (bfloat16 speeds "
         "them up unequally, or is emulated); float32 elsewhere; mixed: float16 "
-        "+ loss scaling on a GPU, bfloat16 on a CPU; fp32: float32. The choice and its reason "
-        "are recorded.", choice(PRECISIONS), vary=True))
+        "+ loss scaling on a GPU, bfloat16 on a CPU; fp16: float16 + dynamic loss scaling on "
+        "any device, the CPU included; fp32: float32. The choice and its reason are recorded.",
+        choice(PRECISIONS), vary=True))
     tf32: bool = field(default=False, metadata=option(  # off in both: equal numerics
         "--tf32/--no-tf32", "Allow TensorFloat-32 on Ampere+ GPUs, in both frameworks alike.",
         flag(), vary=True))

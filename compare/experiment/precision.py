@@ -36,7 +36,7 @@ from compare.machine.cpu import (  # noqa: F401 - FLAGS_ENV and cpu_flags: the r
     native_bfloat16,
 )
 
-CHOICES = ("auto", "mixed", "fp32")
+CHOICES = ("auto", "mixed", "fp16", "fp32")
 TENSOR_CORES_FROM = (7, 0)  # Volta: the first GPUs with float16 tensor cores
 
 
@@ -133,6 +133,9 @@ def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = N
         raise ValueError(f"unknown precision {requested!r}; choose one of {', '.join(CHOICES)}")
     if requested == "fp32":
         return Resolved("fp32", "float32", "--precision fp32")
+    if requested == "fp16":  # the GPU's mixed precision on any device, loss scaling included
+        return Resolved("mixed", "float16", f"--precision fp16: float16 with dynamic loss "
+                                            f"scaling on the {'GPU' if on_gpu else 'CPU'}")
     if on_gpu:
         cores = capability is None or tuple(capability) >= TENSOR_CORES_FROM
         shown = ".".join(map(str, capability)) if capability else "unknown"
@@ -174,8 +177,8 @@ def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = N
 def expected(requested: str, device: str, model: str | None = None) -> Resolved:
     """What a run will resolve to, judged in the parent before any framework starts: the GPU
     from NVML (`device` auto or gpu), else this CPU's flags and doctor's measurement."""
-    if requested == "fp32":
-        return resolve("fp32", False)
+    if requested in ("fp32", "fp16"):  # the same on every device
+        return resolve(requested, False)
     capability = nvml_capability() if device != "cpu" else None
     if capability is not None:
         return resolve(requested, True, capability)

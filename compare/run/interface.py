@@ -88,6 +88,7 @@ class Training(Protocol):
     # What compiled of the training step (XLA, torch.compile), read from the compiler itself,
     # not from the config: {"compiler", "compiled", and the compiler's own counts}.
     def compilation(self) -> dict[str, Any]: ...
+    def loss_scale(self) -> float | None: ...  # the dynamic loss scale now; None unscaled
     def scalar_writer(self, directory: Path) -> Any: ...  # .scalar(tag, value, step), .flush(),
     # .close(): TensorBoard events through the framework's own summary writer
     def close(self) -> None: ...

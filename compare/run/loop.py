@@ -198,7 +198,7 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
               "images_per_s": images / train_time, "images": images,
               "input_wait_s": wait_s, "steps": steps,
               "device_time_s": device_time, "peak_device_memory_bytes": peak_bytes,
-              "host_rss_bytes": host_rss(), "gpu": gpu}
+              "host_rss_bytes": host_rss(), "gpu": gpu, "loss_scale": trainer.loss_scale()}
     if trainer.choice.processes > 1:  # a collective: every process gets here each epoch
         record["processes"] = per_process(trainer, train_time, wait_s, step_ms)
     return record, global_step
