@@ -471,8 +471,32 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
     done["seconds"] = sum(c["seconds"] for c in done["commands"])
     done["status"] = ("timed out" if any(c["timed_out"] for c in done["commands"])
                       else "ok" if all(code == 0 for code in codes) else "failed")
+    if stage.name == "gpu-tests" and ctx.device == "gpu" and done["status"] == "ok":
+        # pytest exits 0 when every test skips: on a GPU host that proves nothing
+        reasons = every_test_skipped(ctx.out / f"pytest-gpu-{framework}.xml")
+        if reasons is not None:
+            done["status"] = "failed"
+            done["note"] = "every GPU test skipped: " + "; ".join(reasons)
     done["figures"] = figures(stage, framework, ctx)
     return done
+
+
+def every_test_skipped(junit: Path) -> list[str] | None:
+    """The distinct skip reasons when every test in a pytest JUnit XML report skipped (or it
+    ran none); None when at least one test ran."""
+    import xml.etree.ElementTree as ElementTree
+    try:
+        cases = ElementTree.parse(junit).getroot().iter("testcase")
+    except (OSError, ElementTree.ParseError):
+        return ["no test report was written"]
+    reasons, ran = [], False
+    for case in cases:
+        skipped = case.find("skipped")
+        if skipped is None:
+            ran = True
+        elif (skipped.get("message") or "") not in reasons:
+            reasons.append(skipped.get("message") or "")
+    return None if ran else (reasons or ["no test ran"])
 
 
 def figures(stage: Stage, framework: str, ctx: Context) -> dict:

@@ -68,6 +68,22 @@ def test_the_plan_keeps_the_data_options_in_every_call():
     assert all(len(c["command"]) <= 2000 for c in calls)  # what one device command may hold
 
 
+def test_a_gpu_test_stage_where_every_test_skipped_fails_with_the_reasons(tmp_path):
+    """pytest exits 0 when every test skips; on a GPU host that is a failed stage."""
+    def report(*cases):
+        path = tmp_path / f"r{len(cases)}{cases[0][1] if cases else ''}.xml"
+        path.write_text("<testsuites><testsuite>" + "".join(
+            f'<testcase name="{name}">' + (f'<skipped message="{why}"/>' if why else "")
+            + "</testcase>" for name, why in cases) + "</testsuite></testsuites>")
+        return path
+    assert battery.every_test_skipped(report(("a", "TensorFlow sees no GPU here"),
+                                             ("b", "TensorFlow sees no GPU here"))) == [
+        "TensorFlow sees no GPU here"]
+    assert battery.every_test_skipped(report(("a", "no GPU"), ("b", ""))) is None  # b ran
+    assert battery.every_test_skipped(report()) == ["no test ran"]
+    assert battery.every_test_skipped(tmp_path / "missing.xml") == ["no test report was written"]
+
+
 def test_a_pack_killed_midway_leaves_the_previous_pack_whole(tmp_path, monkeypatch):
     out, target = tmp_path / "out", tmp_path / "pack"
     out.mkdir()

@@ -68,9 +68,11 @@ def _torch_trainer(torch_train, config):
 
 
 def _tf_scenario(name: str, tmp_path: Path) -> dict:
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "gpu_tf_scenarios.py"), name,
-                           str(tmp_path / name)], cwd=REPO, capture_output=True, text=True,
-                          timeout=patience(600))
+    """A TensorFlow scenario in TensorFlow's interpreter ($CNNCOMPARE_TF_PYTHON where set, as
+    every TensorFlow process of the tool), with the repository on its path."""
+    done = subprocess.run([runner.python_for("tf"), str(REPO / "tests" / "gpu_tf_scenarios.py"),
+                           name, str(tmp_path / name)], cwd=REPO, capture_output=True,
+                          text=True, timeout=patience(600), env=runner.child_environment())
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
