@@ -80,6 +80,25 @@ def placement(out: Path) -> dict:
             "labels": got.numpy().tolist(), "resident_bytes": source.resident_bytes()}
 
 
+def pipeline_batches(out: Path) -> dict:
+    """The first batch of epoch 1 from each pipeline on the GPU, against the naive one's:
+    the largest pixel difference and whether the labels agree."""
+    first = {}
+    for kind in ("naive", "tuned", "device"):
+        pipeline = PipelineConfig.preset(kind)
+        if kind != "device":
+            pipeline = PipelineConfig(kind=kind, workers=0, persistent_workers=False)
+        trainer = _trainer(_config(out / kind, pipeline=pipeline, augment=True,
+                                   precision="fp32"))
+        images, labels = trainer._load(next(iter(trainer.batches(1))))
+        first[kind] = (np.asarray(images, dtype=np.float32), np.asarray(labels))
+    base_images, base_labels = first["naive"]
+    return {kind: {"max_pixel_difference": float(np.abs(images - base_images).max()),
+                   "labels_equal": bool(np.array_equal(labels, base_labels)),
+                   "shape": list(images.shape)}
+            for kind, (images, labels) in first.items()}
+
+
 def peak_memory(out: Path) -> dict:
     """reset_peak_memory: the next peak counts from the reset, not from the largest
     allocation before it."""

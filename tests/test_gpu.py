@@ -223,6 +223,15 @@ def test_tf_every_pipeline_trains_on_the_gpus(tmp_path, tf_gpus, pipeline):
     assert all(math.isfinite(e["train_loss"]) for e in result["epochs"])
 
 
+def test_tf_every_pipeline_gives_the_same_batches_on_the_gpu(tmp_path, tf_gpus):
+    """Claim: Every input pipeline (naive, tuned, device) trains on the GPU with the same
+    batches; TensorFlow's device pipeline gathers on the GPU, under MirroredStrategy too."""
+    found = _tf_scenario("pipeline_batches", tmp_path)
+    for kind, batch in found.items():
+        assert batch["labels_equal"] and batch["shape"] == [64, 32, 32, 3], (kind, batch)
+        assert batch["max_pixel_difference"] <= 1e-6, (kind, batch)  # normalised on the GPU
+
+
 # ---------------------------------------------------------------- compilers
 
 def test_tf_xla_on_the_gpu(tmp_path, tf_gpus):
@@ -399,34 +408,33 @@ def test_tf_trains_on_the_gpu(tmp_path, tf_gpus, precision):
 
 # ---------------------------------------------------------------- doctor and the device guard
 
-def test_both_doctor_on_a_gpu_host(torch_gpu):
+def test_both_doctor_on_a_gpu_host(torch_gpu, tf_gpus):
     """Claim: doctor trains a few steps on the GPU alone and says why a framework sees no
-    GPU."""
+    GPU. Both frameworks see the GPU here (tf_gpus: else this test skips, and the battery
+    fails a stage whose every test skipped); the diagnosis of one that does not is checked
+    on this host with TensorFlow's GPUs hidden from it."""
     report = doctor.examine("lenet")
-    torch_entry = report["frameworks"]["torch"]
-    assert torch_entry["kinds"] == ["gpu"], json.dumps(torch_entry, indent=1)[:2000]
-    assert list(torch_entry["runs"]) == ["gpu"]  # no CPU steps on a GPU machine
-    assert any(name.startswith("libcudnn") for name in torch_entry["runs"]["gpu"]["libraries"])
-    tf_entry = report["frameworks"]["tf"]
-    if "gpu" in tf_entry.get("kinds", []):
-        assert report["verdict"].startswith("ready to compare on GPU")
-    elif tf_entry.get("installed"):  # the diagnosis names a cause, and the cause holds
-        diagnosis = tf_entry["gpu_diagnosis"]
-        assert diagnosis and not diagnosis.startswith("unknown"), diagnosis
-        if diagnosis.startswith("CUDA libraries not installed"):
-            missing = [lib for lib, where in tf_entry["environment"]["gpu_libraries"].items()
-                       if where is None]
-            assert missing and all(lib in diagnosis for lib in missing)
-        assert report["verdict"].startswith("not ready on the GPU")
+    for framework in ("tf", "torch"):
+        entry = report["frameworks"][framework]
+        assert entry["kinds"] == ["gpu"], json.dumps(entry, indent=1)[:2000]
+        assert list(entry["runs"]) == ["gpu"]  # no CPU steps on a GPU machine
+        assert any(name.startswith("libcudnn") for name in entry["runs"]["gpu"]["libraries"])
+    assert report["verdict"].startswith("ready to compare on GPU")
+    hidden = dict(report["frameworks"]["tf"]["environment"], gpus=[])
+    diagnosis = doctor.gpu_diagnosis(hidden, report["machine"])
+    assert diagnosis and not diagnosis.startswith("unknown"), diagnosis
 
 
-def test_both_same_device_guard_on_a_gpu_host(torch_gpu):
-    """Claim: compare refuses to set one framework on the GPU against the other on the CPU."""
+def test_both_same_device_guard_on_a_gpu_host(torch_gpu, tf_gpus, monkeypatch):
+    """Claim: compare refuses to set one framework on the GPU against the other on the CPU.
+    Here both see the GPU and pass; then TensorFlow's environment, as a CPU-only TensorFlow
+    would describe it beside this GPU, is refused in one line."""
     from compare.errors import UserError
     from compare.experiment.config import RunConfig
     configs = [RunConfig(framework=fw) for fw in ("tf", "torch")]
-    if runner.framework_environment("tf").get("gpus"):
-        assert devices.check_same_device(configs) == {"tf": "gpu", "torch": "gpu"}
-    else:  # TensorFlow without its CUDA libraries beside a CUDA PyTorch: refused
-        with pytest.raises(UserError, match="different devices"):
-            devices.check_same_device(configs)
+    assert devices.check_same_device(configs) == {"tf": "gpu", "torch": "gpu"}
+    real = runner.framework_environment
+    monkeypatch.setattr(runner, "framework_environment", lambda fw: (
+        {**real(fw), "gpus": []} if fw == "tf" else real(fw)))
+    with pytest.raises(UserError, match="different devices"):
+        devices.check_same_device(configs)
