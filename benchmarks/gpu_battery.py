@@ -471,13 +471,18 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
     done["seconds"] = sum(c["seconds"] for c in done["commands"])
     done["status"] = ("timed out" if any(c["timed_out"] for c in done["commands"])
                       else "ok" if all(code == 0 for code in codes) else "failed")
+    done["figures"] = figures(stage, framework, ctx)
+    if done["status"] != "ok":  # doctor says why in its verdict, the rest in a last line
+        said = [line.strip() for line in log.read_text(errors="replace").splitlines()
+                if line.strip() and not line.startswith("$ ")] if log.exists() else []
+        verdict = done["figures"].get("verdict") if stage.name == "doctor" else None
+        done["note"] = (verdict or (said[-1] if said else f"exit codes {codes}"))[:300]
     if stage.name == "gpu-tests" and ctx.device == "gpu" and done["status"] == "ok":
         # pytest exits 0 when every test skips: on a GPU host that proves nothing
         reasons = every_test_skipped(ctx.out / f"pytest-gpu-{framework}.xml")
         if reasons is not None:
             done["status"] = "failed"
             done["note"] = "every GPU test skipped: " + "; ".join(reasons)
-    done["figures"] = figures(stage, framework, ctx)
     return done
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import patience
 
 REPO = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("gpu_battery", REPO / "benchmarks" / "gpu_battery.py")
@@ -103,6 +104,37 @@ def test_a_pack_killed_midway_leaves_the_previous_pack_whole(tmp_path, monkeypat
     monkeypatch.undo()
     battery.pack(out, target)
     assert (target / "battery.md").read_text() == "# second"
+
+
+@pytest.mark.slow  # the first device call's stages in PyTorch, tiny: about a minute
+def test_the_first_call_rehearsed_as_on_a_bare_gpu_host(tmp_path):
+    """As a rented GPU machine runs the first call: a Python without TensorFlow, Keras or
+    tensorflow-datasets (hidden from every process by a sitecustomize) and the checkout on
+    PYTHONPATH. The plan's first call (PyTorch's stages) completes; a TensorFlow stage fails
+    with one line that says why."""
+    import subprocess
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "sitecustomize.py").write_text(
+        "import sys\n"
+        "for name in ('tensorflow', 'keras', 'tensorflow_datasets'):\n"
+        "    sys.modules[name] = None  # import fails, find_spec says not installed\n")
+    first = _plan()["calls"][0]
+    assert first["framework"] == "torch"
+    out = tmp_path / "battery"
+    stages = [x for name in first["stages"] for x in ("--stage", name)]
+    env = {**battery.os.environ, "PYTHONPATH": f"{bare}:{REPO}"}
+    for framework, chosen in (("torch", stages), ("tf", ["--stage", "doctor"])):
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_battery.py"),
+                        "--device", "cpu", "--tiny", "--framework", framework, *chosen,
+                        "--out", str(out)], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=patience(900))
+    done = {(s["stage"], s["framework"]): s
+            for s in json.loads((out / "battery.json").read_text())["stages"]}
+    assert all(done[(name, "torch")]["status"] == "ok" for name in first["stages"]), done
+    tf_doctor = done[("doctor", "tf")]
+    assert tf_doctor["status"] == "failed" and "\n" not in tf_doctor["note"]
+    assert "not installed" in tf_doctor["note"], tf_doctor["note"]
 
 
 @pytest.mark.machine_sensitive  # limits
