@@ -8,7 +8,7 @@ limit, each rewriting the summary when it ends:
 
     python benchmarks/gpu_battery.py --plan                  # the stages, limits, estimates
     python benchmarks/gpu_battery.py --framework torch --stage doctor --stage lenet-fp32 \\
-        --data-dir /tmp/cifar10-jpeg --out /tmp/battery --pack "$OUT"
+        --dataset folder --data-dir /tmp/cifar10-jpeg --out /tmp/battery --pack "$OUT"
     python benchmarks/gpu_battery.py --device cpu --tiny --out /tmp/b --pack /tmp/p  # plumbing
 
 Stages: `doctor`; `gpu-tests` (pytest -m gpu); the core comparisons `lenet-fp32`,
@@ -693,9 +693,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true",
                         help=f"every stage on {TINY.images} synthetic images, {TINY.epochs} "
                              f"epoch, {TINY.seeds} seed (float32 on a CPU)")
-    parser.add_argument("--dataset", default="synthetic",
-                        help="cnncompare --dataset of every run [default: synthetic]")
-    parser.add_argument("--data-dir", help="cnncompare --data-dir (e.g. the extracted CIFAR-10)")
+    parser.add_argument("--dataset", default="cifar10", choices=("cifar10", "folder"),
+                        help="cnncompare --dataset of every run: real CIFAR-10, as the official "
+                             "archive or an image folder (synthetic data only with --tiny) "
+                             "[default: cifar10]")
+    parser.add_argument("--data-dir", help="cnncompare --data-dir: the official archive (tar.gz "
+                                           "or extracted), or the image folder")
     parser.add_argument("--time-left", type=float,
                         help="seconds this command may take: a stage whose estimate no longer "
                              "fits is skipped and said so")
@@ -705,14 +708,20 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _cached_cifar10() -> bool:
+    """The official archive in cnncompare's cache ($CNNCOMPARE_HOME), where --data-dir is
+    not needed."""
+    from compare.experiment.datasets import cache
+    from compare.experiment.datasets.cifar10 import CIFAR10_ARCHIVE
+    return any(cache.home().rglob(CIFAR10_ARCHIVE))
+
+
 def context(args: argparse.Namespace) -> Context:
     calibration = _read_json(CALIBRATION)
     if args.tiny:
         data = TINY.data()
         sizes = (TINY.images, TINY.images // 5)  # the synthetic source's test split: a fifth
-    elif args.dataset == "synthetic":
-        data, sizes = ["--dataset", "synthetic", "--synthetic-size", str(CIFAR10[0])], CIFAR10
-    else:
+    else:  # real CIFAR-10: a time to 94% on synthetic data would mean nothing
         data = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir
                                               else [])
         sizes = CIFAR10
@@ -724,13 +733,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibrate:
         print(json.dumps(calibrate(), indent=2))
         return 0
+    if not (args.tiny or args.plan or args.data_dir or _cached_cifar10()):
+        sys.exit("gpu_battery.py: the battery trains on real CIFAR-10: pass --data-dir (the "
+                 "official archive or its folder; an image folder with --dataset folder), or "
+                 "--tiny for synthetic plumbing")
     ctx = context(args)
     frameworks = tuple(args.framework or FRAMEWORKS)
     stages = [s for s in STAGES if not args.stage or s.name in args.stage]
     rows = plan(stages, frameworks, ctx)
     if args.plan:
-        options = ((["--dataset", args.dataset] if args.dataset != "synthetic" else [])
-                   + (["--data-dir", args.data_dir] if args.data_dir else []))
+        options = ["--tiny"] if args.tiny else ctx.data
         print(json.dumps({"stages": rows, "calls": device_calls(rows, options), "assumptions": {
             "utilisation": ASSUMED_UTILISATION,
             "host_step_ms": {f"{fw}/{m}": v for (fw, m), v in ASSUMED_HOST_STEP_MS.items()},

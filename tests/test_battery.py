@@ -62,6 +62,18 @@ def test_a_stage_cut_by_its_limit_keeps_what_it_wrote(tmp_path):
     assert json.loads((tmp_path / "out.json").read_text()) == {"verdict": "ok"}
 
 
+def test_the_battery_trains_on_real_cifar10_unless_tiny(tmp_path):
+    """A time to 94% on synthetic data would mean nothing: without --data-dir or the archive
+    in the cache ($CNNCOMPARE_HOME, empty here) the battery refuses in one line."""
+    with pytest.raises(SystemExit, match="trains on real CIFAR-10: pass --data-dir"):
+        battery.main(["--out", str(tmp_path / "b")])
+    with pytest.raises(SystemExit):  # synthetic is not a choice: --tiny is
+        battery.arguments(["--dataset", "synthetic"])
+    commands = [c for row in _plan()["stages"] for c in row["commands"]
+                if " compare " in c or " sweep " in c]
+    assert commands and all("--dataset cifar10" in c for c in commands)
+
+
 def test_the_plan_keeps_the_data_options_in_every_call():
     calls = _plan("--dataset", "cifar10", "--data-dir", "/data/cifar-10-batches-py")["calls"]
     assert calls and all("--dataset cifar10 --data-dir /data/cifar-10-batches-py" in c["command"]
