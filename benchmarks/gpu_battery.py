@@ -61,10 +61,12 @@ sys.path.insert(0, str(REPO))
 from compare.experiment import specs  # noqa: E402
 from compare.machine import gpu_metrics  # noqa: E402
 
+STARTED = time.perf_counter()  # --time-left counts from here: imports and setup included
 CLI = [sys.executable, "-c", "from compare.cli import main; main()"]
 FRAMEWORKS = ("torch", "tf")  # the plan's order: PyTorch can start before TensorFlow arrives
 CALIBRATION = Path(__file__).with_name("gpu_battery_calibration.json")
 STAGE_LIMIT_S = 570  # every stage's time limit stays under a 10-minute command
+SPARE_S = 60  # of --time-left, kept for packing and the command's own end
 RENTAL_CORE_S = 25 * 60  # the core stages fit this much of one rental's GPU time
 RENTAL_S = 27 * 60  # a rental's GPU time left after the machine's start and the transfers
 PACK_FILES = 8  # files that come back from one command
@@ -700,8 +702,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", help="cnncompare --data-dir: the official archive (tar.gz "
                                            "or extracted), or the image folder")
     parser.add_argument("--time-left", type=float,
-                        help="seconds this command may take: a stage whose estimate no longer "
-                             "fits is skipped and said so")
+                        help="seconds this command may take, counted from its start; "
+                             f"{SPARE_S} s of them are kept for packing: a stage whose estimate "
+                             "no longer fits is skipped and said so, and none runs past them")
     parser.add_argument("--calibrate", action="store_true",
                         help="measure the fixed cost per training process on this CPU into "
                              f"{CALIBRATION.name}, then exit")
@@ -729,6 +732,8 @@ def context(args: argparse.Namespace) -> Context:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # --time-left counts from the process's start as a script, from this call otherwise
+    started = STARTED if argv is None else time.perf_counter()
     args = arguments(argv)
     if args.calibrate:
         print(json.dumps(calibrate(), indent=2))
@@ -757,12 +762,12 @@ def main(argv: list[str] | None = None) -> int:
                "device": ctx.device, "tiny": TINY.described(ctx.device) if ctx.tiny else False,
                "data": ctx.data,
                "stages": list(previous.get("stages") or [])}
-    begun = time.perf_counter()
     by_name = {s.name: s for s in STAGES}
     failed = False
     for row in rows:
         stage = by_name[row["stage"]]
-        left = None if args.time_left is None else args.time_left - (time.perf_counter() - begun)
+        left = (None if args.time_left is None
+                else args.time_left - SPARE_S - (time.perf_counter() - started))
         print(f"{row['stage']} ({row['framework']}): estimate {row['estimate_s']} s, "
               f"limit {row['limit_s']} s", flush=True)
         if left is not None and row["estimate_s"] > left:

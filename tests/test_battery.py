@@ -74,6 +74,15 @@ def test_the_battery_trains_on_real_cifar10_unless_tiny(tmp_path):
     assert commands and all("--dataset cifar10" in c for c in commands)
 
 
+def test_time_left_keeps_a_spare_minute_for_packing(tmp_path):
+    """--time-left 61: 60 s are kept for the pack and the command's end, so not even doctor
+    (an estimate of seconds) starts; it is recorded as skipped with the reason."""
+    assert battery.main(["--tiny", "--device", "cpu", "--framework", "torch", "--stage",
+                         "doctor", "--time-left", "61", "--out", str(tmp_path)]) == 0
+    (stage,) = json.loads((tmp_path / "battery.json").read_text())["stages"]
+    assert stage["status"] == "skipped" and "exceeds the 1 s left" in stage["note"]
+
+
 def test_the_plan_keeps_the_data_options_in_every_call():
     calls = _plan("--dataset", "cifar10", "--data-dir", "/data/cifar-10-batches-py")["calls"]
     assert calls and all("--dataset cifar10 --data-dir /data/cifar-10-batches-py" in c["command"]
