@@ -11,7 +11,8 @@ limit, each rewriting the summary when it ends:
         --dataset folder --data-dir /tmp/cifar10-jpeg --out /tmp/battery --pack "$OUT"
     python benchmarks/gpu_battery.py --device cpu --tiny --out /tmp/b --pack /tmp/p  # plumbing
 
-Stages: `doctor`; `gpu-tests` (pytest -m gpu); the core comparisons `lenet-fp32`,
+Stages: `tf-smoke` (TensorFlow's first GPU op: a float16 3x3 convolution forward and
+gradient); `doctor`; `gpu-tests` (pytest -m gpu); the core comparisons `lenet-fp32`,
 `lenet-mixed` (the PyTorch tutorial's recipe: batch 4, lr 0.001, 2 epochs), `resnet9-mixed`
 and `resnet9-fp32` (the DAWNBench recipe, 24 epochs, --target-accuracy 0.94); then
 `cpu-vs-gpu` (sweep --vary device=cpu,gpu), `tool-overhead` (benchmarks/tool_overhead.py) and
@@ -164,6 +165,7 @@ class Stage:
     commands: Callable[[str, Context], list[list[str]]]  # (framework, context) -> argv list
     estimate: Callable[[str, Context], tuple[float, str]]  # (framework, context) -> (s, how)
     comparison: bool = False  # leaves a `compare` directory OUT/<name>
+    json_out: bool = False  # its stdout is JSON, kept as OUT/<name>-<framework>.json
 
 
 # --------------------------------------------------------------------------- estimates
@@ -244,6 +246,30 @@ def compare_commands(name: str, recipe: Recipe) -> Callable[[str, Context], list
     return commands
 
 
+# TensorFlow's first GPU op, before anything long: a float16 3x3 convolution (cuDNN; a 1x1 one
+# may go to cuBLAS and prove nothing about cuDNN) forward and gradient, on the device.
+SMOKE = """import json, sys
+import tensorflow as tf
+with tf.device(sys.argv[1]):
+    x = tf.random.normal((8, 32, 32, 16), dtype=tf.float16)
+    w = tf.Variable(tf.random.normal((3, 3, 16, 16), dtype=tf.float16))
+    with tf.GradientTape() as tape:
+        y = tf.nn.conv2d(x, w, 1, "SAME")
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+    grad = tape.gradient(loss, w)
+print(json.dumps({"device": y.device, "gpus": len(tf.config.list_physical_devices("GPU")),
+                  "finite": bool(tf.reduce_all(tf.math.is_finite(grad)))}))
+on_device = sys.argv[1].strip("/").lower() in y.device.lower()
+sys.exit(0 if on_device and bool(tf.reduce_all(tf.math.is_finite(grad))) else 1)
+"""
+
+
+def smoke_commands(framework: str, ctx: Context) -> list[list[str]]:
+    from compare.process import runner
+    device = "/GPU:0" if ctx.device == "gpu" else "/CPU:0"
+    return [[runner.python_for("tf"), "-c", SMOKE, device]]
+
+
 def doctor_commands(framework: str, ctx: Context) -> list[list[str]]:
     return [[*CLI, "doctor", "--json", "--framework", framework]]
 
@@ -300,10 +326,15 @@ def overhead_estimate(framework: str, ctx: Context) -> tuple[float, str]:
 
 
 STAGES: list[Stage] = [
+    Stage("tf-smoke", True, ("tf",), "TensorFlow's first GPU op, before anything long: a "
+          "float16 3x3 convolution forward and gradient (cuDNN)", smoke_commands,
+          lambda fw, ctx: (fixed_seconds(fw, "lenet", ctx), "one process's fixed cost"),
+          json_out=True),
     Stage("doctor", True, FRAMEWORKS, "cnncompare doctor: versions, the CUDA libraries each "
           "framework loaded, a few real steps per precision on the GPU alone",
           doctor_commands, lambda fw, ctx: (2 * fixed_seconds(fw, "lenet", ctx) + 10.0,
-                                            "two processes' fixed cost + 10 s of steps")),
+                                            "two processes' fixed cost + 10 s of steps"),
+          json_out=True),
     *[Stage(f"lenet-{p}", True, FRAMEWORKS, f"LeNet, the PyTorch tutorial's recipe (batch 4, "
             f"lr 0.001, 2 epochs), {p}, 2 seeds", compare_commands(f"lenet-{p}", recipe),
             comparison_estimate(recipe), comparison=True)
@@ -464,7 +495,7 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
     deadline = time.perf_counter() + row["limit_s"]
     for argv in stage.commands(framework, ctx):
         left = deadline - time.perf_counter()
-        stdout = ctx.out / f"doctor-{framework}.json" if stage.name == "doctor" else None
+        stdout = ctx.out / f"{stage.name}-{framework}.json" if stage.json_out else None
         outcome = run_command(argv, log, max(1.0, left), stdout)
         done["commands"].append({"argv": " ".join(_shown(a) for a in argv), **outcome})
         if outcome["timed_out"]:
@@ -508,6 +539,9 @@ def every_test_skipped(junit: Path) -> list[str] | None:
 
 def figures(stage: Stage, framework: str, ctx: Context) -> dict:
     """The stage's headline figures, read from what it wrote."""
+    if stage.name == "tf-smoke":
+        found = _read_json(ctx.out / f"tf-smoke-{framework}.json")
+        return found or {"verdict": "no JSON on the smoke test's stdout"}
     if stage.name == "doctor":
         found = _read_json(ctx.out / f"doctor-{framework}.json")
         entry = (found.get("frameworks") or {}).get(framework) or {}

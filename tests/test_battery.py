@@ -34,7 +34,8 @@ def test_the_plan_fits_a_rental_with_pytorch_first_and_says_how_each_estimate_wa
     assert all(0 < r["limit_s"] < 570 and r["estimate_s"] > 0 and r["estimated_how"]
                and r["commands"] for r in rows)
     core = [r for r in rows if r["core"]]
-    assert [r["framework"] for r in core] == ["torch"] * 5 + ["tf"] * 5  # PyTorch's first
+    assert [r["framework"] for r in core] == ["torch"] * 5 + ["tf"] * 6  # PyTorch's first
+    assert [r["stage"] for r in core][5:7] == ["tf-smoke", "doctor"]  # TF's first GPU op first
     assert rows[:len(core)] == core  # then the sweeps
     assert plan["core_estimate_s"] <= 25 * 60 and all(r["rental"] == 1 for r in core)
     assert {r["rental"] for r in rows} <= {1, 2}
