@@ -43,7 +43,7 @@ def test_every_command_has_help_with_an_example_and_every_option_help_text(comma
     (["--lr", "0"], "Invalid value for '--lr'"),
     (["--lr", "-0.1"], "Invalid value for '--lr'"),
     (["--model", "vgg16"], "'vgg16' is not one of 'lenet', 'resnet9'"),
-    (["--precision", "fp8"], "'fp8' is not one of 'auto', 'mixed', 'fp32'"),
+    (["--precision", "fp8"], "'fp8' is not one of 'auto', 'mixed', 'fp16', 'fp32'"),
     (["--devices", "0"], "Invalid value for '--devices'"),
 ])
 def test_bad_options_get_one_clear_line_and_exit_2(args, message):
