@@ -436,6 +436,70 @@ def device_calls(rows: list[dict], options: list[str]) -> list[dict]:
     return calls
 
 
+CALL_CHARS = 2000  # one device command's length
+CARRY_BYTES = 64 * 2**20  # what one device command may carry from the checkout
+
+
+def rental_calls(calls: list[dict], root: Path, bundle: Path | None, data: Path | None,
+                 scratch: str = "/tmp") -> list[dict]:
+    """The device calls as a rental without a package index runs them, back to back, each one
+    bash line (`bash`, of which `setup` comes first) with the checkout paths it carries
+    (`carry`, relative to `root`, at most CARRY_BYTES): the first call carries the data and
+    unpacks it under `scratch`; the next ones each carry one part of TensorFlow's bundle
+    (`bundle`: c00/c.00, c01/c.01, ... and SHA256SUMS), check it and append it to one file
+    while a PyTorch stage runs (calls that only carry where PyTorch has no stage left); the
+    first TensorFlow call unpacks the bundle and activates it."""
+    data_options: list[str] = []
+    out = [dict(call, setup=[], carry=[]) for call in calls]
+    if data is not None:
+        on_device = f"{scratch}/cnncompare-data"
+        if data.name == "cifar-10-python.tar.gz":  # the official archive: read as it is
+            unpack = f"mkdir -p {on_device} && cp {data.relative_to(root)} {on_device}/"
+            data_options = ["--dataset", "cifar10", "--data-dir", f"{on_device}/{data.name}"]
+        else:  # an image folder (train/ and test/), archived
+            unpack = f"mkdir -p {on_device} && tar xzf {data.relative_to(root)} -C {on_device}"
+            data_options = ["--dataset", "folder", "--data-dir", on_device]
+        out[0]["setup"].append(unpack)
+        out[0]["carry"].append(str(data.relative_to(root)))
+    parts = sorted(bundle.glob("c[0-9][0-9]")) if bundle is not None else []
+    first_tf = next((i for i, c in enumerate(out) if c["framework"] == "tf"), len(out))
+    slots = list(range(1 if data is not None else 0, first_tf))
+    while len(slots) < len(parts):  # carry-only calls before TensorFlow's first
+        out.insert(first_tf, {"framework": "torch", "rental": out[first_tf - 1]["rental"],
+                              "stages": [], "estimate_s": 0, "setup": [], "carry": []})
+        slots.append(first_tf)
+        first_tf += 1
+    archive = f"{scratch}/tf-bundle.tar.xz"
+    for part, slot in zip(parts, slots):
+        name = f"{part.name}/{part.name[0]}.{part.name[1:]}"
+        folder = bundle.relative_to(root)
+        out[slot]["setup"].append(
+            f"(cd {folder} && grep ' {name}$' SHA256SUMS | sha256sum -c --quiet -) && "
+            f"cat {folder}/{name} >> {archive}")
+        out[slot]["carry"] += [str(folder / part.name), str(folder / "SHA256SUMS")]
+    if parts and first_tf < len(out):
+        out[first_tf]["setup"].append(f"mkdir -p {scratch}/tfgpu && tar xJf {archive} -C "
+                                      f"{scratch}/tfgpu && source {scratch}/tfgpu/site/activate.sh")
+    for call in out:
+        run = (("PYTHONPATH=. python benchmarks/gpu_battery.py --framework " + call["framework"]
+                + "".join(f" --stage {s}" for s in call["stages"])
+                + "".join(f" {_shown(o)}" for o in data_options)
+                + f" --time-left {STAGE_LIMIT_S} --out {scratch}/battery --pack \"$OUT\"")
+               if call["stages"] else "true")
+        call["setup"] = " && ".join(call["setup"])
+        call["bash"] = " && ".join(x for x in (call["setup"], run) if x)
+        call["carry"] = sorted(set(call["carry"]))
+        call["carry_bytes"] = sum(f.stat().st_size for c in call["carry"]
+                                  for f in ([root / c] if (root / c).is_file()
+                                            else (root / c).rglob("*")) if f.is_file())
+        if len(call["bash"]) > CALL_CHARS or call["carry_bytes"] > CARRY_BYTES:
+            raise SystemExit(f"gpu_battery.py: a device call would carry "
+                             f"{call['carry_bytes'] / 2**20:.0f} MiB or hold "
+                             f"{len(call['bash'])} characters, over {CARRY_BYTES / 2**20:.0f} MiB "
+                             f"/ {CALL_CHARS}")
+    return out
+
+
 def _shown(arg: str) -> str:
     if arg == sys.executable:
         return "python"
@@ -715,6 +779,13 @@ def _cpu_name() -> str:
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", type=Path,
+                        help="with --plan: TensorFlow's bundle in the checkout (c00/, c01/, "
+                             "..., SHA256SUMS), one part carried per device call")
+    parser.add_argument("--carry-data", type=Path,
+                        help="with --plan: the data in the checkout (the official "
+                             "cifar-10-python.tar.gz, or an image folder's tar.gz), carried "
+                             "by the first device call")
     parser.add_argument("--plan", action="store_true",
                         help="print the stages as JSON and run nothing")
     parser.add_argument("--stage", action="append", choices=[s.name for s in STAGES],
@@ -782,7 +853,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = plan(stages, frameworks, ctx)
     if args.plan:
         options = ["--tiny"] if args.tiny else ctx.data
-        print(json.dumps({"stages": rows, "calls": device_calls(rows, options), "assumptions": {
+        calls = device_calls(rows, options)
+        if args.bundle or args.carry_data:
+            calls = rental_calls(calls, REPO, args.bundle and args.bundle.resolve(),
+                                 args.carry_data and args.carry_data.resolve())
+        print(json.dumps({"stages": rows, "calls": calls, "assumptions": {
             "utilisation": ASSUMED_UTILISATION,
             "host_step_ms": {f"{fw}/{m}": v for (fw, m), v in ASSUMED_HOST_STEP_MS.items()},
             "cuda_start_s": CUDA_START_S, "calibration": ctx.calibration},

@@ -75,6 +75,62 @@ def test_the_battery_trains_on_real_cifar10_unless_tiny(tmp_path):
     assert commands and all("--dataset cifar10" in c for c in commands)
 
 
+def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device(tmp_path):
+    """--plan --bundle --carry-data: each call one bash line within 2,000 characters and
+    64 MiB of carry; run here in order (the battery replaced by `true`), the setups unpack
+    the data, check and join the parts, and the first TensorFlow call activates the bundle."""
+    import hashlib
+    import io
+    import subprocess
+    import tarfile
+    root, scratch = tmp_path / "checkout", tmp_path / "device"
+    (root / ".tfgpu").mkdir(parents=True)
+    scratch.mkdir()
+    site = io.BytesIO()  # what the bundle holds: site/activate.sh
+    with tarfile.open(fileobj=site, mode="w:xz") as tar:
+        script = b"export BUNDLE_ACTIVE=yes\n"
+        info = tarfile.TarInfo("site/activate.sh")
+        info.size = len(script)
+        tar.addfile(info, io.BytesIO(script))
+    blob = site.getvalue()
+    sums = []
+    for i in range(3):  # three parts, as build.sh splits it
+        part = root / ".tfgpu" / f"c{i:02d}" / f"c.{i:02d}"
+        part.parent.mkdir()
+        part.write_bytes(blob[i * len(blob) // 3:(i + 1) * len(blob) // 3])
+        sums.append(f"{hashlib.sha256(part.read_bytes()).hexdigest()}  c{i:02d}/c.{i:02d}")
+    (root / ".tfgpu" / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    images = io.BytesIO()
+    with tarfile.open(fileobj=images, mode="w:gz") as tar:
+        info = tarfile.TarInfo("train/cat/0.jpg")
+        tar.addfile(info, io.BytesIO(b""))
+    (root / ".data").mkdir()
+    (root / ".data" / "cifar10-jpeg.tar.gz").write_bytes(images.getvalue())
+    calls = battery.rental_calls(_plan()["calls"], root, root / ".tfgpu",
+                                 root / ".data" / "cifar10-jpeg.tar.gz", scratch=str(scratch))
+    assert all(len(c["bash"]) <= 2000 and c["carry_bytes"] <= 64 * 2**20 for c in calls)
+    assert calls[0]["carry"] == [".data/cifar10-jpeg.tar.gz"]
+    carried = [p for c in calls for p in c["carry"] if p.startswith(".tfgpu/c")]
+    assert carried == [".tfgpu/c00", ".tfgpu/c01", ".tfgpu/c02"]  # one a call, in order
+    assert all(f"--dataset folder --data-dir {scratch}/cnncompare-data" in c["bash"]
+               for c in calls if c["stages"])
+    first_tf = next(c for c in calls if c["framework"] == "tf")
+    assert "activate.sh" in first_tf["setup"]
+    for call in calls[:calls.index(first_tf) + 1]:
+        done = subprocess.run(["bash", "-c", call["setup"] + " && echo ${BUNDLE_ACTIVE:-no}"],
+                              cwd=root, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "yes"  # the first TensorFlow call ran with the bundle
+    assert (scratch / "cnncompare-data" / "train" / "cat" / "0.jpg").exists()
+    (root / ".tfgpu" / "c01" / "c.01").write_bytes(b"torn")  # a part that arrived damaged
+    broken = battery.rental_calls(_plan()["calls"], root, root / ".tfgpu", None,
+                                  scratch=str(tmp_path / "again"))
+    (tmp_path / "again").mkdir()
+    results = [subprocess.run(["bash", "-c", c["setup"]], cwd=root, capture_output=True)
+               for c in broken if ".tfgpu/c01" in c["carry"]]
+    assert results and results[0].returncode != 0  # its sum does not match: stop there
+
+
 def test_time_left_keeps_a_spare_minute_for_packing(tmp_path):
     """--time-left 61: 60 s are kept for the pack and the command's end, so not even doctor
     (an estimate of seconds) starts; it is recorded as skipped with the reason."""
