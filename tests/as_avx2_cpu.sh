@@ -15,7 +15,12 @@
 #   its wheel builds for AVX2, and emulates bfloat16 as an AVX2-only CPU does.
 # - CNNCOMPARE_CPU_FLAGS: the CPU flags cnncompare reads (compare/experiment/precision.py),
 #   those of an AVX2-only CPU.
+# - TORCHINDUCTOR_CACHE_DIR: a kernel cache of its own. torch.compile's on-disk cache does not
+#   key on ATEN_CPU_CAPABILITY: kernels compiled earlier at the CPU's own AVX-512 are reused
+#   under the AVX2 limit and compute garbage (measured: losses 2.9, 2.8e5, nan against eager's
+#   2.30; with a cache of its own they agree).
 set -euo pipefail
 export ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 TF_ENABLE_ONEDNN_OPTS=0
+export TORCHINDUCTOR_CACHE_DIR="${TMPDIR:-/tmp}/torchinductor-as-avx2-$(id -u)"
 export CNNCOMPARE_CPU_FLAGS="fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt avx f16c fma avx2 bmi1 bmi2"
 exec "$@"

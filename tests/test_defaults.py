@@ -42,9 +42,10 @@ def test_auto_precision_follows_the_device():
     assert precision.resolve("fp32", True, (9, 0)).compute_type == "float32"
 
 
-def test_auto_takes_mixed_on_a_cpu_only_where_doctor_measured_it_faster_in_both():
+def test_auto_takes_mixed_on_a_cpu_only_where_doctor_measured_it_faster_in_both(monkeypatch):
     """doctor's step times, kept per CPU, model and framework versions, decide auto on a CPU;
     an explicit mixed that one framework runs slower carries the handicap with its figures."""
+    monkeypatch.setenv(precision.FLAGS_ENV, " ".join(sorted(AMX)))  # this test's CPU
     assert precision.measurement("lenet") is None
     precision.record_measurement("lenet", {"tf": {"fp32": 20.0, "mixed": 15.0},
                                            "torch": {"fp32": 21.0, "mixed": 16.0}})
@@ -68,7 +69,7 @@ def test_auto_takes_mixed_on_a_cpu_only_where_doctor_measured_it_faster_in_both(
         "PyTorch 20 -> 26 ms a step (float32 -> mixed; cnncompare doctor, ")
     # another CPU (as the precision rule reads it) is another machine: not measured there
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(precision.FLAGS_ENV, "avx2 fma")
+        patch.setenv(precision.FLAGS_ENV, " ".join(sorted(AVX2_ONLY)))
         assert precision.measurement("lenet") is None
     # the verdict's caveat gives the two figures
     summary = {"fairness": {fw: {"precision": asked.to_dict("mixed")} for fw in ("tf", "torch")},
