@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,9 @@ REPO = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("gpu_battery", REPO / "benchmarks" / "gpu_battery.py")
 battery = importlib.util.module_from_spec(spec)
 sys.modules["gpu_battery"] = battery  # its dataclasses look their module up there
-spec.loader.exec_module(battery)
+spec.loader.exec_module(battery)  # puts benchmarks/ on sys.path: its battery package
+from battery import calls as battery_calls  # noqa: E402
+from battery import running  # noqa: E402
 
 
 def _plan(*args: str) -> dict:
@@ -52,12 +56,12 @@ def test_the_plan_fits_a_rental_with_pytorch_first_and_says_how_each_estimate_wa
 
 @pytest.mark.machine_sensitive  # a limit
 def test_a_stage_cut_by_its_limit_keeps_what_it_wrote(tmp_path):
-    said = battery.run_command([sys.executable, "-c", "import time; print('half done', "
+    said = running.run_command([sys.executable, "-c", "import time; print('half done', "
                                 "flush=True); time.sleep(30)"], tmp_path / "log", 2)
     assert said["timed_out"] and said["seconds"] < 30  # cut at 2 s, not after its 30-s sleep
     assert "half done" in (tmp_path / "log").read_text()
     # stdout apart from stderr: a stray stderr line does not spoil doctor's JSON
-    battery.run_command([sys.executable, "-c", "import sys; print('note: x', file=sys.stderr);"
+    running.run_command([sys.executable, "-c", "import sys; print('note: x', file=sys.stderr);"
                          " print('{\"verdict\": \"ok\"}')"], tmp_path / "log2", 30,
                         stdout=tmp_path / "out.json")
     assert json.loads((tmp_path / "out.json").read_text()) == {"verdict": "ok"}
@@ -106,7 +110,7 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
         tar.addfile(info, io.BytesIO(b""))
     (root / ".data").mkdir()
     (root / ".data" / "cifar10-jpeg.tar.gz").write_bytes(images.getvalue())
-    calls = battery.rental_calls(_plan()["calls"], root, root / ".tfgpu",
+    calls = battery_calls.rental_calls(_plan()["calls"], root, root / ".tfgpu",
                                  root / ".data" / "cifar10-jpeg.tar.gz", scratch=str(scratch))
     assert all(len(c["bash"]) <= 2000 and c["carry_bytes"] <= 64 * 2**20 for c in calls)
     assert calls[0]["carry"] == [".data/cifar10-jpeg.tar.gz"]
@@ -123,7 +127,7 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
     assert done.stdout.strip() == "yes"  # the first TensorFlow call ran with the bundle
     assert (scratch / "cnncompare-data" / "train" / "cat" / "0.jpg").exists()
     (root / ".tfgpu" / "c01" / "c.01").write_bytes(b"torn")  # a part that arrived damaged
-    broken = battery.rental_calls(_plan()["calls"], root, root / ".tfgpu", None,
+    broken = battery_calls.rental_calls(_plan()["calls"], root, root / ".tfgpu", None,
                                   scratch=str(tmp_path / "again"))
     (tmp_path / "again").mkdir()
     results = [subprocess.run(["bash", "-c", c["setup"]], cwd=root, capture_output=True)
@@ -155,12 +159,12 @@ def test_a_gpu_test_stage_where_every_test_skipped_fails_with_the_reasons(tmp_pa
             f'<testcase name="{name}">' + (f'<skipped message="{why}"/>' if why else "")
             + "</testcase>" for name, why in cases) + "</testsuite></testsuites>")
         return path
-    assert battery.every_test_skipped(report(("a", "TensorFlow sees no GPU here"),
+    assert running.every_test_skipped(report(("a", "TensorFlow sees no GPU here"),
                                              ("b", "TensorFlow sees no GPU here"))) == [
         "TensorFlow sees no GPU here"]
-    assert battery.every_test_skipped(report(("a", "no GPU"), ("b", ""))) is None  # b ran
-    assert battery.every_test_skipped(report()) == ["no test ran"]
-    assert battery.every_test_skipped(tmp_path / "missing.xml") == ["no test report was written"]
+    assert running.every_test_skipped(report(("a", "no GPU"), ("b", ""))) is None  # b ran
+    assert running.every_test_skipped(report()) == ["no test ran"]
+    assert running.every_test_skipped(tmp_path / "missing.xml") == ["no test report was written"]
 
 
 def test_a_pack_killed_midway_leaves_the_previous_pack_whole(tmp_path, monkeypatch):
@@ -174,7 +178,7 @@ def test_a_pack_killed_midway_leaves_the_previous_pack_whole(tmp_path, monkeypat
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # as SIGINT or the call's limit would, while archiving
-    monkeypatch.setattr(battery.tarfile, "open", killed)
+    monkeypatch.setattr(tarfile, "open", killed)
     with pytest.raises(KeyboardInterrupt):
         battery.pack(out, target)
     assert sorted(p.name for p in target.iterdir()) == first
@@ -201,7 +205,7 @@ def test_the_first_call_rehearsed_as_on_a_bare_gpu_host(tmp_path):
     assert first["framework"] == "torch"
     out = tmp_path / "battery"
     stages = [x for name in first["stages"] for x in ("--stage", name)]
-    env = {**battery.os.environ, "PYTHONPATH": f"{bare}:{REPO}"}
+    env = {**os.environ, "PYTHONPATH": f"{bare}:{REPO}"}
     for framework, chosen in (("torch", stages), ("tf", ["--stage", "doctor"])):
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_battery.py"),
                         "--device", "cpu", "--tiny", "--framework", framework, *chosen,

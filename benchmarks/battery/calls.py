@@ -1,0 +1,126 @@
+"""The plan: every (stage, framework) in order with its limit, estimate and rental, and the
+device commands it is packed into, as a rental without a package index runs them."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from battery.stages import FRAMEWORKS, RENTAL_CORE_S, RENTAL_S, STAGE_LIMIT_S, Context, Stage, shown
+
+
+def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list[dict]:
+    """Every (stage, framework) to run, in order: PyTorch's core stages, TensorFlow's, then
+    the rest (PyTorch's, then TensorFlow's); each with its command, limit, estimate and the
+    rental it fits in."""
+    rows = []
+    order = ([(s, fw) for fw in FRAMEWORKS for s in stages if s.core and fw in s.frameworks]
+             + [(s, fw) for fw in FRAMEWORKS for s in stages if not s.core
+                and fw in s.frameworks])
+    used, rental = 0.0, 1
+    for stage, framework in order:
+        if framework not in frameworks:
+            continue
+        seconds, how = stage.estimate(framework, ctx)
+        limit = (STAGE_LIMIT_S if ctx.tiny
+                 else min(STAGE_LIMIT_S, max(120, math.ceil(2 * seconds / 30) * 30)))
+        capacity = RENTAL_CORE_S if stage.core and rental == 1 else RENTAL_S
+        if used + seconds > capacity:  # the next rental
+            rental, used = rental + 1, 0.0
+        used += seconds
+        rows.append({"stage": stage.name, "framework": framework, "core": stage.core,
+                     "what": stage.what, "limit_s": limit, "estimate_s": round(seconds),
+                     "estimated_how": how, "rental": rental,
+                     "commands": [" ".join(shown(a) for a in argv)
+                                  for argv in stage.commands(framework, ctx)]})
+    return rows
+
+
+CALL_S = 540  # estimated seconds packed into one device command (10 minutes at most)
+
+
+def device_calls(rows: list[dict], options: list[str]) -> list[dict]:
+    """The plan's rows packed, in order, into device commands of at most CALL_S estimated
+    seconds, each a `--stage ... --framework ...` invocation (a new command where the
+    framework or the rental changes) with this invocation's data options."""
+    calls: list[dict] = []
+    for row in rows:
+        last = calls[-1] if calls else None
+        if (last is None or last["framework"] != row["framework"]
+                or last["rental"] != row["rental"]
+                or last["estimate_s"] + row["estimate_s"] > CALL_S):
+            last = {"framework": row["framework"], "rental": row["rental"], "stages": [],
+                    "estimate_s": 0}
+            calls.append(last)
+        last["stages"].append(row["stage"])
+        last["estimate_s"] += row["estimate_s"]
+    for call in calls:
+        call["command"] = ("python benchmarks/gpu_battery.py --framework " + call["framework"]
+                           + "".join(f" --stage {s}" for s in call["stages"])
+                           + "".join(f" {shown(o)}" for o in options)
+                           + f" --time-left {STAGE_LIMIT_S} --out /tmp/battery --pack \"$OUT\"")
+    return calls
+
+
+CALL_CHARS = 2000  # one device command's length
+CARRY_BYTES = 64 * 2**20  # what one device command may carry from the checkout
+
+
+def rental_calls(calls: list[dict], root: Path, bundle: Path | None, data: Path | None,
+                 scratch: str = "/tmp") -> list[dict]:
+    """The device calls as a rental without a package index runs them, back to back, each one
+    bash line (`bash`, of which `setup` comes first) with the checkout paths it carries
+    (`carry`, relative to `root`, at most CARRY_BYTES): the first call carries the data and
+    unpacks it under `scratch`; the next ones each carry one part of TensorFlow's bundle
+    (`bundle`: c00/c.00, c01/c.01, ... and SHA256SUMS), check it and append it to one file
+    while a PyTorch stage runs (calls that only carry where PyTorch has no stage left); the
+    first TensorFlow call unpacks the bundle and activates it."""
+    data_options: list[str] = []
+    out = [dict(call, setup=[], carry=[]) for call in calls]
+    if data is not None:
+        on_device = f"{scratch}/cnncompare-data"
+        if data.name == "cifar-10-python.tar.gz":  # the official archive: read as it is
+            unpack = f"mkdir -p {on_device} && cp {data.relative_to(root)} {on_device}/"
+            data_options = ["--dataset", "cifar10", "--data-dir", f"{on_device}/{data.name}"]
+        else:  # an image folder (train/ and test/), archived
+            unpack = f"mkdir -p {on_device} && tar xzf {data.relative_to(root)} -C {on_device}"
+            data_options = ["--dataset", "folder", "--data-dir", on_device]
+        out[0]["setup"].append(unpack)
+        out[0]["carry"].append(str(data.relative_to(root)))
+    parts = sorted(bundle.glob("c[0-9][0-9]")) if bundle is not None else []
+    first_tf = next((i for i, c in enumerate(out) if c["framework"] == "tf"), len(out))
+    slots = list(range(1 if data is not None else 0, first_tf))
+    while len(slots) < len(parts):  # carry-only calls before TensorFlow's first
+        out.insert(first_tf, {"framework": "torch", "rental": out[first_tf - 1]["rental"],
+                              "stages": [], "estimate_s": 0, "setup": [], "carry": []})
+        slots.append(first_tf)
+        first_tf += 1
+    archive = f"{scratch}/tf-bundle.tar.xz"
+    for part, slot in zip(parts, slots):
+        name = f"{part.name}/{part.name[0]}.{part.name[1:]}"
+        folder = bundle.relative_to(root)
+        out[slot]["setup"].append(
+            f"(cd {folder} && grep ' {name}$' SHA256SUMS | sha256sum -c --quiet -) && "
+            f"cat {folder}/{name} >> {archive}")
+        out[slot]["carry"] += [str(folder / part.name), str(folder / "SHA256SUMS")]
+    if parts and first_tf < len(out):
+        out[first_tf]["setup"].append(f"mkdir -p {scratch}/tfgpu && tar xJf {archive} -C "
+                                      f"{scratch}/tfgpu && source {scratch}/tfgpu/site/activate.sh")
+    for call in out:
+        run = (("PYTHONPATH=. python benchmarks/gpu_battery.py --framework " + call["framework"]
+                + "".join(f" --stage {s}" for s in call["stages"])
+                + "".join(f" {shown(o)}" for o in data_options)
+                + f" --time-left {STAGE_LIMIT_S} --out {scratch}/battery --pack \"$OUT\"")
+               if call["stages"] else "true")
+        call["setup"] = " && ".join(call["setup"])
+        call["bash"] = " && ".join(x for x in (call["setup"], run) if x)
+        call["carry"] = sorted(set(call["carry"]))
+        call["carry_bytes"] = sum(f.stat().st_size for c in call["carry"]
+                                  for f in ([root / c] if (root / c).is_file()
+                                            else (root / c).rglob("*")) if f.is_file())
+        if len(call["bash"]) > CALL_CHARS or call["carry_bytes"] > CARRY_BYTES:
+            raise SystemExit(f"gpu_battery.py: a device call would carry "
+                             f"{call['carry_bytes'] / 2**20:.0f} MiB or hold "
+                             f"{len(call['bash'])} characters, over {CARRY_BYTES / 2**20:.0f} MiB "
+                             f"/ {CALL_CHARS}")
+    return out

@@ -1,0 +1,149 @@
+"""Running a stage: each command in its own process group under the stage's limit, its
+output streamed to a log, its status and headline figures read from what it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from battery.stages import REPO, Context, Stage, shown
+
+
+def run_command(argv: list[str], log: Path, limit_s: float, stdout: Path | None = None) -> dict:
+    """Run argv with its output streamed to `log` (stdout to `stdout` when given, e.g.
+    doctor's JSON), in its own process group, killed at `limit_s`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with open(log, "a") as err, (open(stdout, "w") if stdout else open(log, "a")) as out:
+        err.write(f"$ {' '.join(shown(a) for a in argv)}\n")
+        err.flush()
+        process = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err,
+                                   start_new_session=True, env=child_environment())
+        try:
+            code = process.wait(timeout=limit_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _stop(process)
+            code = process.returncode
+    return {"exit_code": code, "seconds": time.perf_counter() - started, "timed_out": timed_out}
+
+
+def child_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                     else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the process group (trainers write what they finished), SIGKILL after 30 s."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
+    log = ctx.out / "logs" / f"{stage.name}-{framework}.log"
+    done = {"stage": stage.name, "framework": framework, "core": stage.core,
+            "comparison": stage.comparison,
+            "limit_s": row["limit_s"], "estimate_s": row["estimate_s"],
+            "log": str(log.relative_to(ctx.out)), "commands": []}
+    deadline = time.perf_counter() + row["limit_s"]
+    for argv in stage.commands(framework, ctx):
+        left = deadline - time.perf_counter()
+        stdout = ctx.out / f"{stage.name}-{framework}.json" if stage.json_out else None
+        outcome = run_command(argv, log, max(1.0, left), stdout)
+        done["commands"].append({"argv": " ".join(shown(a) for a in argv), **outcome})
+        if outcome["timed_out"]:
+            break
+    codes = [c["exit_code"] for c in done["commands"]]
+    done["seconds"] = sum(c["seconds"] for c in done["commands"])
+    done["status"] = ("timed out" if any(c["timed_out"] for c in done["commands"])
+                      else "ok" if all(code == 0 for code in codes) else "failed")
+    done["figures"] = figures(stage, framework, ctx)
+    if done["status"] != "ok":  # doctor says why in its verdict, the rest in a last line
+        said = [line.strip() for line in log.read_text(errors="replace").splitlines()
+                if line.strip() and not line.startswith("$ ")] if log.exists() else []
+        verdict = done["figures"].get("verdict") if stage.name == "doctor" else None
+        done["note"] = (verdict or (said[-1] if said else f"exit codes {codes}"))[:300]
+    if stage.name == "gpu-tests" and ctx.device == "gpu" and done["status"] == "ok":
+        # pytest exits 0 when every test skips: on a GPU host that proves nothing
+        reasons = every_test_skipped(ctx.out / f"pytest-gpu-{framework}.xml")
+        if reasons is not None:
+            done["status"] = "failed"
+            done["note"] = "every GPU test skipped: " + "; ".join(reasons)
+    return done
+
+
+def every_test_skipped(junit: Path) -> list[str] | None:
+    """The distinct skip reasons when every test in a pytest JUnit XML report skipped (or it
+    ran none); None when at least one test ran."""
+    import xml.etree.ElementTree as ElementTree
+    try:
+        cases = ElementTree.parse(junit).getroot().iter("testcase")
+    except (OSError, ElementTree.ParseError):
+        return ["no test report was written"]
+    reasons, ran = [], False
+    for case in cases:
+        skipped = case.find("skipped")
+        if skipped is None:
+            ran = True
+        elif (skipped.get("message") or "") not in reasons:
+            reasons.append(skipped.get("message") or "")
+    return None if ran else (reasons or ["no test ran"])
+
+
+def figures(stage: Stage, framework: str, ctx: Context) -> dict:
+    """The stage's headline figures, read from what it wrote."""
+    if stage.name == "tf-smoke":
+        found = read_json(ctx.out / f"tf-smoke-{framework}.json")
+        return found or {"verdict": "no JSON on the smoke test's stdout"}
+    if stage.name == "doctor":
+        found = read_json(ctx.out / f"doctor-{framework}.json")
+        entry = (found.get("frameworks") or {}).get(framework) or {}
+        return {"verdict": found.get("verdict") or "no JSON on doctor's stdout",
+                "kinds": entry.get("kinds"), "libraries": sorted(
+                    ((entry.get("runs") or {}).get("gpu") or {}).get("libraries") or [])}
+    if stage.comparison:
+        summary = read_json(ctx.out / stage.name / "summary.json")
+        per_framework = {}
+        for fw, entry in (summary.get("frameworks") or {}).items():
+            per_framework[fw] = {key: (entry.get(key) or {}).get("centre") for key in (
+                "images_per_s", "steady_step_time_ms", "final_test_accuracy", "time_to_target_s",
+                "peak_device_memory_bytes", "energy_per_image_j", "mfu", "train_time_s")}
+            per_framework[fw]["completed"] = entry.get("completed")
+        return {"parity_passed": (summary.get("parity") or {}).get("passed"),
+                "frameworks": per_framework, "verdict": summary.get("verdict")}
+    if stage.name == "gpu-tests":
+        log = (ctx.out / "logs" / f"gpu-tests-{framework}.log")
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        closing = [ln for ln in lines if " passed" in ln or " failed" in ln or " skipped" in ln]
+        return {"summary": closing[-1] if closing else None}
+    if stage.name == "tool-overhead":
+        found = read_json(ctx.out / "tool-overhead" / framework / "overhead.json")
+        return {"ratios": {r["config"]: r.get("ratio") for r in found.get("rows") or []}}
+    sweep = read_json(ctx.out / stage.name / framework / "sweep.json")
+    return {"rows": [{"settings": r.get("settings"), "status": r.get("status"),
+                      "images_per_s": (r.get("summary") or {}).get("images_per_s"),
+                      "speedup": r.get("speedup")} for r in sweep.get("rows") or []]}
+
+
+def read_json(path: Path) -> dict:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}

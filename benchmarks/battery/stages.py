@@ -1,0 +1,339 @@
+"""The battery's stages: each one's commands per framework, its time estimate (from FLOPs
+and the CPU's measured fixed cost) and the limits and assumptions they rest on; what
+--tiny runs instead."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from compare.experiment import specs
+from compare.machine import gpu_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "from compare.cli import main; main()"]
+FRAMEWORKS = ("torch", "tf")  # the plan's order: PyTorch can start before TensorFlow arrives
+CALIBRATION = REPO / "benchmarks" / "gpu_battery_calibration.json"
+STAGE_LIMIT_S = 570  # every stage's time limit stays under a 10-minute command
+SPARE_S = 60  # of --time-left, kept for packing and the command's own end
+RENTAL_CORE_S = 25 * 60  # the core stages fit this much of one rental's GPU time
+RENTAL_S = 27 * 60  # a rental's GPU time left after the machine's start and the transfers
+PACK_FILES = 8  # files that come back from one command
+PACK_TAR_BYTES = 15 * 2**20  # one file that comes back: at most 16 MiB
+# What the estimate assumes where no CPU run can tell: the share of the H100's dense peak a
+# CIFAR-10 network reaches (small convolutions keep tensor cores far from full), and the
+# host's cost of one training step on a GPU (PyTorch: each step's kernel launches from
+# Python, ~5 us each; TensorFlow: the step's ops inside one graph call of 32 steps).
+ASSUMED_UTILISATION = {"fp16": 0.25, "fp32": 0.5}
+ASSUMED_HOST_STEP_MS = {("torch", "lenet"): 0.4, ("torch", "resnet9"): 0.9,
+                        ("tf", "lenet"): 0.25, ("tf", "resnet9"): 0.5}
+CUDA_START_S = 5.0  # assumed on top of the CPU's fixed cost: CUDA context, cuDNN, autotuning
+CIFAR10 = (50_000, 10_000)  # training and test images
+
+
+@dataclass(frozen=True)
+class TinyWork:
+    """What --tiny runs: every stage's plumbing on work small enough to finish on any CPU.
+    On a CPU "mixed" is bfloat16, which a CPU without bfloat16 instructions emulates at many
+    times float32's step time (ResNet-9: 10-20x, benchmarks/results/cpu-epyc-2core/
+    precision-resnet9-as-avx2.md), so tiny runs on a CPU
+    train in float32 (the mixed-precision code paths have tests of their own); and the
+    limits are the longest a stage may take, since the estimates are a GPU's."""
+
+    images: int = 128  # synthetic training images (4 steps of 32)
+    batch: int = 32
+    epochs: int = 1
+    seeds: int = 1
+
+    def precision(self, precision: str, device: str) -> str:
+        return "fp32" if device == "cpu" else precision
+
+    def data(self) -> list[str]:
+        return ["--dataset", "synthetic", "--synthetic-size", str(self.images)]
+
+    def described(self, device: str) -> dict:
+        """battery.json's record of the choice."""
+        return {"images": self.images, "batch": self.batch, "epochs": self.epochs,
+                "seeds": self.seeds, "limit_s": STAGE_LIMIT_S,
+                "precision": ("fp32 for every stage: a CPU without bfloat16 instructions "
+                              "emulates mixed (bfloat16) many times slower"
+                              if device == "cpu" else "as each stage says")}
+
+
+TINY = TinyWork()
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One comparison's training: what the command says and what the estimate uses."""
+
+    model: str
+    precision: str
+    batch: int
+    epochs: int
+    seeds: int
+    lr: float | None = None
+    target: float | None = None
+
+    def options(self) -> list[str]:
+        out = ["--model", self.model, "--precision", self.precision, "--batch-size",
+               str(self.batch), "--epochs", str(self.epochs)]
+        if self.lr is not None:
+            out += ["--lr", str(self.lr)]
+        if self.target is not None:
+            out += ["--target-accuracy", str(self.target)]
+        return out
+
+
+# The PyTorch CIFAR-10 tutorial's recipe (the seed's Net) and the DAWNBench ResNet-9's, whose
+# 24 epochs are what its 94% needs.
+LENET = dict(model="lenet", batch=4, epochs=2, lr=0.001, seeds=2)
+RESNET9 = dict(model="resnet9", batch=512, epochs=24, target=0.94)
+
+
+@dataclass
+class Context:
+    """Where and how this invocation runs its stages."""
+
+    out: Path
+    device: str  # gpu, or cpu for the tiny plumbing run
+    tiny: bool
+    data: list[str]  # --dataset/--data-dir options of every training command
+    train_images: int
+    test_images: int
+    calibration: dict
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    core: bool
+    frameworks: tuple[str, ...]
+    what: str
+    commands: Callable[[str, Context], list[list[str]]]  # (framework, context) -> argv list
+    estimate: Callable[[str, Context], tuple[float, str]]  # (framework, context) -> (s, how)
+    comparison: bool = False  # leaves a `compare` directory OUT/<name>
+    json_out: bool = False  # its stdout is JSON, kept as OUT/<name>-<framework>.json
+
+
+# --------------------------------------------------------------------------- estimates
+
+def run_seconds(framework: str, recipe: Recipe, ctx: Context, epochs: int | None = None,
+                train_images: int | None = None) -> tuple[float, str]:
+    """One training process: (GPU seconds on an H100 SXM, how that was estimated)."""
+    spec = specs.get_spec(recipe.model)
+    mode = "fp16" if recipe.precision == "mixed" else "fp32"
+    peak = gpu_metrics.PEAK_TFLOPS["H100"][mode] * 1e12 * ASSUMED_UTILISATION[mode]
+    images = train_images or ctx.train_images
+    steps = math.ceil(images / recipe.batch)
+    compute = steps * recipe.batch * specs.train_flops(spec) / peak
+    host_step = ASSUMED_HOST_STEP_MS[(framework, recipe.model)] / 1000
+    host = steps * host_step
+    evaluation = max(ctx.test_images * specs.forward_flops(spec) / peak,  # a third of the
+                     math.ceil(ctx.test_images / recipe.batch) * host_step / 3)  # host's step
+    epochs = epochs or recipe.epochs
+    fixed = fixed_seconds(framework, recipe.model, ctx)
+    total = fixed + epochs * (max(compute, host) + evaluation)
+    bound = "compute" if compute >= host else "host"
+    how = (f"{fixed:.0f} s fixed ({fixed - CUDA_START_S:.1f} s measured on "
+           f"{ctx.calibration.get('cpu', 'a CPU')} + {CUDA_START_S:.0f} s assumed for CUDA) + "
+           f"{epochs} epochs x ({bound}-bound {max(compute, host):.2f} s: {steps} steps, "
+           f"{specs.train_flops(spec) / 1e9:.3g} GFLOP/image at "
+           f"{ASSUMED_UTILISATION[mode]:.0%} of the {mode} peak, host "
+           f"{ASSUMED_HOST_STEP_MS[(framework, recipe.model)]} ms/step assumed)")
+    return total, how
+
+
+def fixed_seconds(framework: str, model: str, ctx: Context) -> float:
+    """A training process's cost outside its epochs: the CPU's measured start-up (import,
+    build, the first call's tracing), plus the CUDA start assumed on a GPU."""
+    measured = ctx.calibration.get("fixed_s", {}).get(f"{framework}/{model}", 6.0)
+    return measured + (CUDA_START_S if ctx.device == "gpu" else 0.0)
+
+
+def comparison_estimate(recipe: Recipe) -> Callable[[str, Context], tuple[float, str]]:
+    def estimate(framework: str, ctx: Context) -> tuple[float, str]:
+        one, how = run_seconds(framework, recipe, ctx)
+        total, note = recipe.seeds * one, f"{recipe.seeds} seed(s) x [{how}]"
+        if framework == "tf":  # the parity check runs with the second framework
+            probes = 4 + (3 if recipe.precision != "fp32" else 0)
+            total += probes * fixed_seconds("tf", recipe.model, ctx)
+            note += f" + {probes} parity probes x the fixed cost"
+        return total, note
+    return estimate
+
+
+def fixed_estimate(seconds: float, how: str) -> Callable[[str, Context], tuple[float, str]]:
+    return lambda framework, ctx: (seconds, how)
+
+
+# --------------------------------------------------------------------------- commands
+
+def recipe_for(recipe: Recipe, ctx: Context) -> Recipe:
+    """The recipe as this invocation runs it: a few steps on tiny data with --tiny."""
+    if not ctx.tiny:
+        return recipe
+    return Recipe(recipe.model, TINY.precision(recipe.precision, ctx.device),
+                  min(recipe.batch, TINY.batch), TINY.epochs, TINY.seeds, recipe.lr,
+                  recipe.target)
+
+
+def compare_commands(name: str, recipe: Recipe) -> Callable[[str, Context], list[list[str]]]:
+    """PyTorch's part of the comparison, or (its directory already there) TensorFlow's: the
+    rest of it (`compare --resume`: the parity check, TensorFlow's seeds, the report)."""
+    def commands(framework: str, ctx: Context) -> list[list[str]]:
+        out = ctx.out / name
+        if (out / "compare.json").exists():  # everything not yet done, parity check included
+            return [[*CLI, "compare", "--resume", str(out), "--quiet"]]
+        r = recipe_for(recipe, ctx)
+        # Own loops would double each comparison's GPU time; the tool-overhead stage measures
+        # the shared loop against them on the GPU instead.
+        return [[*CLI, "compare", "--framework", framework, *r.options(), "--seeds",
+                 str(r.seeds), "--device", ctx.device, "--ignore-parity", "--no-own-loops",
+                 *ctx.data, "--quiet", "--out", str(out)]]
+    return commands
+
+
+# TensorFlow's first GPU op, before anything long: a float16 3x3 convolution (cuDNN; a 1x1 one
+# may go to cuBLAS and prove nothing about cuDNN) forward and gradient, on the device.
+SMOKE = """import json, sys
+import tensorflow as tf
+with tf.device(sys.argv[1]):
+    x = tf.random.normal((8, 32, 32, 16), dtype=tf.float16)
+    w = tf.Variable(tf.random.normal((3, 3, 16, 16), dtype=tf.float16))
+    with tf.GradientTape() as tape:
+        y = tf.nn.conv2d(x, w, 1, "SAME")
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+    grad = tape.gradient(loss, w)
+print(json.dumps({"device": y.device, "gpus": len(tf.config.list_physical_devices("GPU")),
+                  "finite": bool(tf.reduce_all(tf.math.is_finite(grad)))}))
+on_device = sys.argv[1].strip("/").lower() in y.device.lower()
+sys.exit(0 if on_device and bool(tf.reduce_all(tf.math.is_finite(grad))) else 1)
+"""
+
+
+def smoke_commands(framework: str, ctx: Context) -> list[list[str]]:
+    from compare.process import runner
+    device = "/GPU:0" if ctx.device == "gpu" else "/CPU:0"
+    return [[runner.python_for("tf"), "-c", SMOKE, device]]
+
+
+def doctor_commands(framework: str, ctx: Context) -> list[list[str]]:
+    return [[*CLI, "doctor", "--json", "--framework", framework]]
+
+
+def test_commands(framework: str, ctx: Context) -> list[list[str]]:
+    # GPU tests are named test_torch_*, test_tf_* or test_both_* (tests/test_gpu.py)
+    chosen = "test_torch_" if framework == "torch" else "test_tf_ or test_both_"
+    return [[sys.executable, "-m", "pytest", "-m", "gpu", "-k", chosen, "-q", "-rs",
+             "-p", "no:cacheprovider", "--junitxml", str(ctx.out / f"pytest-gpu-{framework}.xml")]]
+
+
+def sweep_commands(name: str, varies: list[str], options: list[str],
+                   tiny_varies: list[str] | None = None) -> Callable[[str, Context], list]:
+    def commands(framework: str, ctx: Context) -> list[list[str]]:
+        chosen = tiny_varies if ctx.tiny and tiny_varies is not None else varies
+        shown = list(options)
+        if ctx.tiny:
+            at = shown.index("--precision") + 1
+            shown[at] = TINY.precision(shown[at], ctx.device)
+        epochs = ["--epochs", str(TINY.epochs)] if ctx.tiny else []
+        batch = ["--batch-size", str(TINY.batch)] if ctx.tiny and "resnet9" in options else []
+        device = [] if any(v.startswith("device=") for v in chosen) else ["--device", ctx.device]
+        return [[*CLI, "sweep", "--framework", framework, *shown, *epochs, *batch, *device,
+                 *[x for v in chosen for x in ("--vary", v)], *ctx.data, "--quiet",
+                 "--out", str(ctx.out / name / framework)]]
+    return commands
+
+
+def overhead_commands(framework: str, ctx: Context) -> list[list[str]]:
+    configs = f"lenet:{TINY.batch}" if ctx.tiny else "lenet:4,lenet:32,resnet9:512"
+    data = TINY.data() if ctx.tiny else ctx.data
+    return [[sys.executable, str(REPO / "benchmarks" / "tool_overhead.py"), "--frameworks",
+             framework, "--configs", configs, "--repeats", "1" if ctx.tiny else "2",
+             "--epochs", "2" if ctx.tiny else "3", f"--option=--device={ctx.device}", *data,
+             "--out", str(ctx.out / "tool-overhead" / framework)]]
+
+
+def sweep_estimate(runs: int, recipe: Recipe, epochs: int,
+                   train_images: int | None = None) -> Callable[[str, Context], tuple]:
+    def estimate(framework: str, ctx: Context) -> tuple[float, str]:
+        one, how = run_seconds(framework, recipe, ctx, epochs, train_images)
+        return runs * one, f"{runs} runs x [{how}]"
+    return estimate
+
+
+def overhead_estimate(framework: str, ctx: Context) -> tuple[float, str]:
+    total, parts = 0.0, []
+    for model, batch in (("lenet", 4), ("lenet", 32), ("resnet9", 512)):
+        one, _ = run_seconds(framework, Recipe(model, "mixed", batch, 3, 1), ctx)
+        total += 2 * 2 * one  # the shared and the own loop, twice each
+        parts.append(f"{model} b{batch} {one:.0f} s")
+    return total, ("4 runs (shared and own loop, 2 repeats) of 3 epochs per configuration: "
+                   + ", ".join(parts))
+
+
+STAGES: list[Stage] = [
+    Stage("tf-smoke", True, ("tf",), "TensorFlow's first GPU op, before anything long: a "
+          "float16 3x3 convolution forward and gradient (cuDNN)", smoke_commands,
+          lambda fw, ctx: (fixed_seconds(fw, "lenet", ctx), "one process's fixed cost"),
+          json_out=True),
+    Stage("doctor", True, FRAMEWORKS, "cnncompare doctor: versions, the CUDA libraries each "
+          "framework loaded, a few real steps per precision on the GPU alone",
+          doctor_commands, lambda fw, ctx: (2 * fixed_seconds(fw, "lenet", ctx) + 10.0,
+                                            "two processes' fixed cost + 10 s of steps"),
+          json_out=True),
+    *[Stage(f"lenet-{p}", True, FRAMEWORKS, f"LeNet, the PyTorch tutorial's recipe (batch 4, "
+            f"lr 0.001, 2 epochs), {p}, 2 seeds", compare_commands(f"lenet-{p}", recipe),
+            comparison_estimate(recipe), comparison=True)
+      for p in ("fp32", "mixed") for recipe in [Recipe(precision=p, **LENET)]],
+    Stage("resnet9-mixed", True, FRAMEWORKS, "ResNet-9 (DAWNBench), mixed precision, 24 "
+          "epochs, time to 94%, 2 seeds",
+          compare_commands("resnet9-mixed", Recipe(precision="mixed", seeds=2, **RESNET9)),
+          comparison_estimate(Recipe(precision="mixed", seeds=2, **RESNET9)), comparison=True),
+    Stage("resnet9-fp32", True, FRAMEWORKS, "ResNet-9 (DAWNBench), float32 (TF32 off), 24 "
+          "epochs, time to 94%, 1 seed",
+          compare_commands("resnet9-fp32", Recipe(precision="fp32", seeds=1, **RESNET9)),
+          comparison_estimate(Recipe(precision="fp32", seeds=1, **RESNET9)), comparison=True),
+    Stage("gpu-tests", False, FRAMEWORKS, "pytest -m gpu: each GPU claim of the README",
+          test_commands, lambda fw, ctx: ((240.0 if fw == "tf" else 180.0),
+                                          "the GPU tests' runs and processes, counted by hand")),
+    Stage("cpu-vs-gpu", False, FRAMEWORKS, "sweep --vary device=cpu,gpu: LeNet (the "
+          "tutorial's recipe), 1 epoch, the GPU's speed-up over this machine's CPU",
+          sweep_commands("cpu-vs-gpu", ["device=cpu,gpu"],
+                         ["--model", "lenet", "--batch-size", "4", "--lr", "0.001",
+                          "--precision", "fp32"], tiny_varies=["device=cpu"]),
+          lambda fw, ctx: (2 * run_seconds(fw, Recipe("lenet", "fp32", 4, 1, 1), ctx)[0]
+                           + 1.0 * ctx.train_images / 4 * 1.5e-3,
+                           "the GPU run + the CPU run (1.5 ms a step on the host, assumed)")),
+    Stage("cuda-graphs", False, ("torch",), "sweep --vary cuda-graphs=off,on: ResNet-9 "
+          "(mixed, 3 epochs): speed and losses against eager; the default",
+          sweep_commands("cuda-graphs", ["cuda-graphs=off,on"],
+                         ["--model", "resnet9", "--precision", "mixed"],
+                         tiny_varies=["cuda-graphs=off"]),  # a CPU refuses CUDA graphs
+          sweep_estimate(2, Recipe("resnet9", "mixed", 512, 3, 1), 3)),
+    Stage("strategy", False, FRAMEWORKS, "sweep --vary strategy=none,mirrored: each "
+          "framework's wrapper (MirroredStrategy, DDP) against none on one GPU (LeNet, batch "
+          "32, 3 epochs)",
+          sweep_commands("strategy", ["strategy=none,mirrored"],
+                         ["--model", "lenet", "--batch-size", "32", "--precision", "mixed"]),
+          sweep_estimate(2, Recipe("lenet", "mixed", 32, 3, 1), 3)),
+    Stage("steps-per-call", False, FRAMEWORKS, "sweep --vary steps-per-call=1,8,32 (LeNet, "
+          "batch 32, 3 epochs): what a call per step costs on a GPU",
+          sweep_commands("steps-per-call", ["steps-per-call=1,8,32"],
+                         ["--model", "lenet", "--batch-size", "32", "--precision", "mixed"]),
+          sweep_estimate(3, Recipe("lenet", "mixed", 32, 3, 1), 3)),
+    Stage("tool-overhead", False, FRAMEWORKS, "benchmarks/tool_overhead.py: the shared loop "
+          "against each framework's own loop (LeNet b4 and b32, ResNet-9 b512)",
+          overhead_commands, overhead_estimate),
+]
+
+
+def shown(arg: str) -> str:
+    if arg == sys.executable:
+        return "python"
+    return arg if arg and " " not in arg and ";" not in arg else json.dumps(arg)
