@@ -26,7 +26,6 @@ from pathlib import Path
 
 import common  # benchmarks/common.py, beside this script
 
-
 # The environment that makes a run behave as on another CPU: the CPU flags --precision auto
 # reads, and the frameworks' kernel limits.
 AS_ANOTHER_CPU = ("CNNCOMPARE_CPU_FLAGS", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY",

@@ -231,9 +231,14 @@ def test_the_whole_plan_runs_tiny_on_the_cpu_and_packs_at_most_eight_files(tmp_p
         seen.append(len(json.loads((source / "battery.json").read_text())["stages"]))
         return original(source, target)
     monkeypatch.setattr(battery, "pack", pack)
-    assert battery.main(["--device", "cpu", "--tiny", "--out", str(out), "--pack",
-                         str(packed)]) == 0
+    code = battery.main(["--device", "cpu", "--tiny", "--out", str(out), "--pack", str(packed)])
     summary = json.loads((out / "battery.json").read_text())
+    failed = [s for s in summary["stages"] if s["status"] != "ok"]
+    logs = {(s["stage"], s["framework"]): out / "logs" / f"{s['stage']}-{s['framework']}.log"
+            for s in failed}
+    assert code == 0 and not failed, "\n".join(  # each failed stage with the end of its log
+        f"{stage} ({framework}):\n" + "".join(log.read_text().splitlines(True)[-15:])
+        for (stage, framework), log in logs.items())
     tiny = summary["tiny"]  # what it chose, so that it finishes on any CPU
     assert (tiny["images"], tiny["batch"], tiny["epochs"]) == (battery.TINY.images,
                                                                battery.TINY.batch, 1)

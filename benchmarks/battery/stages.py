@@ -200,14 +200,17 @@ def compare_commands(name: str, recipe: Recipe) -> Callable[[str, Context], list
 
 # TensorFlow's first GPU op, before anything long: a float16 3x3 convolution (cuDNN; a 1x1 one
 # may go to cuBLAS and prove nothing about cuDNN) forward and gradient, on the device.
+# The loss is a mean, so its gradient stays far inside float16's range (a sum of squares over
+# 131,072 outputs overflowed it on an AVX2 CPU, whose kernels accumulate in float16).
 SMOKE = """import json, sys
 import tensorflow as tf
+tf.random.set_seed(0)
 with tf.device(sys.argv[1]):
     x = tf.random.normal((8, 32, 32, 16), dtype=tf.float16)
     w = tf.Variable(tf.random.normal((3, 3, 16, 16), dtype=tf.float16))
     with tf.GradientTape() as tape:
         y = tf.nn.conv2d(x, w, 1, "SAME")
-        loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+        loss = tf.reduce_mean(tf.cast(y, tf.float32) ** 2)
     grad = tape.gradient(loss, w)
 print(json.dumps({"device": y.device, "gpus": len(tf.config.list_physical_devices("GPU")),
                   "finite": bool(tf.reduce_all(tf.math.is_finite(grad)))}))
