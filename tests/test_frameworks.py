@@ -121,6 +121,7 @@ def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(tmp_path, tf_t
     two = one.replace(devices=2)
     a, b = _trainer(tf_two_cpus, one), _trainer(tf_two_cpus, two)
     assert a.replicas == 1 and b.replicas == 2
+    assert b.choice.shared_chip and not a.choice.shared_chip  # logical devices of one CPU
     losses_a, losses_b = [], []
     for batch_a, batch_b in zip(a.batches(0), b.batches(0)):
         losses_a.append(float(a.train_step(batch_a, 0.05)))
@@ -244,6 +245,8 @@ def test_ddp_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_p
     assert (rb["summary"]["replicas"] == 2
             and rb["fairness"]["distribution"] == "DistributedDataParallel (gloo)")
     assert rb["fairness"]["per_replica_batch"] == 16
+    assert (ra["environment"]["hardware"]["shared_chip"], rb["environment"]["hardware"][
+        "shared_chip"]) == (False, True)  # two processes on one CPU
     assert rb["epochs"][0]["train_loss"] == pytest.approx(ra["epochs"][0]["train_loss"], rel=1e-5)
 
 
@@ -354,3 +357,37 @@ def test_cli_run_trains_with_the_model_split_over_two_devices(tmp_path, name):
     assert [s["layers"].split(" .. ")[0] for s in parallel["stages"]] == ["conv1", "conv2"]
     assert abs(sum(s["flops_share"] for s in parallel["stages"]) - 1) < 1e-3
     assert len(result["fairness"]["placement"]) == 2 and result["summary"]["replicas"] == 1
+
+
+@pytest.mark.parametrize("parallel, rank, names", [
+    ("data", 1, ("cuda:0",)), ("model", 0, ("cuda:0", "cuda:0"))])
+def test_torch_devices_share_one_gpu_only_when_asked(tmp_path, monkeypatch, parallel, rank,
+                                                     names):
+    """PyTorch's choice on a host with one CUDA GPU (faked: this CPU has none): --devices 2
+    is refused unless --share-device, which puts both DDP processes (or both model-parallel
+    stages) on GPU 0, all-reduces over gloo (NCCL refuses two ranks on one GPU) and records
+    the shared chip."""
+    import torch
+
+    from compare.errors import DeviceError
+    from torch_impl import device as torch_device
+    for name, value in {"is_available": lambda: True, "device_count": lambda: 1,
+                        "get_device_name": lambda i=0: "NVIDIA H100 80GB HBM3",
+                        "get_device_capability": lambda i=0: (9, 0)}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    if parallel == "data":  # the second of two DDP processes on this machine
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    config = tiny_config(tmp_path, device="gpu", devices=2, parallel=parallel)
+    with pytest.raises(DeviceError, match="--share-device"):
+        torch_device.select_device(config)
+    choice = torch_device.select_device(config.replace(share_device=True))
+    assert choice.names == names and choice.shared_chip and choice.rank == rank
+    assert choice.description == "GPU: NVIDIA H100 80GB HBM3 shared by 2 devices"
+    if parallel == "data":
+        joined = []
+        monkeypatch.setattr(torch_device.dist, "init_process_group",
+                            lambda backend, **_: joined.append(backend))
+        assert torch_device.make_strategy(config, choice) == "gloo" and joined == ["gloo"]

@@ -178,6 +178,77 @@ def test_torch_ddp_over_every_gpu(tmp_path, torch_gpu):
     assert result["summary"]["replicas"] == count
 
 
+# ---------------------------------------------------------------- one GPU shared by two devices
+
+def _shared_chip(result: dict) -> None:
+    """Two data-parallel replicas on one chip: recorded, and grouped apart from 2 GPUs."""
+    hardware = result["environment"]["hardware"]
+    assert hardware["shared_chip"] is True and hardware["label"].endswith("shared by 2 devices")
+
+
+def _epoch_losses(result: dict) -> list[float]:
+    return [e["train_loss"] for e in result["epochs"]]
+
+
+def test_tf_mirrored_strategy_over_two_logical_gpus_carved_from_one(tmp_path, tf_gpus):
+    """Claim: On one GPU the multi-device paths run on devices carved from it
+    (--share-device), train as one device does, and are recorded as one shared chip."""
+    options = ("--epochs", "1", "--precision", "fp32", "--batch-size", "64")
+    one = _tf_run(tmp_path, "one", *options)
+    two = _tf_run(tmp_path, "two", *options, "--devices", "2", "--share-device")
+    assert two["fairness"]["replicas"] == 2
+    assert "carved from one chip" in two["fairness"]["distribution"]
+    _shared_chip(two)
+    assert one["environment"]["hardware"]["shared_chip"] is False
+    assert _epoch_losses(two) == pytest.approx(_epoch_losses(one), rel=1e-3)
+
+
+def test_torch_ddp_two_processes_share_one_gpu(tmp_path, torch_gpu):
+    """Claim: On one GPU the multi-device paths run on devices carved from it
+    (--share-device), train as one device does, and are recorded as one shared chip."""
+    one = _gpu_config(tmp_path, out=str(tmp_path / "one"), batch_size=64, channels_last=False)
+    two = one.replace(out=str(tmp_path / "two"), devices=2, share_device=True)
+    results = []
+    for config in (one, two):
+        assert torch_gpu.train(config, datasets.config_dataset(config)) == 0
+        results.append(schema.read_result(Path(config.out) / "result.json"))
+    assert results[1]["fairness"]["distribution"].startswith("DistributedDataParallel (gloo)")
+    assert "share one GPU" in results[1]["fairness"]["distribution"]
+    assert results[1]["summary"]["replicas"] == 2
+    _shared_chip(results[1])
+    assert _epoch_losses(results[1]) == pytest.approx(_epoch_losses(results[0]), rel=1e-3)
+
+
+def test_torch_model_parallel_stages_share_one_gpu(tmp_path, torch_gpu):
+    """Claim: On one GPU the multi-device paths run on devices carved from it
+    (--share-device), train as one device does, and are recorded as one shared chip."""
+    import torch
+    whole = _gpu_config(tmp_path, channels_last=False)
+    split = whole.replace(parallel="model", devices=2, share_device=True)
+    trainer = _torch_trainer(torch_gpu, split)
+    assert trainer.choice.shared_chip and len(trainer.model.body) == 2
+    assert [{p.device for p in stage.parameters()} for stage in trainer.model.body] == [
+        {torch.device("cuda:0")}, {torch.device("cuda:0")}]
+    losses = []
+    for config in (whole, split):
+        t = _torch_trainer(torch_gpu, config)
+        batches = t.batches(0)
+        losses.append(t.read_steps([t.train_steps(batches, [0.05]) for _ in range(4)])[0])
+    assert max(abs(a - b) / abs(b) for a, b in zip(*losses)) <= 1e-3  # cuDNN may pick others
+
+
+def test_tf_model_parallel_stages_on_two_logical_gpus_carved_from_one(tmp_path, tf_gpus):
+    """Claim: On one GPU the multi-device paths run on devices carved from it
+    (--share-device), train as one device does, and are recorded as one shared chip."""
+    options = ("--epochs", "1", "--precision", "fp32")
+    whole = _tf_run(tmp_path, "whole", *options)
+    split = _tf_run(tmp_path, "split", *options, "--devices", "2", "--parallel", "model",
+                    "--share-device")
+    assert split["fairness"]["placement"] == ["stage 0: /gpu:0", "stage 1: /gpu:1"]
+    assert split["environment"]["hardware"]["shared_chip"] is True
+    assert _epoch_losses(split) == pytest.approx(_epoch_losses(whole), rel=1e-3)
+
+
 # ---------------------------------------------------------------- input pipelines
 
 def test_torch_every_pipeline_gives_the_same_batches_on_the_gpu(tmp_path, torch_gpu):

@@ -401,6 +401,18 @@ def test_multi_machine_gpu_runs_of_both_frameworks_form_one_comparison(tmp_path)
     assert devices.hardware("gpu", "NVIDIA H100 80GB HBM3", 1, 1)["label"] == \
         "GPU: NVIDIA H100 80GB HBM3"
     assert devices.hardware("cpu", None, 2, 1)["label"] == "CPU"
+    # devices carved from one GPU (--share-device) group apart from as many GPUs
+    shared = devices.hardware("gpu", "NVIDIA H100 80GB HBM3", 2, 1, shared_chip=True)
+    assert shared["label"] == "GPU: NVIDIA H100 80GB HBM3 shared by 2 devices"
+    assert shared["shared_chip"] and shared["device_count"] == 2
+
+
+def test_devices_carved_from_one_board_are_sampled_once():
+    """NVML samples a board once however many logical GPUs or processes share it (its energy
+    would otherwise count twice); without NVML the CUDA ordinals stand in."""
+    from compare.machine import gpu_metrics
+    assert gpu_metrics.nvml_indices(["", ""], ("cuda:0", "cuda:0")) == [0]
+    assert gpu_metrics.nvml_indices(["", ""], ("cuda:0", "cuda:1")) == [0, 1]
 
 
 def _chromium() -> str | None:

@@ -41,21 +41,24 @@ def select_device(config: RunConfig) -> DeviceChoice:
         raise DeviceError("--device gpu: TensorFlow sees no GPU (is tensorflow[and-cuda] "
                           "installed? pip install -e '.[gpu]'); use --device cpu or auto")
     if config.device != "cpu" and gpus:
-        if config.devices > len(gpus):
+        if config.devices > len(gpus) and not config.share_device:
             raise DeviceError(f"--devices {config.devices}: TensorFlow sees only "
-                              f"{len(gpus)} GPU(s)")
-        used = gpus[: config.devices]
+                              f"{len(gpus)} GPU(s) (--share-device carves them from one)")
+        used = gpus[:1] if config.share_device else gpus[: config.devices]
         tf.config.set_visible_devices(used, "GPU")
-        for gpu in used:  # grow on demand, so other processes' memory figures stay honest
-            tf.config.experimental.set_memory_growth(gpu, True)
+        if config.share_device:
+            _carve(used[0], config.devices)
+        else:
+            for gpu in used:  # grow on demand, so other processes' memory figures stay honest
+                tf.config.experimental.set_memory_growth(gpu, True)
         details = tf.config.experimental.get_device_details(used[0])
         name = details.get("device_name", used[0].name)
         names = tuple(f"/gpu:{i}" for i in range(config.devices))
         capability = details.get("compute_capability")
-        return DeviceChoice("gpu", names, name,
-                            devices.description(name, len(names), config.device, "", workers),
-                            launched.rank, launched.processes,
-                            tuple(capability) if capability else None)
+        return DeviceChoice("gpu", names, name, devices.description(
+            name, len(names), config.device, "", workers, config.share_device),
+            launched.rank, launched.processes, tuple(capability) if capability else None,
+            shared_chip=config.share_device)
     replicas = 1 if launched.multi_process else config.devices  # one CPU replica per worker
     try:
         tf.config.set_visible_devices([], "GPU")
@@ -71,7 +74,26 @@ def select_device(config: RunConfig) -> DeviceChoice:
     names = tuple(f"/cpu:{i}" for i in range(replicas))
     return DeviceChoice("cpu", names, None, devices.description(
         None, replicas, config.device, "logical device(s)", workers),
-        launched.rank, launched.processes)
+        launched.rank, launched.processes, shared_chip=replicas * launched.processes > 1)
+
+
+def _carve(gpu, count: int) -> None:
+    """Split one GPU into `count` logical GPUs, each an equal share of 90% of its memory
+    (TensorFlow needs a limit per logical GPU; the rest is CUDA's own and the other
+    framework's headroom)."""
+    from compare.machine import gpu_metrics
+    try:
+        total = gpu_metrics.board_memory_bytes(0)
+    except RuntimeError as exc:
+        raise DeviceError(f"--share-device: cannot size the logical GPUs: {exc}") from None
+    share_mb = int(total * 0.9 / count / 2**20)
+    try:
+        tf.config.set_logical_device_configuration(
+            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=share_mb)] * count)
+    except RuntimeError:  # TensorFlow already initialised in this process (tests): use it
+        if len(tf.config.list_logical_devices("GPU")) < count:
+            raise DeviceError(f"--share-device: TensorFlow was initialised with fewer than "
+                              f"{count} logical GPUs") from None
 
 
 def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Strategy:

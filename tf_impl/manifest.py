@@ -26,6 +26,8 @@ def describe(trainer) -> dict:
     if trainer.placement is not None:
         distribution = ("default strategy, one replica; its stages under tf.device of "
                         + ", ".join(trainer.placement))
+    if trainer.choice.shared_chip and trainer.choice.on_gpu:
+        distribution += " (logical GPUs carved from one chip: --share-device)"
     if trainer.choice.processes > 1:
         distribution = (f"MultiWorker{distribution} on each of {trainer.choice.processes} workers "
                         f"(collective {'NCCL' if trainer.choice.on_gpu else 'ring'} all-reduce)")

@@ -67,7 +67,8 @@ class Trainer:
             self.train_batches = tf_data.train_pipeline(dataset, config, choice)
             self.test_batches = tf_data.test_pipeline(dataset, config, choice)
         self.steps_per_epoch = self.train_batches.steps_per_epoch
-        self.gpu_indices = (gpu_metrics.nvml_indices(_pci_bus_ids(choice), choice.names)
+        boards = choice.names[:1] if choice.shared_chip else choice.names  # logical GPUs: one
+        self.gpu_indices = (gpu_metrics.nvml_indices(_pci_bus_ids(choice)[:len(boards)], boards)
                             if choice.on_gpu else None)
         # XLA compiles the forward/backward; the update and all-reduce stay outside it.
         self._gradients = tf.function(self._forward_backward, jit_compile=config.compile)

@@ -41,20 +41,24 @@ def select_device(config: RunConfig) -> DeviceChoice:
         raise DeviceError("--device gpu: PyTorch sees no CUDA GPU (torch.cuda.is_available() "
                           "is False); use --device cpu or auto")
     if config.device != "cpu" and gpus:
-        if launched.local_processes > gpus:
-            raise DeviceError(f"--devices {launched.local_processes}: PyTorch sees only "
-                              f"{gpus} GPU(s)")
-        name = torch.cuda.get_device_name(local_rank)
-        names = (f"cuda:{local_rank}",)
+        shared = config.share_device  # every process, or every stage, on GPU 0
+        asked = config.devices if config.parallel == "model" else launched.local_processes
+        if asked > gpus and not shared:
+            raise DeviceError(f"--devices {asked}: PyTorch sees only {gpus} GPU(s) "
+                              f"(--share-device carves them from one)")
+        gpu = 0 if shared else local_rank
+        name = torch.cuda.get_device_name(gpu)
+        names = (f"cuda:{gpu}",)
         if config.parallel == "model":  # one process, a GPU per stage
-            if config.devices > gpus:
-                raise DeviceError(f"--devices {config.devices}: PyTorch sees only {gpus} GPU(s)")
-            names = tuple(f"cuda:{i}" for i in range(config.devices))
-        return DeviceChoice("gpu", names, name,
-                            devices.description(name, processes, config.device, "", machines),
-                            rank, processes, tuple(torch.cuda.get_device_capability(local_rank)))
+            names = tuple(f"cuda:{0 if shared else i}" for i in range(config.devices))
+        count = config.devices if config.parallel == "model" else processes
+        return DeviceChoice("gpu", names, name, devices.description(
+            name, count, config.device, "", machines, shared), rank, processes,
+            tuple(torch.cuda.get_device_capability(gpu)), shared_chip=shared)
+    stages = config.devices if config.parallel == "model" else 1
     return DeviceChoice("cpu", ("cpu",), None, devices.description(
-        None, processes, config.device, "process(es)", machines), rank, processes)
+        None, processes, config.device, "process(es)", machines), rank, processes,
+        shared_chip=processes * stages > 1)
 
 
 def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
@@ -67,7 +71,9 @@ def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
     resolved = strategy.resolve(config.strategy, FRAMEWORK, choice.processes, choice.processes)
     if not resolved.wrapped:
         return None
-    backend = "nccl" if choice.on_gpu else "gloo"
+    # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): processes sharing a chip
+    # all-reduce over gloo, which takes CUDA tensors
+    backend = "nccl" if choice.on_gpu and not choice.shared_chip else "gloo"
     timeout = timedelta(seconds=config.collective_timeout_s)
     if choice.processes == 1:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,

@@ -36,7 +36,9 @@ def describe(trainer) -> dict:
             "; one replica, its stages on " + ", ".join(trainer.placement)
             + (" (a CPU: the stages share the one device)" if not trainer.choice.on_gpu
                else " (activations copied between stages, non_blocking)")
-            if trainer.placement else ""),
+            if trainer.placement else "") + (
+            " (the processes or stages share one GPU: --share-device)"
+            if trainer.choice.shared_chip and trainer.choice.on_gpu else ""),
         "strategy": trainer.wrapper.to_dict(FRAMEWORK),
         "precision": trainer.numerics["resolved"].to_dict(trainer.config.precision),
         "step_batching": (f"{trainer.steps_per_call} step(s) per trainer call, each launched "

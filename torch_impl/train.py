@@ -110,8 +110,11 @@ class Trainer:
         self.epoch_events = None
         self.profiling = False  # a profiler records: the step marks its phases
         # NVML samples every GPU of the run on this machine (DDP's other local processes'
-        # too), as TensorFlow's process samples all of its replicas' GPUs.
-        local = tuple(f"cuda:{i}" for i in range(cluster.launch(FRAMEWORK).local_processes))
+        # too, every model-parallel stage's; one board when they share it), as TensorFlow's
+        # process samples all of its replicas' GPUs.
+        local = tuple(dict.fromkeys(
+            choice.names if config.parallel == "model" or choice.shared_chip else
+            (f"cuda:{i}" for i in range(cluster.launch(FRAMEWORK).local_processes))))
         self.gpu_indices = (gpu_metrics.nvml_indices(_pci_bus_ids(local), local)
                             if choice.on_gpu else None)
 

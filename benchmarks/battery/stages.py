@@ -325,6 +325,13 @@ STAGES: list[Stage] = [
           sweep_commands("strategy", ["strategy=none,mirrored"],
                          ["--model", "lenet", "--batch-size", "32", "--precision", "mixed"]),
           sweep_estimate(2, Recipe("lenet", "mixed", 32, 3, 1), 3)),
+    Stage("shared-chip", False, FRAMEWORKS, "sweep --vary devices=1,2 --share-device: the "
+          "multi-device paths (MirroredStrategy over logical GPUs, DDP over gloo) on one GPU "
+          "(LeNet, batch 64, 3 epochs), their losses against one device",
+          sweep_commands("shared-chip", ["devices=1,2"],
+                         ["--model", "lenet", "--batch-size", "64", "--precision", "mixed",
+                          "--share-device"]),
+          sweep_estimate(2, Recipe("lenet", "mixed", 64, 3, 1), 3)),
     Stage("steps-per-call", False, FRAMEWORKS, "sweep --vary steps-per-call=1,8,32 (LeNet, "
           "batch 32, 3 epochs): what a call per step costs on a GPU",
           sweep_commands("steps-per-call", ["steps-per-call=1,8,32"],

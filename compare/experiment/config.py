@@ -188,6 +188,12 @@ class RunConfig:
         "--micro-batches", "Split each global batch into this many micro-batches, their "
         "gradients accumulated before one update (GPipe's schedule, without overlap).",
         count(), vary=True))
+    share_device: bool = field(default=False, metadata=option(
+        "--share-device/--no-share-device", "GPU: carve --devices from one GPU (TensorFlow: "
+        "logical GPUs, each an equal share of its memory; PyTorch: DDP processes sharing it "
+        "over gloo, or every model-parallel stage on it) to run the multi-device paths on "
+        "one chip. Recorded as one shared chip: its times are no multi-GPU speed-up. A CPU's "
+        "devices always share it.", flag()))
     allow_mixed_devices: bool = False  # sweep: let the frameworks differ in device kind
     # Runs over several processes (TF_CONFIG workers, torchrun, DDP on one machine): how long
     # a collective waits for a peer before the run fails with the peer's name. Long enough

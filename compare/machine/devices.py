@@ -68,17 +68,21 @@ def nvidia_gpus() -> int:
 
 
 def description(gpu_name: str | None, count: int, requested: str, units: str,
-                where: str = "") -> str:
+                where: str = "", shared: bool = False) -> str:
     """What the user is told of where a process trains: "GPU: <name>, <name>" for `count`
-    GPUs, or "CPU (why), <count> <units>" (units: the framework's word for its CPU replicas);
-    `where` adds the processes' layout over machines."""
+    GPUs, "GPU: <name> shared by <count> devices" for devices carved from one (`shared`), or
+    "CPU (why), <count> <units>" (units: the framework's word for its CPU replicas); `where`
+    adds the processes' layout over machines."""
+    if gpu_name is not None and shared:
+        return f"GPU: {gpu_name} shared by {count} devices{where}"
     if gpu_name is not None:
         return f"GPU: {', '.join([gpu_name] * count)}{where}"
     why = "no GPU found" if requested == "auto" else "--device cpu"
     return f"CPU ({why}), {count} {units}{where}"
 
 
-def hardware(kind: str, model: str | None, replicas: int, nodes: int) -> dict:
+def hardware(kind: str, model: str | None, replicas: int, nodes: int,
+             shared_chip: bool = False) -> dict:
     """The machine a run trained on, recorded the same way by both frameworks: the device
     kind, model and count (every replica over every process and machine) and the machines.
     `label` is what reports group runs by (with the host platform): on a GPU the model and
@@ -86,13 +90,17 @@ def hardware(kind: str, model: str | None, replicas: int, nodes: int) -> dict:
     processes a CPU run is split into are a setting, not the machine). `named` is what a
     reader is told: the label, on a CPU with its model, cores and instructions. The machines are
     recorded, not labelled: the launchers count them differently (torchrun its node groups,
-    TF_CONFIG its hosts)."""
+    TF_CONFIG its hosts). `shared_chip`: the devices are carved from one chip (--share-device;
+    a CPU's logical devices or processes), recorded so that no reader takes their time for a
+    multi-device speed-up; on a GPU the label says so, and such runs group apart."""
     if kind != "gpu":
         label = "CPU"
+    elif shared_chip and replicas > 1:
+        label = f"GPU: {model} shared by {replicas} devices"
     else:
         label = f"GPU: {replicas}x {model}" if replicas > 1 else f"GPU: {model}"
     return {"device_kind": kind, "device_model": model, "device_count": replicas,
-            "nodes": nodes, "label": label,
+            "shared_chip": shared_chip, "nodes": nodes, "label": label,
             "named": label if kind == "gpu" else f"CPU: {cpu_description()}"}
 
 

@@ -7,6 +7,7 @@ null with the reason.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -92,17 +93,45 @@ def nvml_indices(pci_bus_ids: list[str], names: tuple[str, ...]) -> list[int]:
     """NVML indices of the GPUs with these PCI bus ids. CUDA numbers only the visible GPUs
     (CUDA_VISIBLE_DEVICES) and may order them differently; NVML numbers every board. Where
     NVML or a bus id is missing, the CUDA ordinal in the framework's device name is used."""
-    fallback = [int(name.rsplit(":", 1)[-1]) for name in names]
+    # devices carved from one chip (--share-device) name one board: sample it once, or its
+    # energy would count twice
+    fallback = list(dict.fromkeys(int(name.rsplit(":", 1)[-1]) for name in names))
     try:
         import pynvml
         pynvml.nvmlInit()
     except Exception:  # noqa: BLE001 - no library or no driver: the sampler will say why
         return fallback
+    ordinals = [int(name.rsplit(":", 1)[-1]) for name in names]
     try:
-        return [pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByPciBusId(bus))
-                if bus else default for bus, default in zip(pci_bus_ids, fallback)]
+        return list(dict.fromkeys(
+            pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByPciBusId(bus)) if bus
+            else ordinal for bus, ordinal in zip(pci_bus_ids, ordinals)))
     except pynvml.NVMLError:
         return fallback
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def board_memory_bytes(cuda_ordinal: int) -> int:
+    """Total memory of the board behind CUDA device `cuda_ordinal`, from NVML (TensorFlow
+    states it only once its devices are fixed, too late to carve logical GPUs from it). The
+    ordinal counts the boards CUDA_VISIBLE_DEVICES lists; raises RuntimeError when NVML
+    cannot tell."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+               if v.strip()]
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - no library or no driver
+        raise RuntimeError(f"NVML unavailable ({nvml_reason(exc)})") from None
+    try:
+        chosen = visible[cuda_ordinal] if cuda_ordinal < len(visible) else str(cuda_ordinal)
+        handle = (pynvml.nvmlDeviceGetHandleByIndex(int(chosen)) if chosen.isdigit()
+                  else pynvml.nvmlDeviceGetHandleByUUID(chosen))
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+    except pynvml.NVMLError as exc:
+        raise RuntimeError(f"NVML could not read GPU {cuda_ordinal}'s memory "
+                           f"({nvml_reason(exc)})") from None
     finally:
         pynvml.nvmlShutdown()
 

@@ -43,6 +43,10 @@ class DeviceChoice:
     rank: int = 0  # this process's index among the processes of the run
     processes: int = 1  # processes that train together (DDP ranks; 1 for MirroredStrategy)
     capability: tuple[int, int] | None = None  # the GPU's CUDA compute capability; None on CPU
+    # The run's devices are carved from one chip (logical GPUs or processes sharing one GPU
+    # under --share-device; a CPU's logical devices or processes): one board's time, memory
+    # and energy, not a multi-device speed-up.
+    shared_chip: bool = False
 
     @property
     def on_gpu(self) -> bool:

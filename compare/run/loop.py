@@ -47,7 +47,7 @@ def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
     recorder = None
     environment = {**environment, "hardware": devices.hardware(
         trainer.choice.kind, trainer.choice.name, trainer.replicas,
-        cluster.launch(trainer.framework).nodes)}
+        cluster.launch(trainer.framework).nodes, trainer.choice.shared_chip)}
     if trainer.choice.is_chief:
         if state is None:  # a fresh start must not leave an older run's checkpoint behind
             checkpoint.remove(Path(config.out))
