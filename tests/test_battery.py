@@ -81,8 +81,10 @@ def test_the_battery_trains_on_real_cifar10_unless_tiny(tmp_path):
 
 def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device(tmp_path):
     """--plan --bundle --carry-data: each call one bash line within 2,000 characters and
-    64 MiB of carry; run here in order (the battery replaced by `true`), the setups unpack
-    the data, check and join the parts, and the first TensorFlow call activates the bundle."""
+    64 MiB of carry; run here in order (the battery replaced by a line saying what its process
+    is given), the setups unpack the data, check and join the parts, every TensorFlow call runs
+    with the checkout and the activated bundle on its path, and the fallback cuDNN's calls,
+    made when the smoke test failed, unpack it and activate it for every later call."""
     import hashlib
     import io
     import subprocess
@@ -90,19 +92,29 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
     root, scratch = tmp_path / "checkout", tmp_path / "device"
     (root / ".tfgpu").mkdir(parents=True)
     scratch.mkdir()
-    site = io.BytesIO()  # what the bundle holds: site/activate.sh
-    with tarfile.open(fileobj=site, mode="w:xz") as tar:
-        script = b"export BUNDLE_ACTIVE=yes\n"
-        info = tarfile.TarInfo("site/activate.sh")
-        info.size = len(script)
-        tar.addfile(info, io.BytesIO(script))
-    blob = site.getvalue()
+    def archive(files: dict[str, bytes]) -> bytes:
+        held = io.BytesIO()
+        with tarfile.open(fileobj=held, mode="w:xz") as tar:
+            for name, content in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+        return held.getvalue()
+    # what the bundle holds: site/activate.sh, which puts its folder on PYTHONPATH and says
+    # which cuDNN it chose; and apart, its fallback cuDNN
+    activate = (b'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\n'
+                b'export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" '
+                b'BUNDLE_ACTIVE="yes${1:+ $1}"\n')
     sums = []
-    for i in range(3):  # three parts, as build.sh splits it
-        part = root / ".tfgpu" / f"c{i:02d}" / f"c.{i:02d}"
-        part.parent.mkdir()
-        part.write_bytes(blob[i * len(blob) // 3:(i + 1) * len(blob) // 3])
-        sums.append(f"{hashlib.sha256(part.read_bytes()).hexdigest()}  c{i:02d}/c.{i:02d}")
+    for kind, blob in (("c", archive({"site/activate.sh": activate})),
+                       ("f", archive({"site/nvidia/cudnn_cu12_fallback/lib/x.so": b""}))):
+        for i in range(3 if kind == "c" else 2):  # in parts, as build.sh splits it
+            part = root / ".tfgpu" / f"{kind}{i:02d}" / f"{kind}.{i:02d}"
+            part.parent.mkdir()
+            part.write_bytes(blob[i * len(blob) // 3:(i + 1) * len(blob) // 3] if kind == "c"
+                             else blob[i * len(blob) // 2:(i + 1) * len(blob) // 2])
+            sums.append(f"{hashlib.sha256(part.read_bytes()).hexdigest()}  "
+                        f"{kind}{i:02d}/{kind}.{i:02d}")
     (root / ".tfgpu" / "SHA256SUMS").write_text("\n".join(sums) + "\n")
     images = io.BytesIO()
     with tarfile.open(fileobj=images, mode="w:gz") as tar:
@@ -118,13 +130,30 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
     assert carried == [".tfgpu/c00", ".tfgpu/c01", ".tfgpu/c02"]  # one a call, in order
     assert all(f"--dataset folder --data-dir {scratch}/cnncompare-data" in c["bash"]
                for c in calls if c["stages"])
-    first_tf = next(c for c in calls if c["framework"] == "tf")
-    assert "activate.sh" in first_tf["setup"]
-    for call in calls[:calls.index(first_tf) + 1]:
-        done = subprocess.run(["bash", "-c", call["setup"] + " && echo ${BUNDLE_ACTIVE:-no}"],
-                              cwd=root, capture_output=True, text=True, timeout=60)
+    first_tf = next(i for i, c in enumerate(calls) if c["framework"] == "tf")
+    contingent = [c for c in calls if c.get("only_if")]
+    assert [p for c in contingent for p in c["carry"] if p.startswith(".tfgpu/f")] == [
+        ".tfgpu/f00", ".tfgpu/f01"] and calls[first_tf + 1:first_tf + 3] == contingent
+    assert contingent[-1]["stages"] == calls[first_tf]["stages"]  # that call, again
+    # every call as the device runs it, the battery replaced by what its process is given
+    shown = "import os; print(os.environ['PYTHONPATH'], '|', os.environ.get('BUNDLE_ACTIVE'))"
+    seen = []
+    for i, call in enumerate(calls):
+        if i == first_tf + 1:  # the smoke test failed on the machine's cuDNN, and passed on
+            (scratch / "tfgpu" / "cudnn-choice").write_text("fallback\n")  # the fallback
+        done = subprocess.run(["bash", "-c", call["bash"].replace(
+            "python benchmarks/gpu_battery.py", f"{sys.executable} -c \"{shown}\"")],
+            cwd=root, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "yes"  # the first TensorFlow call ran with the bundle
+        seen.append((call["framework"], bool(call["stages"]), done.stdout.strip()))
+    site = f"{scratch}/tfgpu/site"
+    for i, (framework, runs, said) in enumerate(seen):
+        if framework == "tf":  # the checkout first, then the bundle, activated in each call
+            fallback = " fallback" if i > first_tf else ""
+            assert said == f".:{site} | yes{fallback}", (i, said)
+        elif runs:
+            assert said == ". | None", (i, said)  # PyTorch's calls: no bundle
+    assert (scratch / "tfgpu" / "site" / "nvidia" / "cudnn_cu12_fallback").is_dir()
     assert (scratch / "cnncompare-data" / "train" / "cat" / "0.jpg").exists()
     (root / ".tfgpu" / "c01" / "c.01").write_bytes(b"torn")  # a part that arrived damaged
     broken = battery_calls.rental_calls(_plan()["calls"], root, root / ".tfgpu", None,
@@ -263,3 +292,43 @@ def test_the_whole_plan_runs_tiny_on_the_cpu_and_packs_at_most_eight_files(tmp_p
                                                                                 "torch": 2}
         assert group["parity"]["passed"]
     assert "doctor" in (packed / "battery.md").read_text()
+
+
+def test_the_smoke_test_retries_on_the_bundles_fallback_cudnn(tmp_path, monkeypatch):
+    """The smoke test fails on the machine's cuDNN: run again with the bundle re-activated on
+    its fallback cuDNN (the machine's taken off the path), it passes; the record says which
+    cuDNN ran, later stages run on it, and later calls are told so (cudnn-choice)."""
+    site = tmp_path / "tfgpu" / "site"
+    (site / "nvidia" / "cudnn_cu12_fallback" / "lib").mkdir(parents=True)
+    (site / "activate.sh").write_text(  # as the bundle's: its cuDNN, or the machine's
+        'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\n'
+        'libs=/machine/nvidia/cudnn/lib\n'
+        '[ "${1:-}" = fallback ] && libs="$here/nvidia/cudnn_cu12_fallback/lib"\n'
+        'export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" '
+        'LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n')
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/machine/nvidia/cudnn/lib:/usr/lib")
+    # passes only on the fallback cuDNN, and only without the machine's beside it
+    smoke = ("import os, sys; p = os.environ['LD_LIBRARY_PATH']; print(p); "
+             "sys.exit(0 if 'cudnn_cu12_fallback' in p and '/machine/' not in p else 1)")
+    from battery.stages import Stage
+    stage = Stage("tf-smoke", True, ("tf",), "a smoke test",
+                  lambda fw, ctx: [[sys.executable, "-c", smoke]], lambda fw, ctx: (1.0, "-"),
+                  json_out=True)
+    ctx = battery.context(battery.arguments(["--device", "cpu", "--tiny", "--out",
+                                             str(tmp_path / "out")]))
+    assert running.cudnn_in_use(dict(os.environ)).startswith("the machine's cuDNN")
+    before = dict(os.environ)
+    try:
+        done = running.run_stage(stage, "tf", {"limit_s": 60, "estimate_s": 1}, ctx)
+        assert "/machine/" not in os.environ["LD_LIBRARY_PATH"]  # later stages run on it
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+    assert done["status"] == "ok" and [c["exit_code"] for c in done["commands"]] == [1, 0]
+    assert done["cudnn"] == "the bundle's CUDA 12 cuDNN (fallback)"
+    assert (site.parent / "cudnn-choice").read_text().strip() == "fallback"
+    (site / "nvidia" / "cudnn_cu12_fallback" / "lib").rmdir()  # not unpacked: the plan's calls
+    done = running.run_stage(stage, "tf", {"limit_s": 60, "estimate_s": 1}, ctx)
+    assert done["status"] == "failed" and len(done["commands"]) == 1
+    assert done["note"].startswith("no fallback cuDNN unpacked: make the plan's fallback calls")

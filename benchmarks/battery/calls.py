@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from battery.running import CUDNN_CHOICE
 from battery.stages import FRAMEWORKS, RENTAL_CORE_S, RENTAL_S, STAGE_LIMIT_S, Context, Stage, shown
 
 
@@ -62,6 +63,15 @@ def device_calls(rows: list[dict], options: list[str]) -> list[dict]:
     return calls
 
 
+def _append_part(call: dict, bundle: Path, root: Path, part: Path, archive: str) -> None:
+    """Carry one part of the bundle in `call`: check its sum, append it to `archive`."""
+    name = f"{part.name}/{part.name[0]}.{part.name[1:]}"
+    folder = bundle.relative_to(root)
+    call["setup"].append(f"(cd {folder} && grep ' {name}$' SHA256SUMS | sha256sum -c --quiet -)"
+                         f" && cat {folder}/{name} >> {archive}")
+    call["carry"] += [str(folder / part.name), str(folder / "SHA256SUMS")]
+
+
 CALL_CHARS = 2000  # one device command's length
 CARRY_BYTES = 64 * 2**20  # what one device command may carry from the checkout
 
@@ -74,7 +84,9 @@ def rental_calls(calls: list[dict], root: Path, bundle: Path | None, data: Path 
     unpacks it under `scratch`; the next ones each carry one part of TensorFlow's bundle
     (`bundle`: c00/c.00, c01/c.01, ... and SHA256SUMS), check it and append it to one file
     while a PyTorch stage runs (calls that only carry where PyTorch has no stage left); the
-    first TensorFlow call unpacks the bundle and activates it."""
+    first TensorFlow call unpacks the bundle, and every TensorFlow call activates it. The
+    bundle's fallback cuDNN parts (f00/f.00, ...), if built, follow the first TensorFlow call
+    as calls marked `only_if`: made only when its smoke test failed on the machine's cuDNN."""
     data_options: list[str] = []
     out = [dict(call, setup=[], carry=[]) for call in calls]
     if data is not None:
@@ -97,17 +109,38 @@ def rental_calls(calls: list[dict], root: Path, bundle: Path | None, data: Path 
         first_tf += 1
     archive = f"{scratch}/tf-bundle.tar.xz"
     for part, slot in zip(parts, slots):
-        name = f"{part.name}/{part.name[0]}.{part.name[1:]}"
-        folder = bundle.relative_to(root)
-        out[slot]["setup"].append(
-            f"(cd {folder} && grep ' {name}$' SHA256SUMS | sha256sum -c --quiet -) && "
-            f"cat {folder}/{name} >> {archive}")
-        out[slot]["carry"] += [str(folder / part.name), str(folder / "SHA256SUMS")]
+        _append_part(out[slot], bundle, root, part, archive)
+    # every TensorFlow call (a fresh shell) activates the bundle, on the cuDNN the smoke test
+    # chose (the battery writes CUDNN_CHOICE when only the fallback passed)
+    activate = (f"source {scratch}/tfgpu/site/activate.sh $(cat {scratch}/tfgpu/"
+                f"{CUDNN_CHOICE} 2>/dev/null)")
     if parts and first_tf < len(out):
         out[first_tf]["setup"].append(f"mkdir -p {scratch}/tfgpu && tar xJf {archive} -C "
-                                      f"{scratch}/tfgpu && source {scratch}/tfgpu/site/activate.sh")
+                                      f"{scratch}/tfgpu")
+        for call in out[first_tf:]:
+            if call["framework"] == "tf":
+                call["setup"].append(activate)
+        # the bundle's fallback cuDNN (f00/f.00, ...): calls made only when the first
+        # TensorFlow call's smoke test failed on the machine's cuDNN; the last unpacks it and
+        # runs that call's stages again (the smoke test retries on the fallback)
+        fallback = sorted(bundle.glob("f[0-9][0-9]"))
+        extra = []
+        for part in fallback:
+            call = {"framework": "torch", "rental": out[first_tf]["rental"], "stages": [],
+                    "estimate_s": 0, "setup": [], "carry": [],
+                    "only_if": "tf-smoke failed on the machine's cuDNN (battery.json)"}
+            _append_part(call, bundle, root, part, f"{scratch}/tf-fallback.tar.xz")
+            extra.append(call)
+        if extra:
+            extra[-1].update(framework="tf", stages=list(out[first_tf]["stages"]),
+                             estimate_s=out[first_tf]["estimate_s"])
+            extra[-1]["setup"] += [f"tar xJf {scratch}/tf-fallback.tar.xz -C {scratch}/tfgpu",
+                                   activate]
+            out[first_tf + 1:first_tf + 1] = extra
     for call in out:
-        run = (("PYTHONPATH=. python benchmarks/gpu_battery.py --framework " + call["framework"]
+        # the checkout first, before the bundle's folder that activate.sh put on PYTHONPATH
+        run = (("PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} python benchmarks/gpu_battery.py "
+                "--framework " + call["framework"]
                 + "".join(f" --stage {s}" for s in call["stages"])
                 + "".join(f" {shown(o)}" for o in data_options)
                 + f" --time-left {STAGE_LIMIT_S} --out {scratch}/battery --pack \"$OUT\"")

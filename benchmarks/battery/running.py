@@ -7,22 +7,25 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from battery.stages import REPO, Context, Stage, shown
 
 
-def run_command(argv: list[str], log: Path, limit_s: float, stdout: Path | None = None) -> dict:
+def run_command(argv: list[str], log: Path, limit_s: float, stdout: Path | None = None,
+                env: dict[str, str] | None = None) -> dict:
     """Run argv with its output streamed to `log` (stdout to `stdout` when given, e.g.
-    doctor's JSON), in its own process group, killed at `limit_s`."""
+    doctor's JSON), in its own process group, killed at `limit_s`; in `env` when given, else
+    in this process's environment."""
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with open(log, "a") as err, (open(stdout, "w") if stdout else open(log, "a")) as out:
         err.write(f"$ {' '.join(shown(a) for a in argv)}\n")
         err.flush()
         process = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err,
-                                   start_new_session=True, env=child_environment())
+                                   start_new_session=True, env=child_environment(env))
         try:
             code = process.wait(timeout=limit_s)
             timed_out = False
@@ -33,8 +36,8 @@ def run_command(argv: list[str], log: Path, limit_s: float, stdout: Path | None 
     return {"exit_code": code, "seconds": time.perf_counter() - started, "timed_out": timed_out}
 
 
-def child_environment() -> dict[str, str]:
-    env = dict(os.environ)
+def child_environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
                                      else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -55,6 +58,69 @@ def _stop(process: subprocess.Popen) -> None:
             continue
 
 
+# TensorFlow's GPU bundle (../shared/tools/tf-gpu-bundle): activate.sh puts its folder first on
+# PYTHONPATH; `activate.sh fallback` swaps the machine's cuDNN for the bundle's CUDA 12 one.
+FALLBACK_CUDNN = "nvidia/cudnn_cu12_fallback/lib"
+CUDNN_CHOICE = "cudnn-choice"  # beside the bundle's folder: what later calls source it with
+
+
+def bundle_root(env: dict[str, str]) -> Path | None:
+    """The activated TensorFlow bundle's folder, or None (TensorFlow installed by pip)."""
+    return next((Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                 if p and (Path(p) / "activate.sh").is_file()), None)
+
+
+def cudnn_in_use(env: dict[str, str]) -> str:
+    """Which cuDNN TensorFlow loads in `env`."""
+    if bundle_root(env) is None:
+        return "TensorFlow's own (no bundle activated)"
+    if FALLBACK_CUDNN in env.get("LD_LIBRARY_PATH", ""):
+        return "the bundle's CUDA 12 cuDNN (fallback)"
+    return "the machine's cuDNN (beside its PyTorch)"
+
+
+def fallback_environment(env: dict[str, str]) -> dict[str, str] | None:
+    """`env` with the bundle re-activated on its fallback cuDNN, or None when no bundle is
+    active or its fallback is not unpacked. What activation added is taken out first: the two
+    cuDNN folders must never both be on the library path."""
+    root = bundle_root(env)
+    if root is None or not (root / FALLBACK_CUDNN).is_dir():
+        return None
+    kept = [p for p in env.get("LD_LIBRARY_PATH", "").split(":")
+            if p and not p.startswith(str(root)) and not p.rstrip("/").endswith("nvidia/cudnn/lib")]
+    base = {**env, "LD_LIBRARY_PATH": ":".join(kept), "PYTHONPATH": os.pathsep.join(
+        p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != root)}
+    done = subprocess.run(
+        ["bash", "-c", f'source "{root}/activate.sh" fallback >/dev/null && "{sys.executable}" '
+         '-c "import json, os; print(json.dumps(dict(os.environ)))"'],
+        env=base, capture_output=True, text=True, timeout=120, check=False)
+    return json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0 else None
+
+
+def retry_smoke_on_fallback(done: dict, argv: list[str], log: Path, limit_s: float,
+                            stdout: Path) -> None:
+    """The smoke test failed on the machine's cuDNN: run it again on the bundle's fallback
+    cuDNN where it is unpacked; if that passes, every later command of this battery, and each
+    later device call (through CUDNN_CHOICE), runs on it. Says which cuDNN ran in `done`."""
+    fallback = fallback_environment(dict(os.environ))
+    if fallback is None:
+        done["cudnn_retry"] = ("no fallback cuDNN unpacked: make the plan's fallback calls, "
+                               "then run this call again")
+        return
+    with open(log, "a") as said:
+        said.write("# failed on the machine's cuDNN: again on the bundle's fallback cuDNN\n")
+    outcome = run_command(argv, log, limit_s, stdout, env=fallback)
+    done["commands"].append({"argv": " ".join(shown(a) for a in argv) + "  (fallback cuDNN)",
+                             **outcome})
+    if outcome["exit_code"] == 0:
+        os.environ.clear()
+        os.environ.update(fallback)
+        (bundle_root(fallback).parent / CUDNN_CHOICE).write_text("fallback\n")
+        done["cudnn_retry"] = "passed on the fallback cuDNN: every later stage runs on it"
+    else:
+        done["cudnn_retry"] = "failed on the fallback cuDNN too"
+
+
 def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
     log = ctx.out / "logs" / f"{stage.name}-{framework}.log"
     done = {"stage": stage.name, "framework": framework, "core": stage.core,
@@ -69,7 +135,14 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
         done["commands"].append({"argv": " ".join(shown(a) for a in argv), **outcome})
         if outcome["timed_out"]:
             break
-    codes = [c["exit_code"] for c in done["commands"]]
+        if (stage.name == "tf-smoke" and outcome["exit_code"] != 0
+                and bundle_root(dict(os.environ)) is not None):
+            retry_smoke_on_fallback(done, argv, log, max(1.0, deadline - time.perf_counter()),
+                                    stdout)
+    if stage.name == "tf-smoke":
+        done["cudnn"] = cudnn_in_use(dict(os.environ))
+    codes = [c["exit_code"] for c in done["commands"][-1:]] if "cudnn_retry" in done else [
+        c["exit_code"] for c in done["commands"]]
     done["seconds"] = sum(c["seconds"] for c in done["commands"])
     done["status"] = ("timed out" if any(c["timed_out"] for c in done["commands"])
                       else "ok" if all(code == 0 for code in codes) else "failed")
@@ -79,6 +152,8 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
                 if line.strip() and not line.startswith("$ ")] if log.exists() else []
         verdict = done["figures"].get("verdict") if stage.name == "doctor" else None
         done["note"] = (verdict or (said[-1] if said else f"exit codes {codes}"))[:300]
+        if "cudnn_retry" in done:
+            done["note"] = f"{done['cudnn_retry']}; {done['note']}"[:300]
     if stage.name == "gpu-tests" and ctx.device == "gpu" and done["status"] == "ok":
         # pytest exits 0 when every test skips: on a GPU host that proves nothing
         reasons = every_test_skipped(ctx.out / f"pytest-gpu-{framework}.xml")
