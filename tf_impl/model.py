@@ -11,17 +11,23 @@ from compare.experiment import specs, stages, weights
 
 def _conv(layer: specs.Conv, x, norm: dict):
     # Stride 1 with an odd kernel: "same" pads (kernel - 1) / 2 each side, inside the cuDNN
-    # call; a separate ZeroPadding2D would add a kernel and a copy.
-    same = layer.kernel % 2 == 1 and layer.padding == (layer.kernel - 1) // 2
+    # call; a separate ZeroPadding2D would add a kernel and a copy. Strided, "same" pads
+    # bottom/right only where PyTorch pads every side alike: pad explicitly.
+    same = (layer.stride == 1 and layer.kernel % 2 == 1
+            and layer.padding == (layer.kernel - 1) // 2)
     if layer.padding and not same:
         x = keras.layers.ZeroPadding2D(layer.padding, name=f"{layer.name}_pad")(x)
-    return keras.layers.Conv2D(layer.out_channels, layer.kernel,
-                               padding="same" if same and layer.padding else "valid",
-                               use_bias=layer.bias, name=layer.name)(x)
+    padding = "same" if same and layer.padding else "valid"
+    if layer.depthwise:
+        return keras.layers.DepthwiseConv2D(layer.kernel, layer.stride, padding,
+                                            use_bias=layer.bias, name=layer.name)(x)
+    return keras.layers.Conv2D(layer.out_channels, layer.kernel, layer.stride, padding,
+                               groups=layer.groups, use_bias=layer.bias, name=layer.name)(x)
 
 
 def _residual(layer: specs.Residual, x, norm: dict):
-    return keras.layers.Add(name=layer.name)([x, _build(layer.layers, x, norm)])
+    return keras.layers.Add(name=layer.name)([_build(layer.shortcut, x, norm),
+                                              _build(layer.layers, x, norm)])
 
 
 # Each spec kind's Keras layers: (spec layer, input tensor, BatchNorm settings) -> output.
@@ -30,10 +36,14 @@ KERAS_LAYERS = {
     specs.Conv: _conv,
     specs.BatchNorm: lambda layer, x, norm: keras.layers.BatchNormalization(
         momentum=1.0 - norm["momentum"], epsilon=norm["epsilon"], name=layer.name)(x),
-    specs.ReLU: lambda layer, x, norm: keras.layers.ReLU(name=layer.name)(x),
+    specs.ReLU: lambda layer, x, norm: keras.layers.ReLU(layer.max_value, name=layer.name)(x),
     specs.MaxPool: lambda layer, x, norm: keras.layers.MaxPooling2D(layer.size,
                                                                     name=layer.name)(x),
+    specs.AvgPool: lambda layer, x, norm: keras.layers.AveragePooling2D(layer.size,
+                                                                        name=layer.name)(x),
     specs.GlobalMaxPool: lambda layer, x, norm: keras.layers.GlobalMaxPooling2D(
+        keepdims=True, name=layer.name)(x),
+    specs.GlobalAvgPool: lambda layer, x, norm: keras.layers.GlobalAveragePooling2D(
         keepdims=True, name=layer.name)(x),
     specs.Flatten: lambda layer, x, norm: keras.layers.Flatten(name=layer.name)(x),
     specs.Dense: lambda layer, x, norm: keras.layers.Dense(
@@ -99,8 +109,12 @@ class StagedModel(keras.Model):
 
 
 def _conv_variables(layer: specs.Conv, k, spec: specs.ModelSpec) -> dict[str, tuple]:
-    found = {"weight": (k.kernel, lambda a: a.transpose(2, 3, 1, 0),  # OIHW -> HWIO
-                        lambda a: a.transpose(3, 2, 0, 1))}
+    if layer.depthwise:  # (C, 1, H, W) <-> DepthwiseConv2D's (H, W, C, 1)
+        found = {"weight": (k.kernel, lambda a: a.transpose(2, 3, 0, 1),
+                            lambda a: a.transpose(2, 3, 0, 1))}
+    else:  # OIHW <-> HWIO (grouped: I is the inputs of a group)
+        found = {"weight": (k.kernel, lambda a: a.transpose(2, 3, 1, 0),
+                            lambda a: a.transpose(3, 2, 0, 1))}
     return {**found, "bias": (k.bias, _same, _same)} if layer.bias else found
 
 

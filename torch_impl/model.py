@@ -10,14 +10,14 @@ from compare.experiment import specs, stages
 
 
 class Residual(nn.Module):
-    """x + branch(x)."""
+    """shortcut(x) + branch(x); an empty shortcut is the identity."""
 
-    def __init__(self, branch: nn.Module):
+    def __init__(self, branch: nn.Module, shortcut: nn.Module):
         super().__init__()
-        self.branch = branch
+        self.branch, self.shortcut = branch, shortcut
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.branch(x)
+        return self.shortcut(x) + self.branch(x)
 
 
 class Scale(nn.Module):
@@ -32,6 +32,11 @@ class Scale(nn.Module):
 class GlobalMaxPool(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.amax(x, dim=(2, 3), keepdim=True)
+
+
+class GlobalAvgPool(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mean(x, dim=(2, 3), keepdim=True)
 
 
 class SpecNet(nn.Module):
@@ -58,6 +63,8 @@ class SpecNet(nn.Module):
             if type(layer) not in TORCH_LAYERS:
                 raise TypeError(f"no torch build for {layer!r}")
             module = TORCH_LAYERS[type(layer)](layer, norm, self)
+            if not modules and isinstance(module, (nn.ReLU, nn.ReLU6)):
+                module.inplace = False  # a block's input feeds its shortcut too: keep it
             self.named_layers[layer.name] = module
             modules.append(module)
         return nn.Sequential(*modules)
@@ -82,18 +89,22 @@ class SpecNet(nn.Module):
 # Each spec kind's module: (spec layer, BatchNorm settings, the net building it) -> module.
 TORCH_LAYERS = {
     specs.Conv: lambda layer, norm, net: nn.Conv2d(
-        layer.in_channels, layer.out_channels, layer.kernel, padding=layer.padding,
-        bias=layer.bias),
+        layer.in_channels, layer.out_channels, layer.kernel, stride=layer.stride,
+        padding=layer.padding, groups=layer.groups, bias=layer.bias),
     specs.BatchNorm: lambda layer, norm, net: nn.BatchNorm2d(
         layer.channels, momentum=norm["momentum"], eps=norm["epsilon"]),
-    specs.ReLU: lambda layer, norm, net: nn.ReLU(inplace=True),
+    specs.ReLU: lambda layer, norm, net: (nn.ReLU(inplace=True) if layer.max_value is None
+                                          else nn.ReLU6(inplace=True)),
     specs.MaxPool: lambda layer, norm, net: nn.MaxPool2d(layer.size),
+    specs.AvgPool: lambda layer, norm, net: nn.AvgPool2d(layer.size),
     specs.GlobalMaxPool: lambda layer, norm, net: GlobalMaxPool(),
+    specs.GlobalAvgPool: lambda layer, norm, net: GlobalAvgPool(),
     specs.Flatten: lambda layer, norm, net: nn.Flatten(),
     specs.Dense: lambda layer, norm, net: nn.Linear(layer.in_features, layer.out_features,
                                                     bias=layer.bias),
     specs.Scale: lambda layer, norm, net: Scale(layer.factor),
-    specs.Residual: lambda layer, norm, net: Residual(net._build(layer.layers, norm)),
+    specs.Residual: lambda layer, norm, net: Residual(net._build(layer.layers, norm),
+                                                      net._build(layer.shortcut, norm)),
 }
 
 

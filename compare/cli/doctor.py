@@ -8,13 +8,13 @@ import sys
 import click
 
 from compare.cli.options import CONTEXT
-from compare.experiment import specs
+from compare.experiment import networks
 from compare.experiment.config import FRAMEWORKS, RunConfig
 from compare.process import cluster
 
 
 @click.command(context_settings=CONTEXT)
-@click.option("--model", type=click.Choice(list(specs.MODELS)), default=RunConfig.model,
+@click.option("--model", type=click.Choice(list(networks.MODELS)), default=RunConfig.model,
               show_default=True, help="Network to train a few steps of.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from compare.experiment import specs
+from compare.experiment import networks
 from compare.experiment.checks import (
     choice,
     count,
@@ -108,8 +108,9 @@ class RunConfig:
 
     framework: str = "torch"
     model: str = field(default="lenet", metadata=option(
-        "--model", "Network: lenet (the seed's 62k-parameter Net) or resnet9 (DAWNBench "
-        "ResNet).", choice(tuple(specs.MODELS)), vary=True))
+        "--model", "Network: lenet (the seed's 62k-parameter Net), resnet9 (DAWNBench "
+        "ResNet), resnet18, vgg11 or mobilenetv2 (pytorch-cifar's); `cnncompare models` "
+        "lists them.", choice(tuple(networks.MODELS)), vary=True))
     dataset: str = field(default="cifar10", metadata=option(
         "--dataset", "Data source: the official CIFAR-10 archive, tfds, torchvision, an image "
         "folder, or generated synthetic images.", choice(DATASETS)))

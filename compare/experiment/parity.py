@@ -50,7 +50,10 @@ class Tolerances:
 
     logits_max_abs_diff: float = 1e-3  # logits are O(1); measured: lenet 5e-8, resnet9 1e-6
     loss_abs_diff: float = 1e-4  # measured: lenet 0, resnet9 2e-7
-    grad_max_rel_diff: float = 1e-2  # max over weights of |g_tf - g_torch|_2 / |g_torch|_2
+    # max over weights of |g_tf - g_torch|_2 / |g_torch|_2; measured: resnet9 4e-3,
+    # mobilenetv2 (batch 8: depthwise weights summed over few positions, BatchNorm over few
+    # values) 1.9e-2; a wrong layout gives 0.1-1
+    grad_max_rel_diff: float = 5e-2
     # |dW_tf - dW_torch|_2 / |dW_torch|_2; measured: lenet 5e-6, resnet9 2e-3, and 0.3 for
     # Keras' momentum form under a learning-rate ramp (tests/test_parity.py)
     params_rel_update_diff_after_steps: float = 0.05
@@ -145,6 +148,34 @@ def write_probe(trainer: ProbeTrainer, config: RunConfig, path: Path, steps: int
 
 GATED = ("logits_max_abs_diff", "loss_abs_diff", "grad_max_rel_diff",
          "params_rel_update_diff_after_steps")
+GRADIENT_FLOOR = 1e-5  # of all gradients' L2 norm: below it a layer's gradient is rounding
+
+# Figures within NOISE_FACTOR times their noise floor (PyTorch against itself with every
+# initial weight moved by one ulp) are rounding. Measured on CPU, bfloat16, 3 steps
+# (tests/test_parity.py): TF vs PyTorch came to 0.07-0.94x the floor over the four figures
+# for lenet, 0.33-0.67x for resnet9; 2x leaves room for other kernels.
+NOISE_FACTOR = 2.0
+
+
+def judge_updates_against_noise(record: dict, noise: dict) -> dict:
+    """The float32 record whose only failure is the update after the probe's steps, judged
+    against that figure's noise floor (`noise`: compare_probes of PyTorch moved by one ulp
+    against PyTorch). Deep networks on a small batch amplify rounding chaotically over a few
+    steps (mobilenetv2, batch 8: PyTorch against itself 0.21 of the update, TF against
+    PyTorch 0.25) while logits, loss and every gradient agree: within NOISE_FACTOR x the
+    floor, the update passes, and the record says on what grounds."""
+    key = "params_rel_update_diff_after_steps"
+    if record["failed"] != [key]:
+        return record
+    floor = noise[key]
+    within = record[key] <= NOISE_FACTOR * floor
+    return {**record, "passed": within, "failed": [] if within else [key],
+            "update_noise_floor": floor,
+            "update_gate": (f"{record[key]:.3g} of the update, within {NOISE_FACTOR:g} x its "
+                            f"noise floor {floor:.3g} (PyTorch against itself, weights "
+                            f"moved by 1 ulp)" if within else
+                            f"{record[key]:.3g} of the update, over {NOISE_FACTOR:g} x its "
+                            f"noise floor {floor:.3g}")}
 
 
 def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.ndarray],
@@ -156,9 +187,17 @@ def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.nd
     if missing:
         raise ValueError(f"the TensorFlow probe lacks gradients for {', '.join(missing)}")
     per_layer = {}
+    # A gradient the network makes zero by construction (a bias or BatchNorm shift before a
+    # BatchNorm: measured 1e-8..1e-6 against all gradients' 34 in mobilenetv2) is rounding
+    # of a zero in both builds; against its own norm it would differ by ~100%. Each layer's
+    # difference is taken relative to its norm, or to GRADIENT_FLOOR of all gradients' norm
+    # where that is larger.
+    total = float(np.sqrt(sum(np.sum(torch_probe[f"grad/{n}"].astype(np.float64) ** 2)
+                              for n in grad_names)))
     for name in grad_names:  # relative L2: robust to the odd ReLU-mask flip (see Tolerances)
         a, b = tf_probe[f"grad/{name}"], torch_probe[f"grad/{name}"]
-        per_layer[name] = float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-12))
+        per_layer[name] = float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)),
+                                                            GRADIENT_FLOOR * total, 1e-12))
     params = {n: float(np.abs(tf_probe[f"param/{n}"] - torch_probe[f"param/{n}"]).max())
               for n in param_names}
     trainable = [n for n in param_names if specs.trainable(n)]

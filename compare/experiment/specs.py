@@ -53,22 +53,45 @@ class LayerSpec:
 
 @dataclass(frozen=True)
 class Conv(LayerSpec):
+    """A 2-D convolution, padded `padding` pixels on every side (PyTorch's symmetric padding;
+    the Keras build pads explicitly where "same" would pad unevenly). `groups` splits the
+    channels into groups convolved apart: in_channels groups of one is a depthwise
+    convolution."""
+
     name: str
     in_channels: int
     out_channels: int
     kernel: int
-    padding: int = 0  # pixels each side; stride is always 1
+    padding: int = 0  # pixels each side
     bias: bool = True
+    stride: int = 1
+    groups: int = 1
+
+    def __post_init__(self):
+        if self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ValueError(f"{self.name}: {self.in_channels} in and {self.out_channels} out "
+                             f"channels do not split into {self.groups} groups")
+        if min(self.kernel, self.stride, self.groups) < 1 or self.padding < 0:
+            raise ValueError(f"{self.name}: kernel, stride and groups must be >= 1 and "
+                             f"padding >= 0")
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups > 1 and self.groups == self.in_channels == self.out_channels
 
     def output_shape(self, shape: Shape) -> Shape:
+        if len(shape) != 3 or shape[0] != self.in_channels:
+            raise ValueError(f"{self.name}: expects {self.in_channels} channels, gets {shape}")
         c, h, w = shape
-        if c != self.in_channels:
-            raise ValueError(f"{self.name}: expects {self.in_channels} channels, gets {c}")
-        return (self.out_channels, h + 2 * self.padding - self.kernel + 1,
-                w + 2 * self.padding - self.kernel + 1)
+        size = [(n + 2 * self.padding - self.kernel) // self.stride + 1 for n in (h, w)]
+        if min(size) < 1:
+            raise ValueError(f"{self.name}: a {self.kernel}x{self.kernel} kernel does not fit "
+                             f"a {h}x{w} input padded by {self.padding}")
+        return (self.out_channels, *size)
 
     def parameter_shapes(self) -> dict[str, Shape]:
-        weight = {"weight": (self.out_channels, self.in_channels, self.kernel, self.kernel)}
+        weight = {"weight": (self.out_channels, self.in_channels // self.groups, self.kernel,
+                             self.kernel)}
         return {**weight, "bias": (self.out_channels,)} if self.bias else weight
 
     def macs(self, output: Shape) -> int:
@@ -77,7 +100,7 @@ class Conv(LayerSpec):
 
     @property
     def fan_in(self) -> int:
-        return self.in_channels * self.kernel * self.kernel
+        return self.in_channels // self.groups * self.kernel * self.kernel
 
 
 @dataclass(frozen=True)
@@ -99,6 +122,17 @@ class BatchNorm(LayerSpec):
 @dataclass(frozen=True)
 class ReLU(LayerSpec):
     name: str
+    max_value: float | None = None  # 6.0: ReLU6 (MobileNet's)
+
+    def __post_init__(self):
+        if self.max_value not in (None, 6.0):
+            raise ValueError(f"{self.name}: ReLU caps at 6 (ReLU6) or not at all")
+
+
+def _map(name: str, shape: Shape) -> Shape:
+    if len(shape) != 3:
+        raise ValueError(f"{name}: expects a (channels, height, width) map, gets {shape}")
+    return shape
 
 
 @dataclass(frozen=True)
@@ -107,8 +141,16 @@ class MaxPool(LayerSpec):
     size: int = 2  # window and stride
 
     def output_shape(self, shape: Shape) -> Shape:
-        c, h, w = shape
+        c, h, w = _map(self.name, shape)
+        if min(h, w) < self.size:
+            raise ValueError(f"{self.name}: a {self.size}x{self.size} window does not fit "
+                             f"a {h}x{w} map")
         return (c, h // self.size, w // self.size)
+
+
+@dataclass(frozen=True)
+class AvgPool(MaxPool):
+    """Average over size x size windows, stride size, no padding."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +158,12 @@ class GlobalMaxPool(LayerSpec):
     name: str
 
     def output_shape(self, shape: Shape) -> Shape:
-        return (shape[0], 1, 1)
+        return (_map(self.name, shape)[0], 1, 1)
+
+
+@dataclass(frozen=True)
+class GlobalAvgPool(GlobalMaxPool):
+    """The mean of each channel's map."""
 
 
 @dataclass(frozen=True)
@@ -159,22 +206,29 @@ class Scale(LayerSpec):
 
 @dataclass(frozen=True)
 class Residual(LayerSpec):
-    """x + branch(x): `layers` is the branch, which must keep the shape."""
+    """shortcut(x) + branch(x): `layers` is the branch; `shortcut` is the identity when empty,
+    else its layers (a 1x1 convolution and BatchNorm where the branch changes the shape)."""
 
     name: str
     layers: tuple[LayerSpec, ...]
+    shortcut: tuple[LayerSpec, ...] = ()
 
     @property
     def sublayers(self) -> tuple[LayerSpec, ...]:
-        return self.layers
+        return self.layers + self.shortcut  # the weights' order: branch, then shortcut
 
     def output_shape(self, shape: Shape) -> Shape:
-        inner = shape
-        for layer in self.layers:
-            inner = layer.output_shape(inner)
-        if inner != shape:
-            raise ValueError(f"{self.name}: branch changes shape {shape} -> {inner}")
-        return shape
+        branch, shortcut = (_through(path, shape) for path in (self.layers, self.shortcut))
+        if branch != shortcut:
+            raise ValueError(f"{self.name}: the branch gives {branch}, the shortcut "
+                             f"{shortcut}: they must match to be added")
+        return branch
+
+
+def _through(layers: tuple[LayerSpec, ...], shape: Shape) -> Shape:
+    for layer in layers:
+        shape = layer.output_shape(shape)
+    return shape
 
 
 Layer = LayerSpec  # any of the kinds above
@@ -197,84 +251,38 @@ def walk(layers: tuple[Layer, ...]) -> Iterator[Layer]:
             yield layer
 
 
-def lenet(num_classes: int = 10) -> ModelSpec:
-    """The seed's Net (PyTorch CIFAR-10 tutorial): 62,006 parameters."""
-    return ModelSpec("lenet", (3, 32, 32), num_classes, (
-        Conv("conv1", 3, 6, 5),
-        ReLU("relu1"),
-        MaxPool("pool1"),
-        Conv("conv2", 6, 16, 5),
-        ReLU("relu2"),
-        MaxPool("pool2"),
-        Flatten("flatten"),
-        Dense("fc1", 16 * 5 * 5, 120),
-        ReLU("relu3"),
-        Dense("fc2", 120, 84),
-        ReLU("relu4"),
-        Dense("fc3", 84, num_classes),
-    ))
-
-
-def _conv_bn(name: str, cin: int, cout: int) -> tuple[Layer, ...]:
-    return (Conv(f"{name}_conv", cin, cout, 3, padding=1, bias=False),
-            BatchNorm(f"{name}_bn", cout),
-            ReLU(f"{name}_relu"))
-
-
-def resnet9(num_classes: int = 10) -> ModelSpec:
-    """The DAWNBench CIFAR-10 ResNet (Page, 2018): 6,573,120 trainable parameters."""
-    return ModelSpec("resnet9", (3, 32, 32), num_classes, (
-        *_conv_bn("prep", 3, 64),
-        *_conv_bn("layer1", 64, 128),
-        MaxPool("layer1_pool"),
-        Residual("layer1_res",
-                 _conv_bn("layer1_res1", 128, 128) + _conv_bn("layer1_res2", 128, 128)),
-        *_conv_bn("layer2", 128, 256),
-        MaxPool("layer2_pool"),
-        *_conv_bn("layer3", 256, 512),
-        MaxPool("layer3_pool"),
-        Residual("layer3_res",
-                 _conv_bn("layer3_res1", 512, 512) + _conv_bn("layer3_res2", 512, 512)),
-        GlobalMaxPool("pool"),
-        Flatten("flatten"),
-        Dense("fc", 512, num_classes, bias=False),
-        Scale("scale", 0.125),
-    ))
-
-
-MODELS = {"lenet": lenet, "resnet9": resnet9}
-
-
 def get_spec(name: str, num_classes: int = 10) -> ModelSpec:
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    return MODELS[name](num_classes)
+    """The built-in network called `name` (compare.experiment.networks)."""
+    from compare.experiment import networks  # built from the kinds above
+    return networks.get_spec(name, num_classes)
 
 
-def output_shapes(spec: ModelSpec) -> dict[str, Shape]:
-    """Per-image output shape of every layer, checking that the layers fit together."""
-    shapes: dict[str, Shape] = {}
+def layer_shapes(spec: ModelSpec) -> dict[str, tuple[Shape, Shape]]:
+    """Per-image (input, output) shape of every layer, blocks and their own layers, checking
+    that the layers fit together (ValueError naming the first that does not)."""
+    shapes: dict[str, tuple[Shape, Shape]] = {}
 
     def run(layers: tuple[Layer, ...], shape: Shape) -> Shape:
         for layer in layers:
-            if layer.sublayers:
-                run(layer.sublayers, shape)  # the block's own layers' shapes
-            shape = shapes[layer.name] = layer.output_shape(shape)
+            if isinstance(layer, Residual):  # branch and shortcut each from the block's input
+                run(layer.layers, shape)
+                run(layer.shortcut, shape)
+            shapes[layer.name] = (shape, layer.output_shape(shape))
+            shape = shapes[layer.name][1]
         return shape
 
     run(spec.layers, spec.input_shape)
     return shapes
 
 
+def output_shapes(spec: ModelSpec) -> dict[str, Shape]:
+    """Per-image output shape of every layer, checking that the layers fit together."""
+    return {name: output for name, (_, output) in layer_shapes(spec).items()}
+
+
 def input_shape_of(spec: ModelSpec, name: str) -> tuple[int, ...]:
     """Per-image input shape of the layer called `name`."""
-    shapes = output_shapes(spec)
-    previous = spec.input_shape
-    for layer in walk(spec.layers):
-        if layer.name == name:
-            return previous
-        previous = shapes[layer.name]
-    raise KeyError(name)
+    return layer_shapes(spec)[name][0]
 
 
 def parameter_shapes(spec: ModelSpec) -> dict[str, Shape]:
