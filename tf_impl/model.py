@@ -190,3 +190,9 @@ def export_gradients(model: keras.Model, gradients: dict,
 
 def count_parameters(model: keras.Model) -> int:
     return int(sum(np.prod(v.shape) for v in model.trainable_weights))
+
+
+def describe_model(spec: specs.ModelSpec) -> dict:
+    """The spec as this framework builds it: its trainable parameters, counted by the
+    framework (`cnncompare models`)."""
+    return {"parameters": count_parameters(build_model(spec))}

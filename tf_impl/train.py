@@ -36,6 +36,7 @@ from tf_impl.device import (  # noqa: E402, F401 - the protocol's: compare.run.w
     select_device,
 )
 from tf_impl.model import build_model, export_gradients, export_weights, load_weights  # noqa: E402
+from tf_impl.model import describe_model as describe_model  # noqa: E402, PLC0414 - the protocol's
 from tf_impl.optimizer import make_optimizer  # noqa: E402
 from tf_impl.scalars import ScalarWriter  # noqa: E402
 

@@ -149,3 +149,9 @@ def export_gradients(model: SpecNet, gradients: dict[str, torch.Tensor],
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def describe_model(spec: specs.ModelSpec) -> dict:
+    """The spec as this framework builds it: its trainable parameters, counted by the
+    framework (`cnncompare models`)."""
+    return {"parameters": count_parameters(build_model(spec))}

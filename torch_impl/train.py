@@ -40,6 +40,7 @@ from torch_impl.device import (  # noqa: F401 - the protocol's: compare.run.work
     select_device,
 )
 from torch_impl.model import build_model, export_gradients, export_weights, load_weights
+from torch_impl.model import describe_model as describe_model  # noqa: PLC0414 - the protocol's
 from torch_impl.optimizer import make_optimizer
 from torch_impl.scalars import ScalarWriter
 

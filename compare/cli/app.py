@@ -12,6 +12,7 @@ from compare.cli.compare import compare
 from compare.cli.data import data
 from compare.cli.doctor import doctor
 from compare.cli.env import env
+from compare.cli.models import models
 from compare.cli.options import CONTEXT, Errors
 from compare.cli.report import report
 from compare.cli.run import run
@@ -29,13 +30,14 @@ def cli():
       cnncompare run --framework torch --dataset cifar10 --data-dir ~/cifar-10-python.tar.gz
       cnncompare report runs/demo
       cnncompare sweep --dataset synthetic --vary precision=fp32,mixed --vary pipeline=naive,tuned
+      cnncompare models
       cnncompare env
       cnncompare doctor
       cnncompare data info --dataset folder --data-dir ~/cifar10-jpeg
     """
 
 
-for command in (run, compare, sweep, report, env, doctor, data):
+for command in (run, compare, sweep, report, models, env, doctor, data):
     cli.add_command(command)
 
 

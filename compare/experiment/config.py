@@ -312,14 +312,10 @@ class ComparisonConfig:
         "best beside the matched comparison.", flag()))
 
 
-# Per-model recipes: only the fields that differ from RunConfig's defaults. `lenet` is
-# the seed's recipe (the PyTorch CIFAR-10 tutorial: no augmentation) scaled to batch 32;
-# `resnet9` is the DAWNBench-style recipe (crop + flip augmentation).
-RECIPES: dict[str, dict[str, Any]] = {
-    "lenet": {"augment": False},
-    "resnet9": {"batch_size": 512, "lr": 0.2, "schedule": "onecycle", "weight_decay": 5e-4,
-                "nesterov": True, "label_smoothing": 0.2, "epochs": 10},
-}
+# Per-model recipes: only the fields that differ from RunConfig's defaults, each declared
+# with its network (compare.experiment.networks).
+RECIPES: dict[str, dict[str, Any]] = {name: dict(network.recipe)
+                                      for name, network in networks.MODELS.items()}
 
 
 def data_replicas(config: RunConfig) -> int:

@@ -318,6 +318,30 @@ def forward_flops(spec: ModelSpec) -> int:
     return 2 * sum(layer.macs(shapes[layer.name]) for layer in walk(spec.layers))
 
 
+def layer_kind(layer: LayerSpec) -> str:
+    """What a layer computes, as the FLOPs table groups it: convolutions by their shape
+    (depthwise, grouped, pointwise 1x1, k x k), dense layers; the rest by class."""
+    if isinstance(layer, Conv):
+        if layer.depthwise:
+            return f"depthwise {layer.kernel}x{layer.kernel} conv"
+        if layer.groups > 1:
+            return f"grouped {layer.kernel}x{layer.kernel} conv"
+        return "pointwise 1x1 conv" if layer.kernel == 1 else \
+            f"{layer.kernel}x{layer.kernel} conv"
+    return "dense" if isinstance(layer, Dense) else type(layer).__name__
+
+
+def flops_by_kind(spec: ModelSpec) -> dict[str, float]:
+    """Each layer kind's share of the forward FLOPs (forward_flops), largest first."""
+    shapes = output_shapes(spec)
+    by_kind: dict[str, int] = {}
+    for layer in walk(spec.layers):
+        if macs := layer.macs(shapes[layer.name]):
+            by_kind[layer_kind(layer)] = by_kind.get(layer_kind(layer), 0) + macs
+    total = sum(by_kind.values()) or 1
+    return dict(sorted(((k, v / total) for k, v in by_kind.items()), key=lambda kv: -kv[1]))
+
+
 def train_flops(spec: ModelSpec) -> int:
     """Training FLOPs per image: forward + backward, the backward taken as twice the forward."""
     return 3 * forward_flops(spec)
@@ -327,4 +351,4 @@ def describe(spec: ModelSpec) -> dict:
     return {"name": spec.name, "input_shape": list(spec.input_shape),
             "num_classes": spec.num_classes,
             "parameters": parameter_count(spec), "forward_flops_per_image": forward_flops(spec),
-            "train_flops_per_image": train_flops(spec)}
+            "train_flops_per_image": train_flops(spec), "flops_by_kind": flops_by_kind(spec)}

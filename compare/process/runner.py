@@ -259,3 +259,20 @@ def framework_environment(framework: str) -> dict:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not _noise(ln)]
         return {"framework": framework, "error": lines[-1] if lines else f"exit {proc.returncode}"}
     return json.loads(proc.stdout)
+
+
+def framework_models(framework: str, names: list[str]) -> dict:
+    """Each network as the framework builds it (its train module's --describe-models), or an
+    error entry."""
+    import json
+    try:
+        check_installed(framework)
+    except FrameworkMissing as exc:
+        return {"error": str(exc)}
+    proc = subprocess.run([python_for(framework), "-m", MODULES[framework],
+                           "--describe-models", *names],
+                          env=child_environment(), capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not _noise(ln)]
+        return {"error": lines[-1] if lines else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -83,6 +83,37 @@ def _cells(r: dict, target: bool) -> list[str]:
     return cells + ([fmt(s.get("time_to_target_s"), "s")] if target else [])
 
 
+RATIO = ("TF / PyTorch, one run each (no interval: `cnncompare compare --seeds N` gives one): "
+         "above 1, TensorFlow took longer. Training time includes the first epoch (tracing, "
+         "compilation, warm-up); the median step leaves it out")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def framework_ratios(rows: list[dict]) -> list[list[str]]:
+    """A row per combination both frameworks completed: TF / PyTorch training time, median
+    step and throughput; where the model varies, the layer kinds holding its FLOPs."""
+    from compare.experiment import specs
+    out = []
+    for label in dict.fromkeys(_label(r["settings"]) for r in rows):
+        pair = {r["framework"]: r for r in rows if _label(r["settings"]) == label
+                and r["status"] == "completed" and r["summary"]}
+        if set(pair) != {"tf", "torch"}:
+            continue
+        tf, torch = pair["tf"]["summary"], pair["torch"]["summary"]
+        model = pair["tf"]["settings"].get("model")
+        kinds = ", ".join(f"{k} {v:.0%}" for k, v in specs.flops_by_kind(
+            specs.get_spec(model)).items() if v >= 0.01) if model else ""
+        out.append([label, fmt(_ratio(tf.get("train_time_s"), torch.get("train_time_s")), "x"),
+                    fmt(_ratio((tf.get("steady_step_time_ms") or {}).get("median"),
+                               (torch.get("steady_step_time_ms") or {}).get("median")), "x"),
+                    fmt(_ratio(torch.get("images_per_s"), tf.get("images_per_s")), "x"),
+                    *([kinds] if model else [])])
+    return out
+
+
 def sections_of(document: dict) -> list[Section]:
     rows = document["rows"]
     target = any((r["summary"] or {}).get("target_accuracy") for r in rows)
@@ -94,6 +125,12 @@ def sections_of(document: dict) -> list[Section]:
                 f"Varied: {varied}. Baseline: {baseline}. Speed-up: {SPEEDUP}.",
                 figures=[bars(rows)], figures_elsewhere="The speed-up bars are in sweep.html.",
                 folded=False),
+        Section("frameworks", "TensorFlow against PyTorch per setting", RATIO + ".",
+                columns=("Settings", "Training time TF / PyTorch", "Median step TF / PyTorch",
+                         "Throughput PyTorch / TF",
+                         *(("FLOPs in (the spec's layer kinds)",)
+                           if "model" in document["varied"] else ())),
+                rows=framework_ratios(rows), folded=False),
         Section("sweep", "All runs", columns=COLUMNS + (("Time to target",) if target else ()),
                 rows=[_cells(r, target) for r in rows], folded=False),
         Section("replay", "Replay", code=document["command"]),

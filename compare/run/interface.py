@@ -156,6 +156,7 @@ class FrameworkModule(Protocol):
 
     def select_device(self, config: RunConfig) -> DeviceChoice: ...
     def describe_environment(self) -> dict[str, Any]: ...
+    def describe_model(self, spec: Any) -> dict[str, Any]: ...  # a specs.ModelSpec
     def train(self, config: RunConfig, dataset: Dataset, resume: bool = False) -> int: ...
 
 
@@ -173,7 +174,8 @@ class OwnLoopModule(Protocol):
 
 def check_module(module: ModuleType) -> list[str]:
     """The FrameworkModule and Trainer members `module` lacks (empty when it is complete)."""
-    names = ("FRAMEWORK", "Trainer", "select_device", "describe_environment", "train")
+    names = ("FRAMEWORK", "Trainer", "select_device", "describe_environment", "describe_model",
+             "train")
     missing = [f"{module.__name__}.{name}" for name in names if not hasattr(module, name)]
     trainer = getattr(module, "Trainer", None)
     for protocol in TRAINER_PROTOCOLS:

@@ -47,6 +47,8 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
                         help="continue from the checkpoint in the config's out directory")
     parser.add_argument("--env", action="store_true",
                         help="print what this framework sees, as JSON")
+    parser.add_argument("--describe-models", metavar="NAME", nargs="+",
+                        help="print each network as this framework builds it, as JSON")
     parser.add_argument("--doctor", metavar="JSON",
                         help="train a few steps per precision and write what happened to JSON")
     args = parser.parse_args(argv)
@@ -55,6 +57,11 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     try:
         if args.env:
             print(json.dumps(impl.describe_environment(), indent=2))
+            return 0
+        if args.describe_models:
+            from compare.experiment import networks
+            print(json.dumps({name: impl.describe_model(networks.get_spec(name))
+                              for name in args.describe_models}))
             return 0
         if not args.config:
             parser.error("a config file is needed")
