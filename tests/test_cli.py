@@ -42,7 +42,8 @@ def test_every_command_has_help_with_an_example_and_every_option_help_text(comma
     (["--epochs", "0"], "Invalid value for '--epochs'"),
     (["--lr", "0"], "Invalid value for '--lr'"),
     (["--lr", "-0.1"], "Invalid value for '--lr'"),
-    (["--model", "vgg16"], "'vgg16' is not one of 'lenet', 'resnet9'"),
+    (["--model", "vgg16"], "'vgg16' is not one of lenet, resnet9, resnet18, vgg11, mobilenetv2, "
+                          "a file FILE.py[:NAME] or package.module:NAME"),
     (["--precision", "fp8"], "'fp8' is not one of 'auto', 'mixed', 'fp16', 'fp32'"),
     (["--devices", "0"], "Invalid value for '--devices'"),
 ])

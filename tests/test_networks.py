@@ -72,11 +72,12 @@ def test_the_spec_names_the_layer_that_does_not_fit():
         specs.ReLU("r", 5.0)
     mismatched = specs.ModelSpec("m", (8, 8, 8), 10, (specs.Residual(
         "block", (specs.Conv("c", 8, 8, 3, padding=1, stride=2),)),))
-    with pytest.raises(ValueError, match=r"block: the branch gives \(8, 4, 4\), the shortcut "
-                                         r"\(8, 8, 8\)"):
+    with pytest.raises(ValueError, match=r"layer 1 \(Residual 'block'\): the branch gives "
+                                         r"\(8, 4, 4\), the shortcut \(8, 8, 8\)"):
         specs.output_shapes(mismatched)
     too_small = specs.ModelSpec("s", (3, 4, 4), 10, (specs.Conv("c", 3, 8, 5),))
-    with pytest.raises(ValueError, match="c: a 5x5 kernel does not fit a 4x4 input"):
+    with pytest.raises(ValueError, match=r"layer 1 \(Conv 'c'\): a 5x5 kernel does not fit a "
+                                         r"4x4 input"):
         specs.output_shapes(too_small)
 
 
@@ -129,3 +130,64 @@ def test_a_model_sweep_trains_each_network_in_both_and_gives_the_framework_ratio
     page = (out / "sweep.md").read_text()
     assert "## TensorFlow against PyTorch per setting" in page
     assert "| model=mobilenetv2 |" in page and "depthwise 3x3 conv" in page
+
+
+REFUSED = {  # the user's file, and the one line that refuses it
+    "unknown_kind.py": ("from compare.experiment import specs\n"
+                        "class Swish:\n    name = 'swish'\n    sublayers = ()\n"
+                        "spec = specs.ModelSpec('u', (3, 32, 32), 10, (\n"
+                        "    specs.Conv('c', 3, 8, 3), Swish(), specs.Flatten('f'),\n"
+                        "    specs.Dense('fc', 8 * 30 * 30, 10)))\n",
+                        "layer 2 ('swish'): Swish is not a spec layer kind"),
+    "misfit.py": ("from compare.experiment import specs\n"
+                  "def spec(num_classes):\n"
+                  "    return specs.ModelSpec('m', (3, 32, 32), num_classes, (\n"
+                  "        specs.Conv('c1', 3, 8, 3, padding=1), specs.MaxPool('p'),\n"
+                  "        specs.Conv('c2', 16, 8, 3), specs.Flatten('f'),\n"
+                  "        specs.Dense('fc', 8, num_classes)))\n",
+                  "layer 3 (Conv 'c2'): expects 16 channels, gets (8, 16, 16)"),
+    "broken.py": ("from compare.experiment import specs\n"
+                  "def spec(num_classes):\n    return 1 / 0\n",
+                  "broken.py:spec did not build: ZeroDivisionError: division by zero"),
+    "classes.py": ("from compare.experiment import specs\n"
+                   "spec = specs.ModelSpec('k', (3, 32, 32), 10, (specs.Flatten('f'),\n"
+                   "    specs.Dense('fc', 3 * 32 * 32, 7)))\n",
+                   "the last layer gives (7,) per image, not one score for each of the 10"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_users_network_that_cannot_be_built_gets_one_line_and_exit_2(tmp_path, name):
+    source, said = REFUSED[name]
+    (tmp_path / name).write_text(source)
+    outcome = CliRunner().invoke(cli, ["compare", "--model", str(tmp_path / name), "--dataset",
+                                       "synthetic", "--out", str(tmp_path / "out")])
+    assert outcome.exit_code == 2, outcome.output
+    lines = [line for line in outcome.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and said in lines[0], outcome.output
+    assert "Traceback" not in outcome.output and not (tmp_path / "out").exists()
+
+
+def test_the_example_network_loads_by_file_and_by_module_path():
+    from_file = networks.get_spec("examples/my_cnn.py")
+    assert from_file == networks.get_spec("examples/my_cnn.py:spec")
+    assert from_file.name == "my_cnn" and specs.parameter_count(from_file) == 32_874
+    assert networks.get_spec("examples/my_cnn.py", num_classes=5).layers[-1].out_features == 5
+    assert networks.get_spec("compare.experiment.networks:resnet18") == networks.get_spec(
+        "resnet18")
+
+
+@pytest.mark.slow  # the parity check and one short run in each framework
+def test_a_users_own_network_compares_end_to_end(tmp_path):
+    out = tmp_path / "out"
+    outcome = CliRunner().invoke(cli, ["compare", "--model", "examples/my_cnn.py", "--dataset",
+                                       "synthetic", "--synthetic-size", "64", "--epochs", "1",
+                                       "--seeds", "1", "--no-own-loops", "--quiet",
+                                       "--out", str(out)])
+    assert outcome.exit_code == 0, outcome.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parity"]["passed"]
+    for framework in ("tf", "torch"):
+        result = json.loads(next((out / "runs").glob(f"{framework}-*/result.json")).read_text())
+        assert result["model"]["name"] == "my_cnn" and result["model"]["parameters"] == 32_874
+        assert result["summary"]["status"] == "completed"

@@ -98,7 +98,7 @@ def build_config(framework: str, out: str, options: dict) -> RunConfig:
 def prepare_data(config: RunConfig) -> datasets.Dataset:
     """Load (and cache) the dataset once in the parent, so bad data fails before any run."""
     dataset = datasets.config_dataset(config)
-    validate.check_against_data(config, len(dataset.train_y))
+    validate.check_against_data(config, len(dataset.train_y), len(dataset.classes))
     for note in dataset.notes:
         click.echo(f"note: {note}", err=True)
     return dataset

@@ -74,6 +74,14 @@ def strategy_check() -> Check:
                  strategy.CHOICES)
 
 
+def model_check() -> Check:
+    """--model: a built-in network, or a reference to the user's own spec (validated by
+    loading it: compare.experiment.validate.check_model)."""
+    from compare.experiment import networks
+    return Check(networks.is_reference, f"one of {', '.join(networks.MODELS)}, a file "
+                 "FILE.py[:NAME] or package.module:NAME", tuple(networks.MODELS))
+
+
 def optional(check: Check) -> Check:
     """`check`, or None (the setting's own default applies)."""
     return Check(lambda v: v is None or check.test(v), check.expected, check.choices)

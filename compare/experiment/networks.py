@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from compare.experiment import specs
 from compare.experiment.specs import (
     AvgPool,
     BatchNorm,
@@ -199,7 +200,69 @@ MODELS: dict[str, Network] = {
 }
 
 
+def is_reference(text: object) -> bool:
+    """A built-in name, FILE.py[:NAME] or package.module:NAME (whether it loads is
+    load_reference's to say)."""
+    if not isinstance(text, str) or not text:
+        return False
+    where, name = _split(text)
+    return text in MODELS or where.endswith(".py") or (
+        bool(name) and all(part.isidentifier() for part in where.split(".")))
+
+
+def _split(reference: str) -> tuple[str, str]:
+    """(file or module, attribute): the attribute after the last ':' (default `spec`)."""
+    where, colon, name = reference.rpartition(":")
+    return (where, name) if colon and name.isidentifier() else (reference, "")
+
+
+def load_reference(reference: str, num_classes: int = 10) -> ModelSpec:
+    """The user's spec that `reference` names: in FILE.py or package.module, the attribute
+    NAME (default `spec`), a ModelSpec or a function of the class count returning one;
+    checked whole (specs.check). ValueError in one line naming what is wrong."""
+    import importlib
+    import importlib.util
+    import inspect
+    from pathlib import Path
+    where, name = _split(reference)
+    name = name or "spec"
+    try:
+        if where.endswith(".py"):
+            path = Path(where).expanduser().resolve()
+            if not path.is_file():
+                raise ValueError(f"{where}: no such file")
+            loader = importlib.util.spec_from_file_location(f"cnncompare_model_{path.stem}", path)
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's code: any failure is one line
+        raise ValueError(f"{where} did not load: {exc.__class__.__name__}: {exc}") from None
+    if not hasattr(module, name):
+        raise ValueError(f"{where} has no `{name}`: define {name}(num_classes) returning a "
+                         f"ModelSpec, or name yours with {where}:NAME")
+    found = getattr(module, name)
+    if callable(found) and not isinstance(found, ModelSpec):
+        try:
+            takes = len(inspect.signature(found).parameters) > 0
+            found = found(num_classes) if takes else found()
+        except Exception as exc:  # noqa: BLE001 - the user's code
+            raise ValueError(f"{where}:{name} did not build: {exc.__class__.__name__}: "
+                             f"{exc}") from None
+    if not isinstance(found, ModelSpec):
+        raise ValueError(f"{where}:{name} is a {type(found).__name__}, not a ModelSpec "
+                         f"(compare.experiment.specs)")
+    specs.check(found, num_classes)
+    return found
+
+
 def get_spec(name: str, num_classes: int = 10) -> ModelSpec:
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    return MODELS[name].build(num_classes)
+    """The built-in network `name`, or the user's spec it refers to (load_reference)."""
+    if name in MODELS:
+        return MODELS[name].build(num_classes)
+    if is_reference(name):
+        return load_reference(name, num_classes)
+    raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}, or "
+                     f"FILE.py[:NAME] or package.module:NAME")

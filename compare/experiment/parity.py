@@ -8,6 +8,7 @@ gradients, then its weights after a few SGD steps on the plan's first batches (s
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -130,15 +131,15 @@ def write_probe(trainer: ProbeTrainer, config: RunConfig, path: Path, steps: int
         trainer.initial = {name: one_ulp_up(w, compute_epsilon(trainer.manifest()))
                            for name, w in trainer.initial.items()}
         trainer.reset_weights()
-    batches = iter(trainer.batches(0))
+    # the plan's batches in order, into the next epoch's where a tiny training set has
+    # fewer batches than the probe takes steps
+    batches = (batch for epoch in itertools.count() for batch in trainer.batches(epoch))
     first = next(batches)
     logits, loss, grads = trainer.gradients(first)
     trainer.reset_weights()  # the probe's forward moved BatchNorm statistics
     total = trainer.steps_per_epoch * config.epochs
-    batch = first
-    for step in range(steps):
+    for step, batch in zip(range(steps), itertools.chain([first], batches)):
         trainer.train_step(batch, probe_learning_rate(config, step, total))
-        batch = next(batches)
     out = {"logits": logits, "loss": np.float64(loss)}
     out.update({f"grad/{k}": v for k, v in grads.items()})
     out.update({f"param/{k}": v for k, v in trainer.weights().items()})

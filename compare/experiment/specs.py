@@ -232,6 +232,8 @@ def _through(layers: tuple[LayerSpec, ...], shape: Shape) -> Shape:
 
 
 Layer = LayerSpec  # any of the kinds above
+KINDS = (Conv, BatchNorm, ReLU, MaxPool, AvgPool, GlobalMaxPool, GlobalAvgPool, Flatten, Dense,
+         Scale, Residual)
 
 
 @dataclass(frozen=True)
@@ -261,18 +263,53 @@ def layer_shapes(spec: ModelSpec) -> dict[str, tuple[Shape, Shape]]:
     """Per-image (input, output) shape of every layer, blocks and their own layers, checking
     that the layers fit together (ValueError naming the first that does not)."""
     shapes: dict[str, tuple[Shape, Shape]] = {}
+    position = iter(range(1, 1 << 30))  # every layer, blocks and their own, in order
 
     def run(layers: tuple[Layer, ...], shape: Shape) -> Shape:
         for layer in layers:
+            at = next(position)
             if isinstance(layer, Residual):  # branch and shortcut each from the block's input
                 run(layer.layers, shape)
                 run(layer.shortcut, shape)
-            shapes[layer.name] = (shape, layer.output_shape(shape))
+            try:
+                shapes[layer.name] = (shape, layer.output_shape(shape))
+            except ValueError as exc:
+                said = str(exc).removeprefix(f"{layer.name}: ")
+                raise ValueError(f"layer {at} ({type(layer).__name__} {layer.name!r}): "
+                                 f"{said}") from None
             shape = shapes[layer.name][1]
         return shape
 
     run(spec.layers, spec.input_shape)
     return shapes
+
+
+def check(spec: ModelSpec, num_classes: int | None = None) -> None:
+    """A spec both frameworks can build, or ValueError in one line naming the layer: every
+    layer one of the kinds above (KINDS), names unique, every layer's input fitting, and
+    the output one score per class."""
+    seen: set[str] = set()
+    for at, layer in enumerate(_every_layer(spec.layers), 1):
+        if type(layer) not in KINDS:
+            raise ValueError(f"layer {at} ({getattr(layer, 'name', '?')!r}): "
+                             f"{type(layer).__name__} is not a spec layer kind (one of "
+                             f"{', '.join(k.__name__ for k in KINDS)})")
+        if layer.name in seen:
+            raise ValueError(f"layer {at}: the name {layer.name!r} is used twice (names "
+                             f"name the weights in both frameworks)")
+        seen.add(layer.name)
+    out = layer_shapes(spec)[spec.layers[-1].name][1] if spec.layers else spec.input_shape
+    classes = spec.num_classes if num_classes is None else num_classes
+    if out != (classes,):
+        raise ValueError(f"the last layer gives {out} per image, not one score for each of "
+                         f"the {classes} classes")
+
+
+def _every_layer(layers: tuple[Layer, ...]) -> Iterator[Layer]:
+    """Every layer in order, blocks included (walk gives only the leaves)."""
+    for layer in layers:
+        yield layer
+        yield from _every_layer(getattr(layer, "sublayers", ()))
 
 
 def output_shapes(spec: ModelSpec) -> dict[str, Shape]:

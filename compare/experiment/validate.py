@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from compare.errors import UserError
-from compare.experiment import settings, specs, stages, strategy
+from compare.experiment import networks, settings, specs, stages, strategy
 from compare.experiment.checks import Check, count, optional
 from compare.experiment.config import FRAMEWORKS, RunConfig, data_replicas, stage_count
 from compare.process import cluster
@@ -28,6 +28,7 @@ def check_config(config: RunConfig) -> RunConfig:
     declared setting's own check (compare.experiment.settings), then the rules between
     settings."""
     settings.check(config)
+    check_model(config)
     for name, valid in INTERNAL:
         value = getattr(config, name)
         if not valid.test(value):
@@ -45,6 +46,17 @@ def check_config(config: RunConfig) -> RunConfig:
     check_split(config)
     check_out(config.out)
     return config
+
+
+def check_model(config: RunConfig, classes: int = 10) -> None:
+    """The user's own network (--model FILE.py[:NAME] or package.module:NAME) loads and both
+    frameworks can build it for `classes` classes (CIFAR-10's until the data says)."""
+    if config.model in networks.MODELS:
+        return
+    try:
+        networks.load_reference(config.model, classes)
+    except ValueError as exc:
+        raise UserError(f"--model {config.model}: {exc}") from None
 
 
 def check_parallel(config: RunConfig) -> None:
@@ -101,8 +113,11 @@ def check_out(out: str | os.PathLike) -> None:
         raise UserError(f"--out {path}: {existing} is not writable")
 
 
-def check_against_data(config: RunConfig, train_size: int) -> None:
-    """Checks that need the dataset: a batch must fit in the training set."""
+def check_against_data(config: RunConfig, train_size: int, classes: int | None = None) -> None:
+    """Checks that need the dataset: a batch must fit in the training set, and the user's
+    own network must score each of the dataset's classes."""
+    if classes is not None and classes != 10:
+        check_model(config, classes)
     if config.batch_size > train_size:
         raise UserError(f"--batch-size {config.batch_size} is larger than the training set "
                         f"({train_size} images): use a smaller batch")
