@@ -15,9 +15,11 @@ Stages: `tf-smoke` (TensorFlow's first GPU op: a float16 3x3 convolution forward
 gradient); `doctor`; `gpu-tests` (pytest -m gpu); the core comparisons `lenet-fp32`,
 `lenet-mixed` (the PyTorch tutorial's recipe: batch 4, lr 0.001, 2 epochs), `resnet9-mixed`
 and `resnet9-fp32` (the DAWNBench recipe, 24 epochs, --target-accuracy 0.94); then
+`resnet18-mixed` and `mobilenetv2-mixed` (pytorch-cifar's networks, 10 epochs),
 `cpu-vs-gpu` (sweep --vary device=cpu,gpu), `tool-overhead` (benchmarks/tool_overhead.py) and
 the open GPU questions as short sweeps: `cuda-graphs` (PyTorch), `strategy` (each framework's
-distribution wrapper against none on one GPU) and `steps-per-call`. A comparison's
+distribution wrapper against none on one GPU), `shared-chip` (the multi-device paths on one
+GPU, --share-device) and `steps-per-call`. A comparison's
 frameworks may run in different commands: PyTorch's stage runs `compare --framework torch`,
 TensorFlow's then `compare --resume` in the same directory (the parity check, TensorFlow's
 seeds, the report of both). The battery passes
@@ -74,6 +76,7 @@ from battery.stages import (  # noqa: E402
     SPARE_S,
     STAGES,
     TINY,
+    TINY_SKIPPED,
     Context,
 )
 
@@ -210,11 +213,13 @@ def main(argv: list[str] | None = None) -> int:
                 else args.time_left - SPARE_S - (time.perf_counter() - started))
         print(f"{row['stage']} ({row['framework']}): estimate {row['estimate_s']} s, "
               f"limit {row['limit_s']} s", flush=True)
-        if left is not None and row["estimate_s"] > left:
+        skipped = (TINY_SKIPPED if ctx.tiny and not stage.tiny else
+                   f"its estimate ({row['estimate_s']} s) exceeds the {left:.0f} s left"
+                   if left is not None and row["estimate_s"] > left else None)
+        if skipped:
             done = {"stage": row["stage"], "framework": row["framework"], "core": row["core"],
                     "status": "skipped", "limit_s": row["limit_s"],
-                    "estimate_s": row["estimate_s"],
-                    "note": f"its estimate ({row['estimate_s']} s) exceeds the {left:.0f} s left"}
+                    "estimate_s": row["estimate_s"], "note": skipped}
         else:
             done = run_stage(stage, row["framework"], {**row, "limit_s": min(
                 row["limit_s"], left if left is not None else row["limit_s"])}, ctx)

@@ -29,8 +29,12 @@ PACK_TAR_BYTES = 15 * 2**20  # one file that comes back: at most 16 MiB
 # host's cost of one training step on a GPU (PyTorch: each step's kernel launches from
 # Python, ~5 us each; TensorFlow: the step's ops inside one graph call of 32 steps).
 ASSUMED_UTILISATION = {"fp16": 0.25, "fp32": 0.5}
+# ResNet-18 and MobileNetV2 by their layer counts against ResNet-9's (about 2x and 6x the
+# kernels of a step).
 ASSUMED_HOST_STEP_MS = {("torch", "lenet"): 0.4, ("torch", "resnet9"): 0.9,
-                        ("tf", "lenet"): 0.25, ("tf", "resnet9"): 0.5}
+                        ("torch", "resnet18"): 1.8, ("torch", "mobilenetv2"): 5.0,
+                        ("tf", "lenet"): 0.25, ("tf", "resnet9"): 0.5,
+                        ("tf", "resnet18"): 1.0, ("tf", "mobilenetv2"): 3.0}
 CUDA_START_S = 5.0  # assumed on top of the CPU's fixed cost: CUDA context, cuDNN, autotuning
 CIFAR10 = (50_000, 10_000)  # training and test images
 
@@ -65,6 +69,8 @@ class TinyWork:
 
 
 TINY = TinyWork()
+TINY_SKIPPED = ("--tiny: the commands of resnet9-mixed on a bigger network (minutes of a CPU); "
+                "the network itself is tested in tests/test_networks.py and tests/test_parity.py")
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,9 @@ class Stage:
     estimate: Callable[[str, Context], tuple[float, str]]  # (framework, context) -> (s, how)
     comparison: bool = False  # leaves a `compare` directory OUT/<name>
     json_out: bool = False  # its stdout is JSON, kept as OUT/<name>-<framework>.json
+    # Runs under --tiny. A stage whose commands another stage's tiny run already proves, on
+    # a network whose tiny run would take minutes of a CPU, says so and is skipped.
+    tiny: bool = True
 
 
 # --------------------------------------------------------------------------- estimates
@@ -302,6 +311,12 @@ STAGES: list[Stage] = [
           "epochs, time to 94%, 1 seed",
           compare_commands("resnet9-fp32", Recipe(precision="fp32", seeds=1, **RESNET9)),
           comparison_estimate(Recipe(precision="fp32", seeds=1, **RESNET9)), comparison=True),
+    *[Stage(f"{model}-mixed", False, FRAMEWORKS, f"{title} (pytorch-cifar), mixed "
+            "precision, its recipe on a short schedule (10 epochs, batch 128), 1 seed",
+            compare_commands(f"{model}-mixed", recipe), comparison_estimate(recipe),
+            comparison=True, tiny=False)
+      for model, title in (("resnet18", "ResNet-18"), ("mobilenetv2", "MobileNetV2"))
+      for recipe in [Recipe(model, "mixed", 128, 10, 1)]],
     Stage("gpu-tests", False, FRAMEWORKS, "pytest -m gpu: each GPU claim of the README",
           test_commands, lambda fw, ctx: ((240.0 if fw == "tf" else 180.0),
                                           "the GPU tests' runs and processes, counted by hand")),
