@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from compare import files, schema
-from compare.experiment import plan, specs, weights
+from compare.experiment import networks, plan, specs, weights
 from compare.experiment.config import RunConfig, learning_rate, recipe_config
 from compare.run import summary as run_summary
 
 
 def test_lenet_matches_the_seed_net():
-    spec = specs.get_spec("lenet")
+    spec = networks.get_spec("lenet")
     assert specs.parameter_count(spec) == 62_006
     # conv1 5*5*3*6*28*28 + conv2 5*5*6*16*10*10 + fc 400*120 + 120*84 + 84*10 multiply-adds
     assert specs.forward_flops(spec) == 2 * (352_800 + 240_000 + 48_000 + 10_080 + 840)
@@ -23,7 +23,7 @@ def test_lenet_matches_the_seed_net():
 
 
 def test_resnet9_parameters_and_flops_by_hand():
-    spec = specs.get_spec("resnet9")
+    spec = networks.get_spec("resnet9")
     convs = [(3, 64), (64, 128), (128, 128), (128, 128), (128, 256), (256, 512), (512, 512),
              (512, 512)]
     params = sum(9 * a * b + 2 * b for a, b in convs) + 512 * 10  # 3x3 convs, BN gamma/beta, fc
@@ -41,7 +41,7 @@ def test_a_spec_that_does_not_fit_together_is_refused():
 
 
 def test_initial_weights_are_seeded_and_follow_the_documented_initialisers():
-    spec = specs.get_spec("resnet9")
+    spec = networks.get_spec("resnet9")
     a, b = weights.initial_weights(spec, 0), weights.initial_weights(spec, 0)
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert not np.array_equal(a["prep_conv.weight"],
@@ -59,10 +59,10 @@ def test_flatten_row_permutation_round_trips_and_moves_the_right_rows():
     np.testing.assert_array_equal(weights.hwc_to_chw_rows(hwc, (16, 5, 5)), w)
     # input (c=3, h=1, w=2) is torch column 3*25 + 1*5 + 2 and Keras column (1*5 + 2)*16 + 3
     assert hwc[0, (1 * 5 + 2) * 16 + 3] == w[0, 3 * 25 + 1 * 5 + 2]
-    assert weights.flatten_input_shape(specs.get_spec("lenet"), "fc1") == (16, 5, 5)
-    assert weights.flatten_input_shape(specs.get_spec("lenet"), "fc2") is None
+    assert weights.flatten_input_shape(networks.get_spec("lenet"), "fc1") == (16, 5, 5)
+    assert weights.flatten_input_shape(networks.get_spec("lenet"), "fc2") is None
     # 512x1x1: the orders agree
-    assert weights.flatten_input_shape(specs.get_spec("resnet9"), "fc") is None
+    assert weights.flatten_input_shape(networks.get_spec("resnet9"), "fc") is None
 
 
 def test_epoch_plan_is_a_seeded_permutation_with_augmentation_in_range():

@@ -10,7 +10,7 @@ import pytest
 from conftest import tiny_config
 
 from compare import schema
-from compare.experiment import specs
+from compare.experiment import networks
 from compare.machine import gpu_metrics
 from compare.run import loop
 from compare.run import recorder as recorder_module
@@ -131,7 +131,7 @@ def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
 
     config = tiny_config(tmp_path, epochs=2, precision="mixed", timing_window=2)
     trainer = SlowGpuTrainer(99, None)
-    recorder = recorder_module.Recorder(config, trainer, specs.get_spec("lenet"), {}, {}, {})
+    recorder = recorder_module.Recorder(config, trainer, networks.get_spec("lenet"), {}, {}, {})
     assert loop.train_epochs(trainer, config, recorder) == 0
     result = schema.read_result(tmp_path / "run" / "result.json")
     energies = [e["gpu"]["energy_j"] for e in result["epochs"]]
@@ -148,7 +148,7 @@ def test_cpu_runs_say_why_there_is_no_mfu_or_energy(tmp_path):
     from test_reliability import FakeTrainer
     config = tiny_config(tmp_path, epochs=1)
     trainer = FakeTrainer(99, None)
-    recorder = recorder_module.Recorder(config, trainer, specs.get_spec("lenet"), {}, {}, {})
+    recorder = recorder_module.Recorder(config, trainer, networks.get_spec("lenet"), {}, {}, {})
     loop.train_epochs(trainer, config, recorder)
     summary = schema.read_result(tmp_path / "run" / "result.json")["summary"]
     assert summary["mfu"] is None and summary["mfu_note"].startswith("CPU run")

@@ -10,14 +10,14 @@ from conftest import tiny_config
 
 from compare.cli import cli
 from compare.errors import UserError
-from compare.experiment import specs, stages
+from compare.experiment import networks, specs, stages
 from compare.experiment.validate import check_config
 
 
 @pytest.mark.parametrize("model", ["lenet", "resnet9"])
 @pytest.mark.parametrize("count", [1, 2, 3])
 def test_the_cut_is_the_most_balanced_split_into_consecutive_stages(model, count):
-    spec = specs.get_spec(model)
+    spec = networks.get_spec(model)
     costs = stages.layer_macs(spec)
     assert sum(costs) * 2 == specs.forward_flops(spec)
     cut = stages.cut(spec, count)
@@ -31,10 +31,10 @@ def test_the_cut_is_the_most_balanced_split_into_consecutive_stages(model, count
 
 
 def test_lenet_in_two_stages_puts_the_first_convolution_apart():
-    cut = stages.cut(specs.get_spec("lenet"), 2)
+    cut = stages.cut(networks.get_spec("lenet"), 2)
     assert (cut[0].first, cut[1].first) == ("conv1", "conv2")
     with pytest.raises(ValueError, match="cannot be cut into 99 stages"):
-        stages.cut(specs.get_spec("lenet"), 99)
+        stages.cut(networks.get_spec("lenet"), 99)
 
 
 @pytest.mark.parametrize("changes, said", [

@@ -246,12 +246,12 @@ def test_fairness_manifests_list_the_same_settings_and_agree(tmp_path, tf_two_cp
     ("lenet", 62_006), ("resnet9", 6_573_120),  # pytorch-cifar's models, counted there:
     ("resnet18", 11_173_962), ("vgg11", 9_231_114), ("mobilenetv2", 2_296_922)])
 def test_both_builds_have_the_specs_parameter_count(tf_two_cpus, model, count):
-    from compare.experiment import specs
+    from compare.experiment import networks, specs
     from tf_impl.model import build_model as keras_build
     from tf_impl.model import count_parameters as keras_count
     from torch_impl.model import build_model as torch_build
     from torch_impl.model import count_parameters as torch_count
-    spec = specs.get_spec(model)
+    spec = networks.get_spec(model)
     assert (specs.parameter_count(spec) == keras_count(keras_build(spec))
             == torch_count(torch_build(spec)) == count)
 

@@ -17,7 +17,7 @@ from conftest import patience, tiny_config
 
 from compare import schema
 from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM, Interrupted
-from compare.experiment import specs
+from compare.experiment import networks
 from compare.experiment.config import ComparisonConfig
 from compare.process import comparison, lock, runner, shutdown
 from compare.run import loop
@@ -35,7 +35,7 @@ class FakeTrainer:
 
     framework = "torch"
     choice = DeviceChoice("cpu", ("cpu",), None, "CPU (test)")
-    spec = specs.get_spec("lenet")
+    spec = networks.get_spec("lenet")
     replicas = 1
     steps_per_epoch = 4
     steps_per_call = 1
@@ -124,7 +124,7 @@ class NoScalars:
 def _run_fake(tmp_path, failure, capsys=None):
     config = tiny_config(tmp_path, epochs=3, timing_window=2)
     trainer = FakeTrainer(2, failure)
-    recorder = recorder_module.Recorder(config, trainer, specs.get_spec("lenet"), {}, {}, {})
+    recorder = recorder_module.Recorder(config, trainer, networks.get_spec("lenet"), {}, {}, {})
     code = loop.train_epochs(trainer, config, recorder)
     return code, schema.read_result(tmp_path / "run" / "result.json")
 

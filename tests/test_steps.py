@@ -15,7 +15,7 @@ from test_reliability import FakeTrainer
 
 from compare import schema
 from compare.cli import cli
-from compare.experiment import datasets, settings, specs
+from compare.experiment import datasets, networks, settings
 from compare.experiment.config import (
     DEFAULT_STEPS_PER_CALL,
     PipelineConfig,
@@ -159,7 +159,7 @@ def _run_counting(tmp_path, monkeypatch, **changes):
     monkeypatch.setattr(loop, "time", clock)  # the loop's clock only
     config = tiny_config(tmp_path, epochs=3, schedule="onecycle", **changes)
     trainer = CountingTrainer(clock)
-    record = recorder_module.Recorder(config, trainer, specs.get_spec("lenet"), {}, {}, {})
+    record = recorder_module.Recorder(config, trainer, networks.get_spec("lenet"), {}, {}, {})
     assert loop.train_epochs(trainer, config, record) == 0
     return trainer, record, config
 

@@ -108,7 +108,7 @@ def test_time_to_target_accuracy_is_the_training_time_of_the_first_epoch_reachin
     from test_reliability import FakeTrainer
 
     from compare import schema
-    from compare.experiment import specs
+    from compare.experiment import networks
     from compare.run import loop
     from compare.run import recorder as recorder_module
 
@@ -118,7 +118,7 @@ def test_time_to_target_accuracy_is_the_training_time_of_the_first_epoch_reachin
 
     config = tiny_config(tmp_path, epochs=3, target_accuracy=0.35)
     trainer = Improving(99, None)
-    recorder = recorder_module.Recorder(config, trainer, specs.get_spec("lenet"), {}, {}, {})
+    recorder = recorder_module.Recorder(config, trainer, networks.get_spec("lenet"), {}, {}, {})
     assert loop.train_epochs(trainer, config, recorder) == 0
     result = schema.read_result(tmp_path / "run" / "result.json")
     epochs = result["epochs"]

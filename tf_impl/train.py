@@ -18,7 +18,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from compare.experiment import specs, stages, weights  # noqa: E402
+from compare.experiment import networks, stages, weights  # noqa: E402
 from compare.experiment.config import RunConfig, steps_per_call  # noqa: E402
 from compare.experiment.datasets import Dataset  # noqa: E402
 from compare.experiment.validate import check_split  # noqa: E402
@@ -54,7 +54,7 @@ class Trainer:
         keras.utils.set_random_seed(config.seed)
         self.replicas = self.strategy.num_replicas_in_sync
         self.steps_per_call = steps_per_call(config, choice.on_gpu)
-        self.spec = specs.get_spec(config.model, len(dataset.classes))
+        self.spec = networks.get_spec(config.model, len(dataset.classes))
         self.initial = (weights.initial_weights(self.spec, config.seed) if config.shared_init
                         else None)
         with self.strategy.scope():  # build, load and compile inside the scope (Keras guide)

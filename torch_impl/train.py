@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from compare import files
 from compare.errors import DeviceError
-from compare.experiment import specs, stages, strategy, weights
+from compare.experiment import networks, stages, strategy, weights
 from compare.experiment.config import RunConfig, data_replicas, steps_per_call
 from compare.experiment.datasets import Dataset
 from compare.experiment.validate import check_split
@@ -65,7 +65,7 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.replicas = choice.processes
         self.steps_per_call = steps_per_call(config, choice.on_gpu)
-        self.spec = specs.get_spec(config.model, len(dataset.classes))
+        self.spec = networks.get_spec(config.model, len(dataset.classes))
         self.initial = (weights.initial_weights(self.spec, config.seed) if config.shared_init
                         else None)
         # --parallel model: a device per stage (on a CPU the stages share the one device)

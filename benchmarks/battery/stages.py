@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from compare.experiment import specs
+from compare.experiment import networks, specs
 from compare.machine import gpu_metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,7 +134,7 @@ class Stage:
 def run_seconds(framework: str, recipe: Recipe, ctx: Context, epochs: int | None = None,
                 train_images: int | None = None) -> tuple[float, str]:
     """One training process: (GPU seconds on an H100 SXM, how that was estimated)."""
-    spec = specs.get_spec(recipe.model)
+    spec = networks.get_spec(recipe.model)
     mode = "fp16" if recipe.precision == "mixed" else "fp32"
     peak = gpu_metrics.PEAK_TFLOPS["H100"][mode] * 1e12 * ASSUMED_UTILISATION[mode]
     images = train_images or ctx.train_images

@@ -7,6 +7,7 @@ input. Names are unique across a spec and name the weights in both builds. Shape
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Iterator
@@ -253,17 +254,11 @@ def walk(layers: tuple[Layer, ...]) -> Iterator[Layer]:
             yield layer
 
 
-def get_spec(name: str, num_classes: int = 10) -> ModelSpec:
-    """The built-in network called `name` (compare.experiment.networks)."""
-    from compare.experiment import networks  # built from the kinds above
-    return networks.get_spec(name, num_classes)
-
-
 def layer_shapes(spec: ModelSpec) -> dict[str, tuple[Shape, Shape]]:
     """Per-image (input, output) shape of every layer, blocks and their own layers, checking
     that the layers fit together (ValueError naming the first that does not)."""
     shapes: dict[str, tuple[Shape, Shape]] = {}
-    position = iter(range(1, 1 << 30))  # every layer, blocks and their own, in order
+    position = itertools.count(1)  # every layer, blocks and their own, in order
 
     def run(layers: tuple[Layer, ...], shape: Shape) -> Shape:
         for layer in layers:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from compare.errors import UserError
-from compare.experiment import networks, settings, specs, stages, strategy
+from compare.experiment import networks, settings, stages, strategy
 from compare.experiment.checks import Check, count, optional
 from compare.experiment.config import FRAMEWORKS, RunConfig, data_replicas, stage_count
 from compare.process import cluster
@@ -79,7 +79,7 @@ def check_parallel(config: RunConfig) -> None:
         if found:
             raise UserError(f"--parallel model: {why}")
     try:
-        stages.cut(specs.get_spec(config.model), stage_count(config))
+        stages.cut(networks.get_spec(config.model), stage_count(config))
     except ValueError as exc:
         raise UserError(f"--stages {stage_count(config)}: {exc}") from None
 
@@ -116,7 +116,7 @@ def check_out(out: str | os.PathLike) -> None:
 def check_against_data(config: RunConfig, train_size: int, classes: int | None = None) -> None:
     """Checks that need the dataset: a batch must fit in the training set, and the user's
     own network must score each of the dataset's classes."""
-    if classes is not None and classes != 10:
+    if classes is not None:
         check_model(config, classes)
     if config.batch_size > train_size:
         raise UserError(f"--batch-size {config.batch_size} is larger than the training set "

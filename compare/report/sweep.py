@@ -95,7 +95,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def framework_ratios(rows: list[dict]) -> list[list[str]]:
     """A row per combination both frameworks completed: TF / PyTorch training time, median
     step and throughput; where the model varies, the layer kinds holding its FLOPs."""
-    from compare.experiment import specs
+    from compare.experiment import networks, specs
     out = []
     for label in dict.fromkeys(_label(r["settings"]) for r in rows):
         pair = {r["framework"]: r for r in rows if _label(r["settings"]) == label
@@ -105,7 +105,7 @@ def framework_ratios(rows: list[dict]) -> list[list[str]]:
         tf, torch = pair["tf"]["summary"], pair["torch"]["summary"]
         model = pair["tf"]["settings"].get("model")
         kinds = ", ".join(f"{k} {v:.0%}" for k, v in specs.flops_by_kind(
-            specs.get_spec(model)).items() if v >= 0.01) if model else ""
+            networks.get_spec(model)).items() if v >= 0.01) if model else ""
         out.append([label, fmt(_ratio(tf.get("train_time_s"), torch.get("train_time_s")), "x"),
                     fmt(_ratio((tf.get("steady_step_time_ms") or {}).get("median"),
                                (torch.get("steady_step_time_ms") or {}).get("median")), "x"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compare.experiment import plan, specs, stages
+from compare.experiment import networks, plan, stages
 from compare.experiment.config import (
     RunConfig,
     stage_count,
@@ -95,7 +95,7 @@ def _parallel(config: RunConfig, spec: Any = None) -> dict[str, Any]:
     network), the micro-batches."""
     record: dict[str, Any] = {"kind": config.parallel, "micro_batches": config.micro_batches}
     if stage_count(config) > 1:
-        spec = spec or specs.get_spec(config.model)
+        spec = spec or networks.get_spec(config.model)
         record["stages"] = stages.describe(spec, stages.cut(spec, stage_count(config)))
     return record
 
