@@ -26,6 +26,10 @@ REPORT_PAGES = ("report.md", "report.html")
 SWEEP_PAGES = ("sweep.md", "sweep.html")
 
 
+UMASK = os.umask(0o022)  # read once (it can only be read by setting it), then put back
+os.umask(UMASK)
+
+
 class Unreadable(ValueError):
     """A file that cannot be used: missing, torn, another schema, lacking fields. Its message
     is one line that names the file."""
@@ -104,6 +108,19 @@ class SweepDir:
         return RunDir(Path(self.path) / "runs" / slug)
 
 
+@dataclass(frozen=True)
+class PortDir:
+    """What `cnncompare port --out` writes: the twin's spec (for --model), the source's
+    weights (for --init-weights) and the proof (compare.schema.PortRecord)."""
+
+    path: Path
+
+    spec = property(lambda self: Path(self.path) / "spec.py")
+    weights = property(lambda self: Path(self.path) / "weights.npz")
+    record = property(lambda self: Path(self.path) / "port.json")
+    kept = ("spec.py", "weights.npz", "port.json")  # the rest of the staging is scratch
+
+
 def results_under(root: Path) -> list[Path]:
     """Every result file at or below `root` (a result file itself, or a directory)."""
     root = Path(root)
@@ -121,6 +138,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: st
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~UMASK)  # as open() would make it (mkstemp's are private)
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()

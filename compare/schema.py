@@ -147,6 +147,23 @@ class OwnLoop(TypedDict):
     error: NotRequired[str | None]
 
 
+class PortRecord(TypedDict):
+    """port.json: a network ported by `cnncompare port` (compare.process.port) and the proof
+    that its twin computes what the source does (compare.experiment.porting.compare_outputs)."""
+
+    schema_version: int
+    source: dict  # framework, reference, kwargs, parameters (as the source framework counts)
+    twin: dict  # framework, parameters (as the twin's framework builds the spec)
+    spec: dict  # file, name, input_shape, num_classes, parameters, layers (spec layer count)
+    weights: dict  # file, sha256, tensors
+    proof: dict  # passed, figures, tolerances, per-layer gradient differences, method
+    compare_command: str  # the comparison of the two from the source's weights
+    created_at: str
+
+
+PORT_VERSION = 1
+
+
 @dataclass(frozen=True)
 class ManifestField:
     """A setting the fairness manifest records: `comparable` ones must agree between the

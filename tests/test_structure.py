@@ -15,7 +15,7 @@ from compare.run import interface
 
 REPO = Path(__file__).resolve().parent.parent
 MIRRORED_MODULES = ("model", "data", "device", "optimizer", "train", "manifest", "scalars",
-                    "profile", "own_loop")
+                    "profile", "own_loop", "port")
 
 
 def _public(module) -> dict[str, object]:
@@ -246,6 +246,19 @@ def test_both_own_loop_modules_satisfy_their_protocol(tf_two_cpus):
         module = importlib.import_module(f"{package}.own_loop")
         assert [m for m in members if not hasattr(module, m)] == [], package
         assert isinstance(module.LOOP, str) and module.LOOP
+
+
+def test_both_port_modules_satisfy_their_protocol(tf_two_cpus):
+    """compare.run.port_worker finds `<package>.port` with the members PortModule names."""
+    import importlib
+
+    from compare.run import interface
+    members = [n for n in vars(interface.PortModule) if not n.startswith("_")]
+    members += list(interface.PortModule.__annotations__)
+    assert {"load", "read", "outputs", "framework_model", "SOURCE_KIND"} <= set(members)
+    for package in ("tf_impl", "torch_impl"):
+        module = importlib.import_module(f"{package}.port")
+        assert [m for m in members if not hasattr(module, m)] == [], package
 
 
 def test_every_quoted_figure_names_the_script_and_file_that_hold_it():

@@ -36,7 +36,8 @@ def describe(trainer) -> dict:
         "tf32": {"matmul": tf32, "cudnn": tf32},
         "cudnn_autotune": trainer.choice.on_gpu,  # TF autotunes cuDNN convolutions by default
         "loss_scaling": scaling,
-        "bn_momentum_as_set": 1.0 - trainer.config.bn_momentum,
+        "bn_momentum_as_set": _keras_convention(specs.batchnorm_settings(
+            trainer.spec, trainer.config.bn_momentum, trainer.config.bn_epsilon)["momentum"]),
         "bn_running_variance": "biased batch variance (Keras)",
         "optimizer_implementation": "TorchFormSGD (a keras.optimizers.Optimizer, "
                                     "tf_impl/optimizer.py)",
@@ -86,3 +87,9 @@ def compiled(trainer) -> dict:
         *c.structured_input_signature[0])(stage="hlo").splitlines()) for c in must)
     return {"compiler": "XLA (jit_compile)", "compiled": bool(must) and hlo > 0,
             "traces": len(traced), "xla_traces": len(must), "hlo_instructions": hlo}
+
+
+def _keras_convention(momentum):
+    """PyTorch's BatchNorm momentum (the batch statistic's share) as Keras takes it (the old
+    statistic's share); a list where the network's layers differ."""
+    return [1.0 - m for m in momentum] if isinstance(momentum, list) else 1.0 - momentum

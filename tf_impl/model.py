@@ -35,7 +35,8 @@ def _residual(layer: specs.Residual, x, norm: dict):
 KERAS_LAYERS = {
     specs.Conv: _conv,
     specs.BatchNorm: lambda layer, x, norm: keras.layers.BatchNormalization(
-        momentum=1.0 - norm["momentum"], epsilon=norm["epsilon"], name=layer.name)(x),
+        momentum=1.0 - layer.settings(norm)[0], epsilon=layer.settings(norm)[1],
+        name=layer.name)(x),
     specs.ReLU: lambda layer, x, norm: keras.layers.ReLU(layer.max_value, name=layer.name)(x),
     specs.MaxPool: lambda layer, x, norm: keras.layers.MaxPooling2D(layer.size,
                                                                     name=layer.name)(x),

@@ -55,8 +55,7 @@ class Trainer:
         self.replicas = self.strategy.num_replicas_in_sync
         self.steps_per_call = steps_per_call(config, choice.on_gpu)
         self.spec = networks.get_spec(config.model, len(dataset.classes))
-        self.initial = (weights.initial_weights(self.spec, config.seed) if config.shared_init
-                        else None)
+        self.initial = weights.for_run(self.spec, config)  # None: the framework's own
         with self.strategy.scope():  # build, load and compile inside the scope (Keras guide)
             self.placement = stages.placement(config, choice.names)  # None: not split
             self.model = build_model(self.spec, config.bn_momentum, config.bn_epsilon,

@@ -28,7 +28,8 @@ def describe(trainer) -> dict:
                  "cudnn": torch.backends.cudnn.allow_tf32},
         "cudnn_autotune": torch.backends.cudnn.benchmark,
         "loss_scaling": scaling,
-        "bn_momentum_as_set": trainer.config.bn_momentum,
+        "bn_momentum_as_set": specs.batchnorm_settings(
+            trainer.spec, trainer.config.bn_momentum, trainer.config.bn_epsilon)["momentum"],
         "bn_running_variance": "unbiased (n/(n-1)) batch variance",
         "optimizer_implementation": _optimizer_kind(trainer.optimizer),
         "distribution": (f"DistributedDataParallel ({backend})" if backend

@@ -92,7 +92,7 @@ TORCH_LAYERS = {
         layer.in_channels, layer.out_channels, layer.kernel, stride=layer.stride,
         padding=layer.padding, groups=layer.groups, bias=layer.bias),
     specs.BatchNorm: lambda layer, norm, net: nn.BatchNorm2d(
-        layer.channels, momentum=norm["momentum"], eps=norm["epsilon"]),
+        layer.channels, momentum=layer.settings(norm)[0], eps=layer.settings(norm)[1]),
     specs.ReLU: lambda layer, norm, net: (nn.ReLU(inplace=True) if layer.max_value is None
                                           else nn.ReLU6(inplace=True)),
     specs.MaxPool: lambda layer, norm, net: nn.MaxPool2d(layer.size),

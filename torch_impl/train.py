@@ -66,8 +66,7 @@ class Trainer:
         self.replicas = choice.processes
         self.steps_per_call = steps_per_call(config, choice.on_gpu)
         self.spec = networks.get_spec(config.model, len(dataset.classes))
-        self.initial = (weights.initial_weights(self.spec, config.seed) if config.shared_init
-                        else None)
+        self.initial = weights.for_run(self.spec, config)  # None: the framework's own
         # --parallel model: a device per stage (on a CPU the stages share the one device)
         self.placement = stages.placement(config, choice.names)
         self.model = build_model(self.spec, config.bn_momentum, config.bn_epsilon,

@@ -14,6 +14,7 @@ from compare.cli.doctor import doctor
 from compare.cli.env import env
 from compare.cli.models import models
 from compare.cli.options import CONTEXT, Errors
+from compare.cli.port import port
 from compare.cli.report import report
 from compare.cli.run import run
 from compare.cli.sweep import sweep
@@ -31,13 +32,14 @@ def cli():
       cnncompare report runs/demo
       cnncompare sweep --dataset synthetic --vary precision=fp32,mixed --vary pipeline=naive,tuned
       cnncompare models
+      cnncompare port torch my_model.py:Net --out ported/net
       cnncompare env
       cnncompare doctor
       cnncompare data info --dataset folder --data-dir ~/cifar10-jpeg
     """
 
 
-for command in (run, compare, sweep, report, models, env, doctor, data):
+for command in (run, compare, sweep, report, models, port, env, doctor, data):
     cli.add_command(command)
 
 

@@ -223,6 +223,11 @@ class RunConfig:
     shared_init: bool = field(default=True, metadata=option(
         "--shared-init/--no-shared-init", "Start both frameworks from the same "
         "numpy-generated weights.", flag()))
+    init_weights: str | None = field(default=None, metadata=option(
+        "--init-weights", "Start both frameworks from the weights in this NPZ file (the "
+        "canonical layout, as `cnncompare port` writes them) instead of the seed's draw; "
+        "checked against the network before any framework starts.", optional(path()),
+        metavar="NPZ", path=True))
     seed: int = field(default=0, metadata=option(
         "--seed", "Seed of the initial weights and the data plan.", count(0)))
     # Training steps per call of the framework's step function: TF runs them in one

@@ -179,6 +179,20 @@ def judge_updates_against_noise(record: dict, noise: dict) -> dict:
                             f"noise floor {floor:.3g}")}
 
 
+def gradient_differences(gradients: dict[str, np.ndarray],
+                         reference: dict[str, np.ndarray]) -> dict[str, float]:
+    """Each weight's gradient against the reference's: relative L2, robust to the odd
+    ReLU-mask flip (see Tolerances). A gradient the network makes zero by construction (a
+    bias or BatchNorm shift before a BatchNorm: measured 1e-8..1e-6 against all gradients'
+    34 in mobilenetv2) is rounding of a zero in both builds; against its own norm it would
+    differ by ~100%. So each difference is taken relative to the reference's norm, or to
+    GRADIENT_FLOOR of all the reference's gradients' norm where that is larger."""
+    total = float(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in reference.values())))
+    return {name: float(np.linalg.norm(gradients[name] - b)
+                        / max(float(np.linalg.norm(b)), GRADIENT_FLOOR * total, 1e-12))
+            for name, b in reference.items()}
+
+
 def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.ndarray],
                    steps: int, tolerances: Tolerances = Tolerances()) -> dict:
     """The parity record for two probes (as written by each framework's parity_probe)."""
@@ -187,18 +201,8 @@ def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.nd
     missing = [n for n in grad_names if f"grad/{n}" not in tf_probe]
     if missing:
         raise ValueError(f"the TensorFlow probe lacks gradients for {', '.join(missing)}")
-    per_layer = {}
-    # A gradient the network makes zero by construction (a bias or BatchNorm shift before a
-    # BatchNorm: measured 1e-8..1e-6 against all gradients' 34 in mobilenetv2) is rounding
-    # of a zero in both builds; against its own norm it would differ by ~100%. Each layer's
-    # difference is taken relative to its norm, or to GRADIENT_FLOOR of all gradients' norm
-    # where that is larger.
-    total = float(np.sqrt(sum(np.sum(torch_probe[f"grad/{n}"].astype(np.float64) ** 2)
-                              for n in grad_names)))
-    for name in grad_names:  # relative L2: robust to the odd ReLU-mask flip (see Tolerances)
-        a, b = tf_probe[f"grad/{name}"], torch_probe[f"grad/{name}"]
-        per_layer[name] = float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)),
-                                                            GRADIENT_FLOOR * total, 1e-12))
+    per_layer = gradient_differences({n: tf_probe[f"grad/{n}"] for n in grad_names},
+                                     {n: torch_probe[f"grad/{n}"] for n in grad_names})
     params = {n: float(np.abs(tf_probe[f"param/{n}"] - torch_probe[f"param/{n}"]).max())
               for n in param_names}
     trainable = [n for n in param_names if specs.trainable(n)]

@@ -106,8 +106,19 @@ class Conv(LayerSpec):
 
 @dataclass(frozen=True)
 class BatchNorm(LayerSpec):
+    """Normalisation over each channel. `epsilon` and `momentum` (PyTorch's convention: the
+    batch statistic's share of the running one) where the network fixes its own, as a ported
+    network does; None: the run's (RunConfig.bn_epsilon, bn_momentum)."""
+
     name: str
     channels: int
+    epsilon: float | None = None
+    momentum: float | None = None
+
+    def settings(self, norm: dict) -> tuple[float, float]:
+        """(momentum, epsilon): the layer's own, else the run's `norm`."""
+        return (norm["momentum"] if self.momentum is None else self.momentum,
+                norm["epsilon"] if self.epsilon is None else self.epsilon)
 
     def parameter_shapes(self) -> dict[str, Shape]:
         return {part: (self.channels,)
@@ -243,6 +254,22 @@ class ModelSpec:
     input_shape: tuple[int, int, int]  # (channels, height, width)
     num_classes: int
     layers: tuple[Layer, ...]
+
+
+def batchnorm_settings(spec: ModelSpec, momentum: float, epsilon: float) -> dict:
+    """What the network's BatchNorm layers use, given the run's `momentum` (PyTorch's
+    convention) and `epsilon`: {"momentum", "epsilon", "set_by"}, where set_by says whether
+    the run's settings hold or the layers fix their own (a ported network's)."""
+    norm = {"momentum": momentum, "epsilon": epsilon}
+    used = {layer.settings(norm) for layer in walk(spec.layers) if isinstance(layer, BatchNorm)}
+    if not used or used == {(momentum, epsilon)}:
+        return {**norm, "set_by": "the run"}
+    if len(used) == 1:
+        (own_momentum, own_epsilon), = used
+        return {"momentum": own_momentum, "epsilon": own_epsilon,
+                "set_by": "the network's BatchNorm layers"}
+    return {"momentum": sorted({m for m, _ in used}), "epsilon": sorted({e for _, e in used}),
+            "set_by": "the network's BatchNorm layers, not all alike"}
 
 
 def walk(layers: tuple[Layer, ...]) -> Iterator[Layer]:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from compare.errors import UserError
-from compare.experiment import networks, settings, stages, strategy
+from compare.experiment import networks, settings, stages, strategy, weights
 from compare.experiment.checks import Check, count, optional
 from compare.experiment.config import FRAMEWORKS, RunConfig, data_replicas, stage_count
 from compare.process import cluster
@@ -50,13 +50,26 @@ def check_config(config: RunConfig) -> RunConfig:
 
 def check_model(config: RunConfig, classes: int = 10) -> None:
     """The user's own network (--model FILE.py[:NAME] or package.module:NAME) loads and both
-    frameworks can build it for `classes` classes (CIFAR-10's until the data says)."""
-    if config.model in networks.MODELS:
-        return
+    frameworks can build it for `classes` classes (CIFAR-10's until the data says), and the
+    weights --init-weights names fit it."""
+    if config.model not in networks.MODELS:
+        try:
+            networks.load_reference(config.model, classes)
+        except ValueError as exc:
+            raise UserError(f"--model {config.model}: {exc}") from None
+    if config.init_weights:
+        check_init_weights(config, classes)
+
+
+def check_init_weights(config: RunConfig, classes: int = 10) -> None:
+    """--init-weights: a readable NPZ holding every weight of the network, of its shape."""
+    if not config.shared_init:
+        raise UserError("--init-weights starts both frameworks from one file's weights; "
+                        "--no-shared-init lets each draw its own: choose one")
     try:
-        networks.load_reference(config.model, classes)
+        weights.read_file(config.init_weights, networks.get_spec(config.model, classes))
     except ValueError as exc:
-        raise UserError(f"--model {config.model}: {exc}") from None
+        raise UserError(f"--init-weights {config.init_weights}: {exc}") from None
 
 
 def check_parallel(config: RunConfig) -> None:

@@ -10,6 +10,9 @@ Weights are in the canonical layout (`specs.parameter_shapes`); each framework c
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 
 from compare.experiment import specs
@@ -24,6 +27,53 @@ def initial_weights(spec: specs.ModelSpec, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([INIT_STREAM, seed])
     return {f"{layer.name}.{part}": value for layer in specs.walk(spec.layers)
             for part, value in layer.initial_weights(rng).items()}
+
+
+def for_run(spec: specs.ModelSpec, config) -> dict[str, np.ndarray] | None:
+    """The initial weights a run of `config` (a RunConfig) loads into both builds: the file
+    --init-weights names, else the seed's draw; None with --no-shared-init (each framework
+    initialises its own way)."""
+    if not config.shared_init:
+        return None
+    if config.init_weights:
+        return read_file(config.init_weights, spec)
+    return initial_weights(spec, config.seed)
+
+
+def read_file(path: str | Path, spec: specs.ModelSpec) -> dict[str, np.ndarray]:
+    """The weights of `spec` in the NPZ file `path` (canonical layout, as `cnncompare port`
+    writes them), float32; ValueError in one line where they do not fit (check)."""
+    try:
+        with np.load(Path(path).expanduser(), allow_pickle=False) as found:
+            weights = {name: np.asarray(found[name], np.float32) for name in found.files}
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"not an NPZ file of weights ({type(exc).__name__}: {exc})") from None
+    check(spec, weights)
+    return weights
+
+
+def digest(path: str | Path) -> str:
+    """The file's SHA-256 (hex), recorded with a run that starts from it."""
+    return hashlib.sha256(Path(path).expanduser().read_bytes()).hexdigest()
+
+
+def check(spec: specs.ModelSpec, weights: dict[str, np.ndarray]) -> None:
+    """ValueError in one line unless `weights` hold every weight of `spec` (canonical layout,
+    running statistics included), each of its shape and finite, and nothing else."""
+    expected = specs.parameter_shapes(spec)
+    missing = [name for name in expected if name not in weights]
+    extra = [name for name in weights if name not in expected]
+    if missing or extra:
+        said = (f"lack {', '.join(missing[:3])}" if missing else
+                f"hold {', '.join(extra[:3])}, which {spec.name} has not")
+        raise ValueError(f"the weights {said}{' ...' if len(missing or extra) > 3 else ''}")
+    for name, shape in expected.items():
+        value = weights[name]
+        if tuple(value.shape) != tuple(shape):
+            raise ValueError(f"{name} is {tuple(value.shape)}, {spec.name} needs "
+                             f"{tuple(shape)}")
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"{name} holds NaN or infinite values")
 
 
 def chw_to_hwc_rows(weight: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray:

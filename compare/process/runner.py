@@ -246,18 +246,31 @@ def concurrently(jobs: list[Callable[[], Any]], at_once: int = 2) -> list[Any]:
     return [f.result() for f in futures]
 
 
+def framework_call(framework: str, module: str, args: list[str],
+                   timeout: float) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` in the framework's interpreter (its subprocess, the checkout on
+    PYTHONPATH), output captured; FrameworkMissing if it is not installed."""
+    check_installed(framework)
+    return subprocess.run([python_for(framework), "-m", module, *args],
+                          env=child_environment(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def last_error(proc: subprocess.CompletedProcess) -> str:
+    """The last line a failed framework process printed that says something, else its exit."""
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not _noise(ln)]
+    return lines[-1] if lines else f"exit {proc.returncode}"
+
+
 def framework_environment(framework: str) -> dict:
     """What the framework sees (its train module's --env), or an error entry."""
     import json
     try:
-        check_installed(framework)
+        proc = framework_call(framework, MODULES[framework], ["--env"], timeout=300)
     except FrameworkMissing as exc:
         return {"framework": framework, "error": str(exc)}
-    proc = subprocess.run([python_for(framework), "-m", MODULES[framework], "--env"],
-                          env=child_environment(), capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not _noise(ln)]
-        return {"framework": framework, "error": lines[-1] if lines else f"exit {proc.returncode}"}
+        return {"framework": framework, "error": last_error(proc)}
     return json.loads(proc.stdout)
 
 
@@ -266,13 +279,10 @@ def framework_models(framework: str, names: list[str]) -> dict:
     error entry."""
     import json
     try:
-        check_installed(framework)
+        proc = framework_call(framework, MODULES[framework], ["--describe-models", *names],
+                              timeout=600)
     except FrameworkMissing as exc:
         return {"error": str(exc)}
-    proc = subprocess.run([python_for(framework), "-m", MODULES[framework],
-                           "--describe-models", *names],
-                          env=child_environment(), capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not _noise(ln)]
-        return {"error": lines[-1] if lines else f"exit {proc.returncode}"}
+        return {"error": last_error(proc)}
     return json.loads(proc.stdout.strip().splitlines()[-1])

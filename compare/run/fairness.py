@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compare.experiment import networks, plan, stages
+from compare.experiment import networks, plan, specs, stages, weights
 from compare.experiment.config import (
     RunConfig,
     stage_count,
@@ -38,6 +38,8 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
     own = dict(framework_half)
     launched = cluster.launch(config.framework)
     default_init = own.pop("default_init")
+    batchnorm = specs.batchnorm_settings(spec or networks.get_spec(config.model),
+                                         config.bn_momentum, config.bn_epsilon)
     return {
         # The precision resolved on this device (experiment.precision): requested, chosen, why.
         "precision": own.pop("precision"),
@@ -47,10 +49,12 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "deterministic": config.deterministic,
         "loss_scaling": own.pop("loss_scaling"),
         # Compared in PyTorch's convention (new = (1 - m) * old + m * batch); `as_set` is
-        # the number the framework was given in its own convention.
-        "bn_momentum": {"torch_convention": config.bn_momentum,
-                        "as_set": own.pop("bn_momentum_as_set")},
-        "bn_epsilon": config.bn_epsilon,
+        # the number the framework was given in its own convention; `set_by`: the run's
+        # --bn-momentum/--bn-epsilon, or the network's own layers (a ported network's).
+        "bn_momentum": {"torch_convention": batchnorm["momentum"],
+                        "as_set": own.pop("bn_momentum_as_set"),
+                        "set_by": batchnorm["set_by"]},
+        "bn_epsilon": batchnorm["epsilon"],
         "bn_running_variance": own.pop("bn_running_variance"),
         "bn_statistics": "per replica" if replicas > 1 else "single replica",
         "update_rule": update_rule(config),
@@ -81,8 +85,7 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         # Each framework's own behaviour that no setting changes (the report's notes).
         "loss_scale_check": own.pop("loss_scale_check"),
         "batchnorm_kernel": own.pop("batchnorm_kernel"),
-        "init_source": (f"shared numpy weights (compare.experiment.weights), seed {config.seed}"
-                        if config.shared_init else default_init),
+        "init_source": _init_source(config, default_init),
         "data_plan_seed": config.seed,
         "device_kind": choice.kind,
         "device": choice.description,
@@ -109,3 +112,13 @@ def _pipeline(config: RunConfig, loader: dict[str, Any]) -> dict[str, Any]:
     how = plan.augmentation_note(config.augment, loader.pop("augmented_by"))
     return {"kind": config.pipeline.kind, **loader,
             "augmentation": how + (on_device if config.augment else "")}
+
+
+def _init_source(config: RunConfig, default_init: str) -> str:
+    """Where the initial weights came from, in words a reader can check."""
+    if not config.shared_init:
+        return default_init
+    if config.init_weights:
+        return (f"shared weights from {config.init_weights} (sha256 "
+                f"{weights.digest(config.init_weights)[:16]}...)")
+    return f"shared numpy weights (compare.experiment.weights), seed {config.seed}"

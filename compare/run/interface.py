@@ -172,6 +172,28 @@ class OwnLoopModule(Protocol):
                  on_epoch: Any) -> dict[str, Any]: ...
 
 
+class PortModule(Protocol):
+    """`<package>.port`: reading a network of this framework into the spec, and the proof's
+    outputs (compare.run.port_worker, compare.experiment.porting)."""
+
+    FRAMEWORK: str
+    SOURCE_KIND: str  # what `cnncompare port` takes, in words
+
+    # The source network `reference` names, built with `kwargs` (porting.Refused if not).
+    def load(self, reference: str, kwargs: dict) -> Any: ...
+    # The source as a porting.Reading: spec named `name`, canonical weights, what it counts.
+    def read(self, model: Any, input_shape: tuple[int, int, int] | None,
+             name: str) -> Any: ...
+    # Logits (eval mode), then one training step's loss and gradients (train mode) keyed
+    # as the framework names its weights, float32 on the CPU; and the source's, as
+    # {"logits", "loss", "grad/<weight>"} with the gradients in the canonical layout.
+    def outputs(self, model: Any, images: Any, labels: Any) -> tuple[Any, float, dict]: ...
+    def source_outputs(self, model: Any, reading: Any, images: Any, labels: Any) -> dict: ...
+    # The twin's side: <package>.model (build_model, load_weights, export_gradients,
+    # count_parameters).
+    framework_model: ModuleType
+
+
 def check_module(module: ModuleType) -> list[str]:
     """The FrameworkModule and Trainer members `module` lacks (empty when it is complete)."""
     names = ("FRAMEWORK", "Trainer", "select_device", "describe_environment", "describe_model",
