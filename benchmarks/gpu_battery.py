@@ -76,7 +76,6 @@ from battery.stages import (  # noqa: E402
     SPARE_S,
     STAGES,
     TINY,
-    TINY_SKIPPED,
     Context,
 )
 
@@ -213,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
                 else args.time_left - SPARE_S - (time.perf_counter() - started))
         print(f"{row['stage']} ({row['framework']}): estimate {row['estimate_s']} s, "
               f"limit {row['limit_s']} s", flush=True)
-        skipped = (TINY_SKIPPED if ctx.tiny and not stage.tiny else
-                   f"its estimate ({row['estimate_s']} s) exceeds the {left:.0f} s left"
-                   if left is not None and row["estimate_s"] > left else None)
+        skipped = stage.tiny_skip(ctx) or (
+            f"its estimate ({row['estimate_s']} s) exceeds the {left:.0f} s left"
+            if left is not None and row["estimate_s"] > left else None)
         if skipped:
             done = {"stage": row["stage"], "framework": row["framework"], "core": row["core"],
                     "status": "skipped", "limit_s": row["limit_s"],

@@ -127,6 +127,20 @@ class Stage:
     # Runs under --tiny. A stage whose commands another stage's tiny run already proves, on
     # a network whose tiny run would take minutes of a CPU, says so and is skipped.
     tiny: bool = True
+    # The stage whose commands this one's are under --tiny on a CPU, where every stage trains
+    # float32 (TinyWork.precision): skipped there, saying so, as a second run of the same.
+    tiny_cpu_twin: str | None = None
+
+    def tiny_skip(self, ctx: Context) -> str | None:
+        """Why --tiny skips this stage in `ctx`, or None where it runs."""
+        if not ctx.tiny:
+            return None
+        if not self.tiny:
+            return TINY_SKIPPED
+        if self.tiny_cpu_twin and ctx.device == "cpu":
+            return (f"--tiny on a CPU trains float32: the commands of {self.tiny_cpu_twin}, "
+                    f"which runs")
+        return None
 
 
 # --------------------------------------------------------------------------- estimates
@@ -301,12 +315,14 @@ STAGES: list[Stage] = [
           json_out=True),
     *[Stage(f"lenet-{p}", True, FRAMEWORKS, f"LeNet, the PyTorch tutorial's recipe (batch 4, "
             f"lr 0.001, 2 epochs), {p}, 2 seeds", compare_commands(f"lenet-{p}", recipe),
-            comparison_estimate(recipe), comparison=True)
+            comparison_estimate(recipe), comparison=True,
+            tiny_cpu_twin="lenet-fp32" if p == "mixed" else None)
       for p in ("fp32", "mixed") for recipe in [Recipe(precision=p, **LENET)]],
     Stage("resnet9-mixed", True, FRAMEWORKS, "ResNet-9 (DAWNBench), mixed precision, 24 "
           "epochs, time to 94%, 2 seeds",
           compare_commands("resnet9-mixed", Recipe(precision="mixed", seeds=2, **RESNET9)),
-          comparison_estimate(Recipe(precision="mixed", seeds=2, **RESNET9)), comparison=True),
+          comparison_estimate(Recipe(precision="mixed", seeds=2, **RESNET9)), comparison=True,
+          tiny_cpu_twin="resnet9-fp32"),
     Stage("resnet9-fp32", True, FRAMEWORKS, "ResNet-9 (DAWNBench), float32 (TF32 off), 24 "
           "epochs, time to 94%, 1 seed",
           compare_commands("resnet9-fp32", Recipe(precision="fp32", seeds=1, **RESNET9)),
