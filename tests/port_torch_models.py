@@ -105,3 +105,14 @@ class WithOverlappingPool(nn.Module):
 
     def forward(self, x):
         return self.fc(torch.flatten(self.pool(self.conv(x)), 1))
+
+
+class WithFullFlatten(nn.Module):
+    """x.view(-1): flattens the batch too."""
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4 * 30 * 30, 10)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).view(-1))

@@ -103,7 +103,8 @@ def test_cli_run_writes_a_valid_result(tmp_path, name):
             and "CPU" in summary["peak_device_memory_note"])
     assert result["fairness"]["precision_policy"] == "float32"
     assert result["fairness"]["bn_momentum"] == {"torch_convention": 0.1,
-                                                 "as_set": OWN[name]["bn_as_set"]}
+                                                 "as_set": OWN[name]["bn_as_set"],
+                                                 "set_by": "the run"}
     assert result["fairness"]["init_source"].startswith("shared numpy weights")
     steps = (out / "steps.csv").read_text().splitlines()
     assert steps[0] == "global_step,epoch,lr,loss" and len(steps) == 1 + 2 * 10

@@ -112,6 +112,8 @@ def test_a_keras_model_ports_to_pytorch_with_its_weights_and_proof(tmp_path, bui
     (["torch", f"{TORCH_MODELS}:WithDropout"], "layer 'drop' (Dropout): dropout (p=0.5)"),
     (["torch", f"{TORCH_MODELS}:WithOverlappingPool"], "layer 'pool' (MaxPool2d): the spec "
                                                        "pools size x size windows"),
+    (["torch", f"{TORCH_MODELS}:WithFullFlatten"], "reshapes to (-1,); the spec flattens all "
+                                                   "but the batch"),
     (["torch", f"{TORCH_MODELS}:NoSuchNet"], "has no nn.Module class NoSuchNet"),
     (["torch", f"{TORCH_MODELS}:ResidualNet", "--kwargs", '{"depth": 3}'],
      "ResidualNet(**{\"depth\": 3}) did not build: TypeError"),

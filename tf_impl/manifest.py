@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from compare.experiment import specs, strategy
+from compare.experiment import networks, specs, strategy
 from tf_impl import data as tf_data
 from tf_impl.device import FRAMEWORK
 
@@ -36,7 +36,7 @@ def describe(trainer) -> dict:
         "tf32": {"matmul": tf32, "cudnn": tf32},
         "cudnn_autotune": trainer.choice.on_gpu,  # TF autotunes cuDNN convolutions by default
         "loss_scaling": scaling,
-        "bn_momentum_as_set": _keras_convention(specs.batchnorm_settings(
+        "bn_momentum_as_set": _keras_convention(networks.batchnorm_settings(
             trainer.spec, trainer.config.bn_momentum, trainer.config.bn_epsilon)["momentum"]),
         "bn_running_variance": "biased batch variance (Keras)",
         "optimizer_implementation": "TorchFormSGD (a keras.optimizers.Optimizer, "

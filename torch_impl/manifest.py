@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from compare.experiment import specs
+from compare.experiment import networks, specs
 from torch_impl import data as torch_data
 from torch_impl.device import FRAMEWORK
 from torch_impl.optimizer import _optimizer_kind
@@ -28,7 +28,7 @@ def describe(trainer) -> dict:
                  "cudnn": torch.backends.cudnn.allow_tf32},
         "cudnn_autotune": torch.backends.cudnn.benchmark,
         "loss_scaling": scaling,
-        "bn_momentum_as_set": specs.batchnorm_settings(
+        "bn_momentum_as_set": networks.batchnorm_settings(
             trainer.spec, trainer.config.bn_momentum, trainer.config.bn_epsilon)["momentum"],
         "bn_running_variance": "unbiased (n/(n-1)) batch variance",
         "optimizer_implementation": _optimizer_kind(trainer.optimizer),

@@ -182,7 +182,9 @@ FUNCTIONS = {
 def _reshape(node: torch.fx.Node, name: str, where: str) -> specs.Flatten:
     """x.view(x.size(0), -1), x.view(-1, N) and the like: a flatten of all but the batch (a
     wrong N shows as the next layer's misfit)."""
-    shape = tuple(node.args[1:] if len(node.args) > 2 else node.args[1])
+    sizes = node.args[1:] or (node.kwargs.get("shape", ()),)
+    shape = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) \
+        else tuple(sizes)
     if len(shape) != 2 or -1 not in shape:
         raise Refused(f"{where}: reshapes to {shape}; the spec flattens all but the batch "
                       f"(x.view(x.size(0), -1))")

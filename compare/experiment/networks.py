@@ -266,3 +266,20 @@ def get_spec(name: str, num_classes: int = 10) -> ModelSpec:
         return load_reference(name, num_classes)
     raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}, or "
                      f"FILE.py[:NAME] or package.module:NAME")
+
+
+def batchnorm_settings(spec: specs.ModelSpec, momentum: float, epsilon: float) -> dict:
+    """What the network's BatchNorm layers use, given the run's `momentum` (PyTorch's
+    convention) and `epsilon`: {"momentum", "epsilon", "set_by"}, where set_by says whether
+    the run's settings hold or the layers fix their own (a ported network's)."""
+    norm = {"momentum": momentum, "epsilon": epsilon}
+    used = {layer.settings(norm) for layer in specs.walk(spec.layers)
+            if isinstance(layer, specs.BatchNorm)}
+    if not used or used == {(momentum, epsilon)}:
+        return {**norm, "set_by": "the run"}
+    if len(used) == 1:
+        (own_momentum, own_epsilon), = used
+        return {"momentum": own_momentum, "epsilon": own_epsilon,
+                "set_by": "the network's BatchNorm layers"}
+    return {"momentum": sorted({m for m, _ in used}), "epsilon": sorted({e for _, e in used}),
+            "set_by": "the network's BatchNorm layers, not all alike"}

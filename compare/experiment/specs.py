@@ -256,22 +256,6 @@ class ModelSpec:
     layers: tuple[Layer, ...]
 
 
-def batchnorm_settings(spec: ModelSpec, momentum: float, epsilon: float) -> dict:
-    """What the network's BatchNorm layers use, given the run's `momentum` (PyTorch's
-    convention) and `epsilon`: {"momentum", "epsilon", "set_by"}, where set_by says whether
-    the run's settings hold or the layers fix their own (a ported network's)."""
-    norm = {"momentum": momentum, "epsilon": epsilon}
-    used = {layer.settings(norm) for layer in walk(spec.layers) if isinstance(layer, BatchNorm)}
-    if not used or used == {(momentum, epsilon)}:
-        return {**norm, "set_by": "the run"}
-    if len(used) == 1:
-        (own_momentum, own_epsilon), = used
-        return {"momentum": own_momentum, "epsilon": own_epsilon,
-                "set_by": "the network's BatchNorm layers"}
-    return {"momentum": sorted({m for m, _ in used}), "epsilon": sorted({e for _, e in used}),
-            "set_by": "the network's BatchNorm layers, not all alike"}
-
-
 def walk(layers: tuple[Layer, ...]) -> Iterator[Layer]:
     """Every layer in order, descending into residual blocks."""
     for layer in layers:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compare.experiment import networks, plan, specs, stages, weights
+from compare.experiment import networks, plan, stages, weights
 from compare.experiment.config import (
     RunConfig,
     stage_count,
@@ -38,7 +38,7 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
     own = dict(framework_half)
     launched = cluster.launch(config.framework)
     default_init = own.pop("default_init")
-    batchnorm = specs.batchnorm_settings(spec or networks.get_spec(config.model),
+    batchnorm = networks.batchnorm_settings(spec or networks.get_spec(config.model),
                                          config.bn_momentum, config.bn_epsilon)
     return {
         # The precision resolved on this device (experiment.precision): requested, chosen, why.
