@@ -22,6 +22,10 @@ from compare.experiment import porting, specs  # noqa: E402
 from compare.experiment.porting import Node, Refused  # noqa: E402
 from tf_impl import model as framework_model  # noqa: E402 - the protocol's too
 
+# The proof is float32 on the CPU (porting.compare_outputs), as PyTorch's side computes it: on
+# a GPU host TensorFlow would otherwise compute it there, in TF32 convolutions by default.
+tf.config.set_visible_devices([], "GPU")
+
 FRAMEWORK = "tf"
 SOURCE_KIND = "a saved Keras model, MODEL.keras (or .h5)"
 
