@@ -222,18 +222,29 @@ def tf_two_cpus():
 
 
 def _machine_has_gpu() -> bool:
-    """A CUDA GPU that PyTorch or the NVIDIA driver (NVML) can see."""
-    if torch is not None and torch.cuda.is_available():
-        return True
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount() > 0
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no library, no driver: no GPU
-        return False
+    """A CUDA GPU that PyTorch or the NVIDIA driver (NVML) can see, as the tool counts them
+    (CUDA_VISIBLE_DEVICES honoured). Called at collection, before any test hides the GPUs,
+    so CUDA in this process starts with them visible for the gpu tests."""
+    from compare.machine.devices import nvidia_gpus
+    return (torch is not None and torch.cuda.is_available()) or nvidia_gpus() > 0
+
+
+def hides_gpus(node) -> bool:
+    """Whether a test runs with the GPUs hidden: every test not marked gpu."""
+    return node.get_closest_marker("gpu") is None
+
+
+@pytest.fixture(autouse=True)
+def gpus_only_for_gpu_tests(request, monkeypatch):
+    """One mechanism keeps every non-gpu test on the CPU on any host: CUDA_VISIBLE_DEVICES
+    is empty while it runs, so each process it starts (a CLI run, a framework's subprocess,
+    a launcher's workers) sees no CUDA device in PyTorch, TensorFlow or the tool's NVML
+    counts, and trains on the CPU as on a machine without a GPU. This process's own CUDA
+    started at collection with the GPUs visible (the gpu tests use them); its in-process
+    training asks for the CPU itself (tiny_config's device="cpu"). Proven in
+    tests/test_session.py."""
+    if hides_gpus(request.node):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 
 def pytest_sessionfinish(session, exitstatus):

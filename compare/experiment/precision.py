@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from compare.machine import gpu_metrics
 from compare.machine.cpu import (  # noqa: F401 - FLAGS_ENV and cpu_flags: the rule's inputs
     FLAGS_ENV,
     cpu_description,
@@ -193,7 +194,7 @@ def nvml_capability() -> tuple[int, int] | None:
     except Exception:  # noqa: BLE001 - no library, no driver: no GPU to ask
         return None
     try:
-        if not pynvml.nvmlDeviceGetCount():
+        if not gpu_metrics.visible_gpu_count(pynvml):
             return None
         return tuple(pynvml.nvmlDeviceGetCudaComputeCapability(
             pynvml.nvmlDeviceGetHandleByIndex(0)))
@@ -208,6 +209,6 @@ def nvml_capability() -> tuple[int, int] | None:
 
 def _has_gpu(pynvml) -> bool:
     try:
-        return pynvml.nvmlDeviceGetCount() > 0
+        return gpu_metrics.visible_gpu_count(pynvml) > 0
     except Exception:  # noqa: BLE001
         return False

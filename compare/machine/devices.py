@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from compare.errors import UserError
 from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
+from compare.machine import gpu_metrics
 from compare.machine.cpu import cpu_description
 from compare.process import runner
 
@@ -50,14 +51,15 @@ def check_same_device(configs: list[RunConfig]) -> dict[str, str]:
 
 
 def nvidia_gpus() -> int:
-    """The NVIDIA GPUs the driver shows (NVML); 0 without a driver or the library."""
+    """The NVIDIA GPUs the driver shows (NVML) and CUDA_VISIBLE_DEVICES leaves visible; 0
+    without a driver or the library."""
     try:
         import pynvml
         pynvml.nvmlInit()
     except Exception:  # noqa: BLE001 - no library, no driver
         return 0
     try:
-        return int(pynvml.nvmlDeviceGetCount())
+        return gpu_metrics.visible_gpu_count(pynvml)
     except Exception:  # noqa: BLE001
         return 0
     finally:

@@ -89,6 +89,30 @@ def mfu(achieved_flops_per_s: float | None, device_name: str | None, mode: str |
                         f"({mode} peak of {device_name} x {replicas})"}
 
 
+def cuda_visible_limit() -> int | None:
+    """How many GPUs CUDA_VISIBLE_DEVICES lets CUDA programs see; None where it is unset.
+    CUDA takes the listed devices up to the first entry that names none, so "" and "-1"
+    hide every GPU. NVML ignores the variable (it numbers every board), so each count of
+    GPUs a framework will see goes through here."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return None
+    count = 0
+    for entry in listed.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):
+            break
+        count += 1
+    return count
+
+
+def visible_gpu_count(pynvml) -> int:
+    """The GPUs an initialised NVML shows that CUDA_VISIBLE_DEVICES leaves visible."""
+    boards = int(pynvml.nvmlDeviceGetCount())
+    limit = cuda_visible_limit()
+    return boards if limit is None else min(boards, limit)
+
+
 def nvml_indices(pci_bus_ids: list[str], names: tuple[str, ...]) -> list[int]:
     """NVML indices of the GPUs with these PCI bus ids. CUDA numbers only the visible GPUs
     (CUDA_VISIBLE_DEVICES) and may order them differently; NVML numbers every board. Where

@@ -1,0 +1,77 @@
+"""The test session itself: non-gpu tests see no GPU in any process they start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import hides_gpus
+
+from compare.machine import gpu_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A driver with two boards, as NVML would show it on a two-GPU host (nvidia-ml-py's module
+# name), put first on the child's path.
+FAKE_NVML = textwrap.dedent("""\
+    class NVMLError(Exception):
+        pass
+    def nvmlInit(): pass
+    def nvmlShutdown(): pass
+    def nvmlDeviceGetCount(): return 2
+    def nvmlDeviceGetHandleByIndex(i): return i
+    def nvmlDeviceGetCudaComputeCapability(handle): return (9, 0)
+    """)
+
+# What a process this test starts sees: CUDA's devices in PyTorch, the tool's count of GPUs
+# and the precision `--precision auto` would choose from it before any framework starts.
+PROBE = textwrap.dedent("""\
+    import json, os, torch
+    from compare.machine import devices
+    from compare.experiment import precision
+    print(json.dumps({"env": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                      "torch": torch.cuda.device_count(), "tool": devices.nvidia_gpus(),
+                      "auto": precision.expected("auto", "auto", "lenet").precision}))
+    """)
+
+
+def _child(tmp_path: Path, env: dict) -> dict:
+    (tmp_path / "pynvml.py").write_text(FAKE_NVML)
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True,
+                          text=True, timeout=300,
+                          env={**env, "PYTHONPATH": f"{tmp_path}:{REPO}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_non_gpu_tests_subprocess_sees_no_gpu_where_its_parent_would(tmp_path):
+    seen = _child(tmp_path, dict(os.environ))
+    assert seen == {"env": "", "torch": 0, "tool": 0, "auto": "fp32"}
+    # the same child outside the mechanism, on this (faked) two-GPU host: the tool counts
+    # both boards and would choose float16 for a GPU with tensor cores
+    unhidden = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    seen = _child(tmp_path, unhidden)
+    assert (seen["env"], seen["tool"], seen["auto"]) == (None, 2, "mixed")
+
+
+def test_gpu_tests_keep_the_gpus(request):
+    class GpuTest:
+        def get_closest_marker(self, name):
+            return pytest.mark.gpu.mark if name == "gpu" else None
+    assert hides_gpus(request.node) and not hides_gpus(GpuTest())
+
+
+@pytest.mark.parametrize("listed, visible", [
+    (None, None), ("", 0), ("-1", 0), ("0", 1), ("0,1", 2), ("1,-1,0", 1),
+    ("GPU-8a1c2f,GPU-77b0", 2)])
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(monkeypatch, listed, visible):
+    if listed is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+    assert gpu_metrics.cuda_visible_limit() == visible
