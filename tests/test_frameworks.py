@@ -6,6 +6,7 @@ processes and DataLoader workers)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,6 +116,7 @@ def test_cli_run_writes_a_valid_result(tmp_path, name):
 # TensorFlow's own mechanisms
 
 
+@pytest.mark.machine_sensitive  # weights agree within float32 rounding of two reductions
 def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(tmp_path, tf_two_cpus):
     """Loss scaled by the global batch and summed over replicas = the global-batch mean:
     after an epoch of steps the weights agree, and so does every step's loss."""
@@ -134,22 +136,42 @@ def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(tmp_path, tf_t
         np.testing.assert_allclose(wb[weight], wa[weight], atol=2e-6, err_msg=weight)
 
 
+def _trained_and_recorded(module, config) -> tuple[object, dict, list[float]]:
+    """A trainer after the shared loop's epochs, its result.json and its steps' losses."""
+    trainer = _trainer(module, config)
+    recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
+    assert loop.train_epochs(trainer, config, recorder) == 0
+    out = Path(config.out)
+    steps = (out / "steps.csv").read_text().splitlines()[1:]
+    return trainer, schema.read_result(out / "result.json"), [float(row.split(",")[3])
+                                                              for row in steps]
+
+
+@pytest.mark.machine_sensitive  # XLA's fused kernels round unlike eager ones
 def test_xla_compiles_the_step_and_trains_as_eager_does(tmp_path, tf_two_cpus):
     """What compiled is read from TensorFlow: the traced forward/backward marked for XLA and
-    the HLO XLA builds for it; with --no-compile (the negative control) nothing is."""
-    plain = _trainer(tf_two_cpus, tiny_config(tmp_path))
-    xla = _trainer(tf_two_cpus, tiny_config(tmp_path, compile=True))
-    for a, b in zip(plain.batches(0), xla.batches(0)):
-        assert float(xla.train_step(b, 0.05)) == pytest.approx(float(plain.train_step(a, 0.05)),
-                                                               rel=1e-4)
+    the HLO XLA builds for it, and the run's result.json says so; with --no-compile (the
+    negative control) nothing is."""
+    plain, plain_result, plain_losses = _trained_and_recorded(
+        tf_two_cpus, tiny_config(tmp_path, out=str(tmp_path / "eager")))
+    xla, result, losses = _trained_and_recorded(
+        tf_two_cpus, tiny_config(tmp_path, compile=True, out=str(tmp_path / "xla")))
+    assert len(losses) == 8
+    np.testing.assert_allclose(losses, plain_losses, rtol=1e-4)
     compiled = xla.compilation()
-    assert compiled["compiled"] and compiled["traces"] == compiled["xla_traces"] == 1
+    # every trace marked for XLA (the training step's and the evaluation's)
+    assert compiled["compiled"] and compiled["traces"] == compiled["xla_traces"] >= 1
     assert compiled["hlo_instructions"] > 50  # LeNet's convolutions, dots and their gradients
-    assert plain.compilation() == {"compiler": "XLA (jit_compile)", "compiled": False,
-                                   "traces": 1, "xla_traces": 0, "hlo_instructions": 0}
+    recorded = result["compilation"]  # the record of a compiled run (taken after training)
+    assert recorded["compiled"] and recorded["traces"] == recorded["xla_traces"] >= 1
+    assert recorded["hlo_instructions"] > 50
+    assert plain.compilation() == plain_result["compilation"] == {
+        "compiler": "XLA (jit_compile)", "compiled": False, "traces": 1, "xla_traces": 0,
+        "hlo_instructions": 0}
     assert "XLA" in xla.manifest()["compile"]
 
 
+@pytest.mark.machine_sensitive  # whether a float16 step overflows depends on the kernels
 def test_fp16_trains_on_a_cpu_with_dynamic_loss_scaling_and_records_the_scale(tmp_path,
                                                                                framework):
     """--precision fp16: the GPU's float16 mixed precision on any device, the CPU here, with
@@ -158,6 +180,7 @@ def test_fp16_trains_on_a_cpu_with_dynamic_loss_scaling_and_records_the_scale(tm
     config = tiny_config(tmp_path, precision="fp16", epochs=2, loss_scale_initial=256.0,
                          loss_scale_growth_interval=4)
     trainer = _trainer(module, config)
+    assert trainer.loss_scale() == 256.0  # read from the framework's own scaler, untrained
     try:
         recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
         assert loop.train_epochs(trainer, config, recorder) == 0
@@ -170,12 +193,12 @@ def test_fp16_trains_on_a_cpu_with_dynamic_loss_scaling_and_records_the_scale(tm
     assert [e["loss_scale"] for e in result["epochs"]] == [1024.0, 4096.0]
     assert all(np.isfinite(e["train_loss"]) for e in result["epochs"])
     assert manifest["precision"]["compute_type"] == "float16"
-    assert manifest["loss_scaling"].startswith("dynamic") and "initial 256" in manifest[
-        "loss_scaling"]
+    assert manifest["loss_scaling"].startswith("dynamic")
 
 
 def test_a_run_records_what_compiled(tmp_path, framework):
-    """result.json holds the compiler's own account of the step (here eager: nothing)."""
+    """result.json holds the compiler's own account of the step (here eager: nothing; a
+    compiled run's record: the XLA and torch.compile tests)."""
     name, module = framework
     config = tiny_config(tmp_path)
     trainer = _trainer(module, config)
@@ -193,17 +216,19 @@ def test_torch_compile_captures_the_step_in_one_graph_and_trains_as_eager_does(t
     """What compiled is read from dynamo's counters: the model in one graph, no graph break;
     the eager trainer (the negative control) compiles nothing."""
     from torch_impl import train as torch_train
-    eager = _trainer(torch_train, tiny_config(tmp_path))
-    eager_losses = [float(eager.train_step(batch, 0.05)) for batch in eager.batches(0)]
-    assert eager.compilation() == {"compiler": "torch.compile (dynamo + inductor)",
-                                   "compiled": False, "graphs": 0, "graph_breaks": 0,
-                                   "frames": 0}
-    compiled = _trainer(torch_train, tiny_config(tmp_path, compile=True))
-    losses = [float(compiled.train_step(batch, 0.05)) for batch in compiled.batches(0)]
+    eager, eager_result, eager_losses = _trained_and_recorded(
+        torch_train, tiny_config(tmp_path, out=str(tmp_path / "eager")))
+    assert eager.compilation() == eager_result["compilation"] == {
+        "compiler": "torch.compile (dynamo + inductor)", "compiled": False, "graphs": 0,
+        "graph_breaks": 0, "frames": 0}
+    compiled, result, losses = _trained_and_recorded(
+        torch_train, tiny_config(tmp_path, compile=True, out=str(tmp_path / "compiled")))
+    assert compiled.device.type == "cpu" and len(losses) == 8
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-4)
     found = compiled.compilation()
     assert found["compiled"] and found["graphs"] >= 1 and found["graph_breaks"] == 0
     assert found["frames"] >= 1
+    assert result["compilation"] == found  # the record of a compiled run
     for name, value in compiled.weights().items():
         np.testing.assert_allclose(value, eager.weights()[name], rtol=1e-4, atol=1e-6,
                                    err_msg=name)
