@@ -36,6 +36,7 @@ def _every_new_kind() -> specs.ModelSpec:
         specs.GlobalAvgPool("gap"), specs.Flatten("flatten"), specs.Dense("fc", 24, 10)))
 
 
+@pytest.mark.machine_sensitive  # float32 logits of two frameworks' kernels, within a tolerance
 def test_every_new_layer_kind_computes_the_same_function_in_both_frameworks(tf_two_cpus):
     """The shared weights loaded into both builds give the same logits (eval mode, float32),
     and each build's exported weights are the shared ones back."""
@@ -110,6 +111,7 @@ def test_models_lists_every_network_as_each_framework_builds_it():
     assert "pytorch-cifar" in rows["resnet18"]["source"]
 
 
+@pytest.mark.machine_sensitive  # one epoch's float32 losses of two frameworks, within 2e-3
 @pytest.mark.slow  # three big networks, one small epoch each, in both frameworks
 def test_a_model_sweep_trains_each_network_in_both_and_gives_the_framework_ratio(tmp_path):
     out = tmp_path / "sweep"
