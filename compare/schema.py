@@ -200,6 +200,8 @@ MANIFEST: dict[str, ManifestField] = {
     "distribution": ManifestField(_I, "the distribution machinery"),
     "parallel": ManifestField(_C, "data (replicas) or model (stages), the cut, micro-batches"),
     "placement": ManifestField(_I, "each stage's device, in the framework's words"),
+    "weights_on": ManifestField(_I, "the devices holding each replica's (or stage's) weights, "
+                                    "read from the framework's variables"),
     "strategy": ManifestField(_I, "the distribution wrapper --strategy chose, and why"),
     "steps_per_call": ManifestField(_C, "training steps per call of the step function"),
     "steps_per_call_from": ManifestField(_C, "where steps_per_call came from"),

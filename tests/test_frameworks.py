@@ -125,6 +125,9 @@ def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(tmp_path, tf_t
     a, b = _trainer(tf_two_cpus, one), _trainer(tf_two_cpus, two)
     assert a.replicas == 1 and b.replicas == 2
     assert b.choice.shared_chip and not a.choice.shared_chip  # logical devices of one CPU
+    # each replica's variables on its own device, as TensorFlow placed them
+    assert a.manifest()["weights_on"] == ["/cpu:0"]
+    assert b.manifest()["weights_on"] == ["/cpu:0", "/cpu:1"]
     losses_a, losses_b = [], []
     for batch_a, batch_b in zip(a.batches(0), b.batches(0)):
         losses_a.append(float(a.train_step(batch_a, 0.05)))
@@ -355,6 +358,9 @@ def test_model_parallel_stages_train_the_unsplit_models_steps(tmp_path, framewor
         assert {p.device.type for p in trainer.model.parameters()} == {"cpu"}
     assert trainer.manifest()["placement"] == [f"stage 0: {trainer.placement[0]}",
                                                f"stage 1: {trainer.placement[1]}"]
+    # where each stage's weights live, read from the framework
+    assert trainer.manifest()["weights_on"] == (["/cpu:0", "/cpu:1"] if name == "tf"
+                                                else ["cpu", "cpu"])
 
 
 def test_micro_batches_accumulate_the_whole_batchs_gradient(tmp_path, framework):

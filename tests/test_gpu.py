@@ -203,7 +203,9 @@ def test_tf_mirrored_strategy_over_two_logical_gpus_carved_from_one(tmp_path, tf
     one = _tf_run(tmp_path, "one", *options)
     two = _tf_run(tmp_path, "two", *options, "--devices", "2", "--share-device")
     assert two["fairness"]["replicas"] == 2
-    assert "carved from one chip" in two["fairness"]["distribution"]
+    # each replica's variables on its own logical GPU, as TensorFlow placed them
+    assert two["fairness"]["weights_on"] == ["/gpu:0", "/gpu:1"]
+    assert one["fairness"]["weights_on"] == ["/gpu:0"]
     _shared_chip(two)
     assert one["environment"]["hardware"]["shared_chip"] is False
     assert _epoch_losses(two) == pytest.approx(_epoch_losses(one), rel=1e-3)
@@ -221,6 +223,7 @@ def test_torch_ddp_two_processes_share_one_gpu(tmp_path, torch_gpu):
     assert results[1]["fairness"]["distribution"].startswith("DistributedDataParallel (gloo)")
     assert "share one GPU" in results[1]["fairness"]["distribution"]
     assert results[1]["summary"]["replicas"] == 2
+    assert results[1]["fairness"]["weights_on"] == ["cuda:0"]  # the chief's replica
     _shared_chip(results[1])
     assert _epoch_losses(results[1]) == pytest.approx(_epoch_losses(results[0]), rel=1e-3)
 
@@ -245,7 +248,8 @@ def test_tf_model_parallel_stages_on_two_logical_gpus_carved_from_one(tmp_path, 
     whole = _tf_run(tmp_path, "whole", *options)
     split = _tf_run(tmp_path, "split", *options, "--devices", "2", "--parallel", "model",
                     "--share-device")
-    assert split["fairness"]["placement"] == ["stage 0: /gpu:0", "stage 1: /gpu:1"]
+    # each stage's variables on its own logical GPU, as TensorFlow placed them
+    assert split["fairness"]["weights_on"] == ["/gpu:0", "/gpu:1"]
     assert split["environment"]["hardware"]["shared_chip"] is True
     assert _epoch_losses(split) == pytest.approx(_epoch_losses(whole), rel=1e-3)
 

@@ -56,6 +56,7 @@ def describe(trainer) -> dict:
         "pipeline": tf_data.pipeline_settings(trainer.config, trainer.choice),
         "placement": (None if trainer.placement is None else
                       [f"stage {i}: {d}" for i, d in enumerate(trainer.placement)]),
+        "weights_on": weights_on(trainer),
         "default_init": "Keras default initialisers",
         # What Keras itself does differently; no setting changes it.
         "loss_scale_check": (
@@ -69,6 +70,23 @@ def describe(trainer) -> dict:
                 if trainer.numerics["policy"] != "float32" else "")
             if specs.has_batchnorm(trainer.spec) else None),
     }
+
+
+def weights_on(trainer) -> list[str]:
+    """Where the model's variables live, read from TensorFlow (not the config): for each
+    stage of a split model, or each local replica (the components of every mirrored
+    variable), the devices holding its weights, as "/gpu:1"."""
+    if trainer.placement is not None:
+        groups = [[w.value for w in part.weights] for part in trainer.model.parts]
+    else:
+        groups = []
+        for variable in trainer.model.weights:
+            local = trainer.strategy.experimental_local_results(variable.value)
+            groups += [[] for _ in range(len(local) - len(groups))]
+            for group, component in zip(groups, local):
+                group.append(component)
+    return [", ".join(sorted({"/" + v.device.rsplit("device:", 1)[-1].lower() for v in group}))
+            for group in groups]
 
 
 def compile_baseline() -> dict[str, int]:

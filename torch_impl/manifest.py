@@ -55,6 +55,7 @@ def describe(trainer) -> dict:
         "pipeline": torch_data.pipeline_settings(trainer.config, trainer.choice),
         "placement": (None if trainer.placement is None else
                       [f"stage {i}: {d}" for i, d in enumerate(trainer.placement)]),
+        "weights_on": weights_on(trainer),
         "default_init": "PyTorch default initialisers",
         # What PyTorch itself does differently; no setting changes it.
         "loss_scale_check": (
@@ -69,6 +70,14 @@ def describe(trainer) -> dict:
                 if trainer.numerics["autocast_dtype"] is not None else "")
             if specs.has_batchnorm(trainer.spec) else None),
     }
+
+
+def weights_on(trainer) -> list[str]:
+    """Where the model's parameters live, read from PyTorch (not the config): for each stage
+    of a split model, or this process's replica, the devices holding its weights, as
+    "cuda:0"."""
+    stages = trainer.model.body if trainer.placement else [trainer.model]
+    return [", ".join(sorted({str(p.device) for p in stage.parameters()})) for stage in stages]
 
 
 def compile_baseline() -> dict[str, int]:

@@ -26,7 +26,7 @@ FRAMEWORK_KEYS = ("precision", "precision_policy", "tf32", "cudnn_autotune", "lo
                   "bn_momentum_as_set", "bn_running_variance", "optimizer_implementation",
                   "distribution", "strategy", "step_batching", "input_wait", "compile",
                   "channels_last", "pipeline", "default_init", "loss_scale_check",
-                  "batchnorm_kernel", "placement")
+                  "batchnorm_kernel", "placement", "weights_on")
 
 
 def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
@@ -72,6 +72,8 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         # --parallel: replicas, or the network cut into stages (compare.experiment.stages)
         "parallel": _parallel(config, spec),
         "placement": own.pop("placement"),  # each stage's device, in the framework's words
+        # where each replica's or stage's weights live, read from the framework's variables
+        "weights_on": own.pop("weights_on"),
         "strategy": own.pop("strategy"),  # the wrapper --strategy chose (experiment.strategy)
         # Steps per call of the step function, resolved (experiment.config.steps_per_call), and
         # how the framework batches them.
