@@ -127,9 +127,43 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
     if resolved.precision == "mixed":
         policy = f"mixed_{resolved.compute_type}"  # mixed_float16 or mixed_bfloat16
     else:
-        policy = "float32"
+        policy = resolved.compute_type  # float32, or the parity probe's float64
     keras.mixed_precision.set_global_policy(policy)
-    return {"policy": policy, "loss_scaling": policy == "mixed_float16", "resolved": resolved}
+    # The optimizer's learning rate and the inputs follow floatx: float32 there would round
+    # the probe's learning rate and images before they reach float64 variables
+    keras.config.set_floatx("float64" if policy == "float64" else "float32")
+    # the weights', logits' and loss's dtype: float32, or float64 in the parity probe
+    weights_dtype = keras.mixed_precision.global_policy().variable_dtype
+    return {"policy": policy, "loss_scaling": policy == "mixed_float16", "resolved": resolved,
+            "dtype": weights_dtype}
+
+
+def float64_missing(spec) -> str | None:
+    """The first layer of `spec` (a specs.ModelSpec) TensorFlow cannot compute in float64 on
+    the CPU, each built alone and run forward and backward on two random inputs, as
+    "NAME (KIND): TensorFlow's line"; None when every layer runs."""
+    import numpy as np
+
+    from compare.experiment import parity
+    from tf_impl.model import KERAS_LAYERS
+
+    def run_alone(layer, shape):
+        shape = (*shape[1:], shape[0]) if len(shape) == 3 else shape  # CHW -> HWC
+        with tf.device("/cpu:0"):
+            inputs = keras.Input(shape, dtype="float64")
+            alone = keras.Model(inputs, KERAS_LAYERS[type(layer)](
+                layer, inputs, {"momentum": 0.1, "epsilon": 1e-5}))
+            x = tf.constant(np.random.default_rng(0).standard_normal((2, *shape)))
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                total = tf.reduce_sum(alone(x, training=True))
+            tape.gradient(total, [x, *alone.trainable_variables])
+    before = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float64")
+    try:
+        return parity.first_float64_failure(spec, run_alone)
+    finally:
+        keras.mixed_precision.set_global_policy(before)
 
 
 def describe_environment() -> dict:

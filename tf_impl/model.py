@@ -70,14 +70,16 @@ def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1, bn_epsilon: flo
     stages compare.experiment.stages cuts.
 
     Under a mixed policy the logits are cast to float32 by a final linear activation,
-    as the Keras mixed-precision guide recommends (softmax/loss in float32).
+    as the Keras mixed-precision guide recommends (softmax/loss in float32); under the parity
+    probe's float64 policy they stay float64.
     """
     c, h, w = spec.input_shape
     norm = {"momentum": bn_momentum, "epsilon": bn_epsilon}
     if placement is None or len(placement) == 1:
         inputs = keras.Input((h, w, c), name="images")
         x = _build(spec.layers, inputs, norm)
-        outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(x)
+        outputs = keras.layers.Activation("linear", dtype=_logits_dtype(),
+                                          name="logits_float32")(x)
         return keras.Model(inputs, outputs, name=spec.name)
     parts, shape = [], (h, w, c)
     for stage, device in zip(stages.cut(spec, len(placement)), placement):
@@ -91,6 +93,11 @@ def build_model(spec: specs.ModelSpec, bn_momentum: float = 0.1, bn_epsilon: flo
     return model
 
 
+def _logits_dtype() -> str:
+    """float32 under float32 and mixed policies; float64 under the parity probe's."""
+    return keras.mixed_precision.global_policy().variable_dtype
+
+
 class StagedModel(keras.Model):
     """Model parallelism: the spec's stages, each a functional model whose variables live
     on its device, called in order, each under tf.device of its device, inside the one
@@ -99,7 +106,7 @@ class StagedModel(keras.Model):
     def __init__(self, parts: list[keras.Model], placement: tuple[str, ...], **kwargs):
         super().__init__(**kwargs)
         self.parts, self.placement = list(parts), tuple(placement)
-        self.to_float32 = keras.layers.Activation("linear", dtype="float32",
+        self.to_float32 = keras.layers.Activation("linear", dtype=_logits_dtype(),
                                                   name="logits_float32")
 
     def call(self, x, training=None):
@@ -174,8 +181,9 @@ def load_weights(model: keras.Model, weights: dict[str, np.ndarray],
 
 
 def export_weights(model: keras.Model, spec: specs.ModelSpec) -> dict[str, np.ndarray]:
-    """The model's weights in the canonical layout, float32 numpy."""
-    return {name: from_keras(np.asarray(keras.ops.convert_to_numpy(variable), np.float32))
+    """The model's weights in the canonical layout, numpy in the variables' dtype (float32,
+    or float64 under the parity probe's policy)."""
+    return {name: from_keras(np.asarray(keras.ops.convert_to_numpy(variable)))
             for name, (variable, _, from_keras) in _variables(model, spec).items()}
 
 
@@ -185,7 +193,7 @@ def export_gradients(model: keras.Model, gradients: dict,
     out = {}
     for name, (variable, _, from_keras) in _variables(model, spec).items():
         if specs.trainable(name):
-            out[name] = from_keras(np.asarray(gradients[variable.path], np.float32))
+            out[name] = from_keras(np.asarray(gradients[variable.path]))  # variable's dtype
     return out
 
 

@@ -33,6 +33,7 @@ from tf_impl.device import (  # noqa: E402, F401 - the protocol's: compare.run.w
     FRAMEWORK,
     _pci_bus_ids,
     describe_environment,
+    float64_missing,
     select_device,
 )
 from tf_impl.model import build_model, export_gradients, export_weights, load_weights  # noqa: E402
@@ -45,6 +46,7 @@ class Trainer:
     """The model, optimizer and pipelines, replicated by MirroredStrategy in this process."""
 
     framework = FRAMEWORK
+    unbiased_running_variance = False  # Keras averages the biased batch variance (parity)
 
     def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice):
         self.config, self.choice = config, choice
@@ -103,7 +105,7 @@ class Trainer:
                 float(np.sum(waits[:, 1] - waits[:, 0])))
 
     def train_step(self, batch, lr: float):
-        return self._train_step(batch, tf.constant(lr, tf.float32))
+        return self._train_step(batch, tf.constant(lr, self.optimizer.learning_rate.dtype))
 
     def losses(self, pending) -> list[float]:
         stacked = self._sum_over_workers(tf.stack(pending))
@@ -262,10 +264,11 @@ class Trainer:
         return batch
 
     def _loss(self, labels, logits, smoothing: float):
-        """Per-example cross-entropy with label smoothing, as torch's F.cross_entropy."""
-        classes = self.spec.num_classes
-        targets = tf.one_hot(labels, classes) * (1.0 - smoothing) + smoothing / classes
-        return tf.nn.softmax_cross_entropy_with_logits(targets, tf.cast(logits, tf.float32))
+        """Per-example cross-entropy with label smoothing, as torch's F.cross_entropy, in
+        float32 (float64 in the parity probe)."""
+        classes, dtype = self.spec.num_classes, self.numerics["dtype"]
+        targets = tf.one_hot(labels, classes, dtype=dtype) * (1.0 - smoothing) + smoothing / classes
+        return tf.nn.softmax_cross_entropy_with_logits(targets, tf.cast(logits, dtype))
 
     def _forward_backward(self, images, labels):
         """The loss and gradients of the replica's batch: in --micro-batches parts whose

@@ -95,13 +95,32 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
         torch.use_deterministic_algorithms(True, warn_only=True)
     resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
                                  model=config.model)
-    dtype, policy = None, "float32"
+    dtype, policy = None, resolved.compute_type  # float32, or the parity probe's float64
     if resolved.precision == "mixed":
         dtype = getattr(torch, resolved.compute_type)  # float16 or bfloat16
         policy = f"autocast {str(dtype).replace('torch.', '')}"
         policy += " + GradScaler" if dtype == torch.float16 else ""
+    # the weights', inputs', logits' and loss's dtype: float32 (autocast casts inside), or
+    # float64 in the parity probe
+    weights_dtype = torch.float64 if policy == "float64" else torch.float32
     return {"policy": policy, "loss_scaling": dtype == torch.float16, "autocast_dtype": dtype,
-            "resolved": resolved}
+            "resolved": resolved, "dtype": weights_dtype}
+
+
+def float64_missing(spec) -> str | None:
+    """The first layer of `spec` (a specs.ModelSpec) PyTorch cannot compute in float64 on the
+    CPU, each built alone and run forward and backward on two random inputs, as
+    "NAME (KIND): PyTorch's line"; None when every layer runs."""
+    from compare.experiment import parity, specs
+    from torch_impl.model import SpecNet
+
+    def run_alone(layer, shape):
+        alone = SpecNet(specs.ModelSpec(spec.name, shape, spec.num_classes, (layer,)),
+                        0.1, 1e-5).to(torch.float64)
+        x = torch.randn((2, *shape), dtype=torch.float64,
+                        generator=torch.Generator().manual_seed(0)).requires_grad_()
+        alone(x * 1.0).sum().backward()  # x * 1.0: a ReLU may work in place
+    return parity.first_float64_failure(spec, run_alone)
 
 
 def describe_environment() -> dict:

@@ -69,12 +69,14 @@ class SpecNet(nn.Module):
             modules.append(module)
         return nn.Sequential(*modules)
 
-    def place(self, device: torch.device, memory_format: torch.memory_format) -> SpecNet:
-        """On `device`, or each stage on its own device (non-blocking copies between GPUs)."""
+    def place(self, device: torch.device, memory_format: torch.memory_format,
+              dtype: torch.dtype = torch.float32) -> SpecNet:
+        """On `device` in `dtype` (float64: the parity probe's), or each stage on its own
+        device (non-blocking copies between GPUs)."""
         if self.placement is None:
-            return self.to(device, memory_format=memory_format)
+            return self.to(device, dtype, memory_format=memory_format)
         for stage, where in zip(self.body, self.placement):
-            stage.to(torch.device(where), memory_format=memory_format)
+            stage.to(torch.device(where), dtype, memory_format=memory_format)
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -133,8 +135,9 @@ def load_weights(model: SpecNet, weights: dict[str, np.ndarray],
 
 
 def export_weights(model: SpecNet, spec: specs.ModelSpec) -> dict[str, np.ndarray]:
-    """The model's weights in the canonical layout, float32 numpy."""
-    return {name: _tensor(model, name).detach().float().cpu().numpy().copy()  # not a live view
+    """The model's weights in the canonical layout, numpy in the model's dtype (float32, or
+    the parity probe's float64)."""
+    return {name: _tensor(model, name).detach().cpu().numpy().copy()  # not a live view
             for name in specs.parameter_shapes(spec)}
 
 
@@ -143,7 +146,7 @@ def export_gradients(model: SpecNet, gradients: dict[str, torch.Tensor],
     """Gradients keyed by the model's parameter names (named_parameters), in the canonical
     layout."""
     names = {id(p): n for n, p in model.named_parameters()}
-    return {name: gradients[names[id(_tensor(model, name))]].detach().float().cpu().numpy().copy()
+    return {name: gradients[names[id(_tensor(model, name))]].detach().cpu().numpy().copy()
             for name in specs.parameter_shapes(spec) if specs.trainable(name)}
 
 

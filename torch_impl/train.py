@@ -37,6 +37,7 @@ from torch_impl.device import (  # noqa: F401 - the protocol's: compare.run.work
     FRAMEWORK,
     _pci_bus_ids,
     describe_environment,
+    float64_missing,
     select_device,
 )
 from torch_impl.model import build_model, export_gradients, export_weights, load_weights
@@ -55,6 +56,7 @@ class Trainer:
     choice.processes)."""
 
     framework = FRAMEWORK
+    unbiased_running_variance = True  # PyTorch averages the unbiased batch variance (parity)
 
     def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice):
         self.config, self.choice = config, choice
@@ -75,7 +77,7 @@ class Trainer:
             load_weights(self.model, self.initial, self.spec)
         channels_last = choice.on_gpu if config.channels_last is None else config.channels_last
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        self.model.place(self.device, self.memory_format)
+        self.model.place(self.device, self.memory_format, self.numerics["dtype"])
         self.train_model = self.model
         self.wrapper = strategy.resolve(config.strategy, FRAMEWORK, choice.processes,
                                         choice.processes)
@@ -154,8 +156,8 @@ class Trainer:
         for part_images, part_labels in zip(images.chunk(parts), labels.chunk(parts)):
             with self._phase("forward"), self._autocast():
                 logits = self.train_model(part_images)
-                # The loss in float32, as Keras computes it from its float32 logits layer.
-                part = F.cross_entropy(logits.float(), part_labels,
+                # The loss in float32 (the probe's float64), as Keras' from its logits layer.
+                part = F.cross_entropy(logits.to(self.numerics["dtype"]), part_labels,
                                        label_smoothing=self.config.label_smoothing)
                 part = part / parts if parts > 1 else part
             with self._phase("backward"):  # DDP all-reduces gradient buckets as they are ready
@@ -297,13 +299,13 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         with self._autocast():  # the run's precision: float32 for the parity gate
             logits = self.model(images)
-        loss = F.cross_entropy(logits.float(), labels,
+        loss = F.cross_entropy(logits.to(self.numerics["dtype"]), labels,
                                label_smoothing=self.config.label_smoothing)
         loss.backward()
         grads = export_gradients(self.model, {n: p.grad for n, p in self.model.named_parameters()},
                                  self.spec)
         self.optimizer.zero_grad(set_to_none=True)
-        return logits.detach().float().cpu().numpy(), float(loss.detach()), grads
+        return logits.detach().to(self.numerics["dtype"]).cpu().numpy(), float(loss.detach()), grads
 
     def reset_weights(self) -> None:
         load_weights(self.model, self.initial, self.spec)
@@ -323,7 +325,7 @@ class Trainer:
 
     def _to_device(self, batch):
         images, labels = batch
-        images = images.to(self.device, non_blocking=self.non_blocking,
+        images = images.to(self.device, self.numerics["dtype"], non_blocking=self.non_blocking,
                            memory_format=self.memory_format)
         return images, labels.to(self.device, non_blocking=self.non_blocking)
 

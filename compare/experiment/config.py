@@ -29,11 +29,10 @@ from compare.experiment.checks import (
     path,
     strategy_check,
 )
+from compare.experiment.precision import CHOICES as PRECISIONS  # auto is resolved there
 
 FRAMEWORKS = ("tf", "torch")
 FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
-# compare.experiment.precision resolves auto per device
-PRECISIONS = ("auto", "mixed", "fp16", "fp32")
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")

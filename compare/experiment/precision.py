@@ -37,7 +37,10 @@ from compare.machine.cpu import (  # noqa: F401 - FLAGS_ENV and cpu_flags: the r
     native_bfloat16,
 )
 
-CHOICES = ("auto", "mixed", "fp16", "fp32")
+CHOICES = ("auto", "mixed", "fp16", "fp32")  # --precision
+# Not a choice of --precision: the parity check's probe computes in float64 on the CPU
+# (compare.experiment.parity), where rounding is ~1e-16 of a value and only meaning differs.
+PROBE_ONLY = "fp64"
 TENSOR_CORES_FROM = (7, 0)  # Volta: the first GPUs with float16 tensor cores
 
 
@@ -130,6 +133,8 @@ def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = N
             flags: frozenset[str] | None = None, model: str | None = None) -> Resolved:
     """The precision a run computes in, on a GPU of `capability` or on this CPU (where
     doctor's measurement for `model`, if any, decides `auto`)."""
+    if requested == PROBE_ONLY:
+        return Resolved("fp64", "float64", "the parity check's float64 probe on the CPU")
     if requested not in CHOICES:
         raise ValueError(f"unknown precision {requested!r}; choose one of {', '.join(CHOICES)}")
     if requested == "fp32":
@@ -178,7 +183,7 @@ def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = N
 def expected(requested: str, device: str, model: str | None = None) -> Resolved:
     """What a run will resolve to, judged in the parent before any framework starts: the GPU
     from NVML (`device` auto or gpu), else this CPU's flags and doctor's measurement."""
-    if requested in ("fp32", "fp16"):  # the same on every device
+    if requested in ("fp32", "fp16", PROBE_ONLY):  # the same on every device
         return resolve(requested, False)
     capability = nvml_capability() if device != "cpu" else None
     if capability is not None:

@@ -57,8 +57,8 @@ def compare_frameworks(config: RunConfig, comparison: ComparisonConfig, out: Pat
     if parity is not None:
         console.print(f"parity check: passed before, kept ({directory.parity})")
     elif both:
-        console.print(f"parity check: both builds on the first batch, float32, then "
-                      f"{parity_steps} SGD steps")
+        console.print(f"parity check: both builds on the first batch, float64 on the CPU, "
+                      f"then {parity_steps} SGD steps; the timed configuration's drift beside it")
         parity = parity_check.run_parity(config.replace(quiet=True), directory.parity_dir,
                                          parity_steps)
         files.write_json(directory.parity, parity)
@@ -85,9 +85,10 @@ def compare_frameworks(config: RunConfig, comparison: ComparisonConfig, out: Pat
         not_run = [_not_run(q, "parity check failed") for q in queue] + waiting
         paths = report.write(out, report.load_runs(earlier), parity, command, not_run,
                              order_note=order)
-        console.print(f"error: the parity check failed ({', '.join(parity.get('failed', []))}): "
-                      f"the two builds are not the same experiment; see {paths[1]} "
-                      f"(or pass --ignore-parity)")
+        said = (f"could not run: {parity['error']}" if parity.get("error") else
+                f"failed ({', '.join(parity.get('failed', []))}): the two builds are not the "
+                f"same experiment")
+        console.print(f"error: the parity check {said}; see {paths[1]} (or pass --ignore-parity)")
         return EXIT_FAILED
 
     done = run_queue(queue, "compare", config.quiet, console)

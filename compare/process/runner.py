@@ -220,11 +220,13 @@ def own_loop_status(out: Path) -> str:
         return "failed"
 
 
-def run_probe(config: RunConfig, path: Path, steps: int,
-              perturb: bool = False) -> tuple[int, str | None]:
+def run_probe(config: RunConfig, path: Path, steps: int, perturb: bool = False,
+              floor: Path | None = None) -> tuple[int, str | None]:
     """The parity probe of `config.framework`, as configured, written to `path` (initial
-    weights moved by 1 ulp with `perturb`); (exit code, last error)."""
+    weights moved by 1 ulp with `perturb`), and with `floor` a second one so moved, written
+    there by the same process; (exit code, last error)."""
     extra = ("--parity", str(path), "--parity-steps", str(steps)) + (("--perturb",) * perturb)
+    extra += ("--parity-floor", str(floor)) if floor is not None else ()
     outcome = run_framework(config, on_line=lambda line: None, extra=extra)
     return outcome.code, outcome.error
 

@@ -193,7 +193,7 @@ def phase_split(g: dict) -> Section | None:
 
 
 PARITY_CHECKS = ("logits_max_abs_diff", "loss_abs_diff", "grad_max_rel_diff",
-                 "params_rel_update_diff_after_steps")
+                 "params_rel_update_diff_after_steps", "bn_running_stats_max_rel_diff")
 
 
 def parity(g: dict) -> Section:
@@ -201,21 +201,43 @@ def parity(g: dict) -> Section:
     if not record:
         return Section("parity", "Parity check",
                        "No parity check was recorded for these runs.")
+    if record.get("error"):
+        return Section("parity", "Parity check",
+                       f"**COULD NOT RUN**: {record['error']}. The builds were not compared: "
+                       f"the failure is the framework's or the device's, named above.")
     verdict = "PASSED" if record.get("passed") else "FAILED"
+    compute = record.get("precision", "float32")
     tolerances = record.get("tolerances") or {}
-    rows = [[key, _g3(record.get(key)), _g3(tolerances.get(key))] for key in PARITY_CHECKS]
-    rows += [[f"{key} (recorded, not gated)", _g3(record.get(key)), ""]
-             for key in ("params_max_abs_diff_after_steps", "bn_running_stats_max_abs_diff")]
-    error = f": {record['error']}" if record.get("error") else ""
+    timed = record.get("timed_configuration") or {}
+    figures, floor = timed.get("figures") or {}, timed.get("noise_floor") or {}
+    drift = (timed.get("configuration") or {}).get("device", "")
+    rows = [[key, _g3(record.get(key)), _g3(tolerances.get(key)), _g3(figures.get(key)),
+             _g3(floor.get(key))] for key in PARITY_CHECKS]
+    fallback = (f" Float64 could not run ({record['float64_unsupported']}): the gate is "
+                f"float32 against its noise floor." if record.get("float64_unsupported") else "")
+    said_drift = ("" if not timed else
+                  f" The timed configuration ({drift}) could not be probed: {timed['error']}."
+                  if timed.get("error") else
+                  f" The timed configuration ({drift}) drifts "
+                  f"{'within' if timed.get('agrees') else 'OUTSIDE'} the frameworks' own "
+                  f"run-to-run drift (measured, not gated).")
     return Section(
-        "parity", "Parity check", f"**{verdict}**{error}. {record.get('method', '')}",
-        ("Check", "Measured", "Tolerance"), rows,
-        notes="grad_max_rel_diff: the largest per-weight relative L2 difference of the step-0 "
-              "gradients. params_rel_update_diff_after_steps: how far the two builds' weight "
-              "updates differ, relative to the update (L2 over all trainable weights). Float32 "
-              "rounding differs between the builds' convolution algorithms and early training "
-              "amplifies it, so the steps are compared relative to the update; BatchNorm "
-              "running statistics differ by convention (biased vs unbiased variance).")
+        "parity", "Parity check",
+        f"**{verdict}** in {compute}.{fallback} {record.get('method', '')}.{said_drift}",
+        ("Check", f"Gate ({compute})", "Limit", "Timed: TF vs PyTorch", "Own drift (floor)"),
+        rows, items=list(record.get("conventions") or []),
+        notes=PARITY_NOTES + (" Conventions that differ by design:"
+                              if record.get("conventions") else ""))
+
+
+PARITY_NOTES = (
+    "grad_max_rel_diff: the largest per-weight relative L2 difference of the step-0 gradients. "
+    "params_rel_update_diff_after_steps: how far the two builds' weight updates differ, "
+    "relative to the update (L2 over all trainable weights); bn_running_stats_max_rel_diff: the "
+    "same for BatchNorm's running statistics. In float64 rounding stays below 1e-9, so a figure "
+    "over its limit is a difference of meaning. The timed configuration (its precision on its "
+    "device) is measured beside it: TF against PyTorch, and each framework against itself with "
+    "every initial weight moved by one ulp (the larger floor shown).")
 
 
 def _g3(value: float | None) -> str:

@@ -131,6 +131,10 @@ class Probing(Protocol):
     """The parity probe's access to weights and gradients (parity.write_probe)."""
 
     initial: dict[str, np.ndarray] | None  # the shared initial weights, canonical layout
+    spec: Any  # the specs.ModelSpec built
+    # BatchNorm's running variance averages the unbiased batch variance (PyTorch), not the
+    # biased one (Keras): compare.experiment.parity maps one to the other exactly
+    unbiased_running_variance: bool
 
     def gradients(self, batch: Any) -> tuple[np.ndarray, float, dict[str, np.ndarray]]: ...
     def reset_weights(self) -> None: ...
@@ -157,6 +161,9 @@ class FrameworkModule(Protocol):
     def select_device(self, config: RunConfig) -> DeviceChoice: ...
     def describe_environment(self) -> dict[str, Any]: ...
     def describe_model(self, spec: Any) -> dict[str, Any]: ...  # a specs.ModelSpec
+    # The first layer of the spec the framework cannot compute in float64 on the CPU, as
+    # "NAME (KIND): the framework's line"; None when every layer can (the parity probe's).
+    def float64_missing(self, spec: Any) -> str | None: ...
     def train(self, config: RunConfig, dataset: Dataset, resume: bool = False) -> int: ...
 
 

@@ -41,6 +41,8 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     parser.add_argument("--parity-steps", type=int, default=ComparisonConfig.parity_steps)
     parser.add_argument("--perturb", action="store_true",
                         help="parity probe: move every initial weight by 1 ulp (the noise floor)")
+    parser.add_argument("--parity-floor", metavar="NPZ",
+                        help="parity probe: then a second, every initial weight moved by 1 ulp")
     parser.add_argument("--own-loop", action="store_true",
                         help="train with the framework's own loop instead (compare.run.own_loop)")
     parser.add_argument("--resume", action="store_true",
@@ -77,7 +79,8 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
         dataset = datasets.config_dataset(config)
         if args.parity:
             with shutdown.interruptible():  # nothing to keep: stop at once
-                probe(impl, config, dataset, Path(args.parity), args.parity_steps, args.perturb)
+                probe(impl, config, dataset, Path(args.parity), args.parity_steps, args.perturb,
+                      Path(args.parity_floor) if args.parity_floor else None)
             return 0
         if args.own_loop:
             from compare.run import own_loop
@@ -88,12 +91,31 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
 
 
 def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, steps: int,
-          perturb: bool = False) -> None:
+          perturb: bool = False, floor: Path | None = None) -> None:
     """This framework's side of the parity check, in the config it is given (the parent
-    chooses: parity.probe_config or timed_config); see compare.experiment.parity.write_probe."""
-    from compare.experiment import parity
-    parity.write_probe(impl.Trainer(config, dataset, impl.select_device(config)), config, path,
-                       steps, perturb)
+    chooses: parity.probe_config or timed_config); see compare.experiment.parity.write_probe.
+    With `floor`, a second probe from a new trainer whose initial weights are moved by 1 ulp.
+    A float64 probe that fails where the framework has no float64 kernel for a layer writes
+    only `float64_unsupported` (the layer, its kind and the framework's line) instead."""
+    import numpy as np
+
+    from compare import files
+    from compare.experiment import networks, parity, precision
+    try:
+        parity.write_probe(impl.Trainer(config, dataset, impl.select_device(config)), config,
+                           path, steps, perturb)
+    except Exception:
+        if config.precision != precision.PROBE_ONLY:
+            raise
+        missing = impl.float64_missing(networks.get_spec(config.model, len(dataset.classes)))
+        if missing is None:  # every layer runs alone in float64: a failure of its own
+            raise
+        files.write_atomic(path, lambda f: np.savez(f, float64_unsupported=np.str_(missing)),
+                           mode="wb")
+        return
+    if floor is not None:
+        parity.write_probe(impl.Trainer(config, dataset, impl.select_device(config)), config,
+                           floor, steps, perturb=True)
 
 
 def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice: DeviceChoice,
