@@ -283,6 +283,8 @@ def test_the_whole_plan_runs_tiny_on_the_cpu_and_packs_at_most_eight_files(tmp_p
     assert [(s["stage"], s["framework"]) for s in summary["stages"]] == [
         (r["stage"], r["framework"]) for r in planned]
     skipped = {s["stage"]: s["note"] for s in summary["stages"] if s["status"] == "skipped"}
+    # every GPU test ran and skipped: "skipped" for want of a GPU, never "ok"
+    assert skipped.pop("gpu-tests").startswith("no GPU: every GPU test skipped: needs a CUDA GPU")
     assert skipped == {"resnet18-mixed": battery_stages.TINY_SKIPPED,
                        "mobilenetv2-mixed": battery_stages.TINY_SKIPPED,
                        # float32 on a CPU: their commands are lenet-fp32's and resnet9-fp32's

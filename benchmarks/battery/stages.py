@@ -249,7 +249,7 @@ def smoke_commands(framework: str, ctx: Context) -> list[list[str]]:
 
 
 def doctor_commands(framework: str, ctx: Context) -> list[list[str]]:
-    return [[*CLI, "doctor", "--json", "--framework", framework]]
+    return [[*CLI, "doctor", "--json", "--framework", framework, "--device", ctx.device]]
 
 
 def test_commands(framework: str, ctx: Context) -> list[list[str]]:

@@ -9,23 +9,27 @@ import click
 
 from compare.cli.options import CONTEXT
 from compare.experiment import networks
-from compare.experiment.config import FRAMEWORKS, RunConfig
+from compare.experiment.config import DEVICE_CHOICES, FRAMEWORKS, RunConfig
+from compare.experiment.settings import setting_help
 from compare.process import cluster
 
 
 @click.command(context_settings=CONTEXT)
 @click.option("--model", type=click.Choice(list(networks.MODELS)), default=RunConfig.model,
               show_default=True, help="Network to train a few steps of.")
+@click.option("--device", type=click.Choice(DEVICE_CHOICES), default=RunConfig.device,
+              show_default=True, help=setting_help("device"))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
               help="Examine only this framework (repeatable); exit 0 when it can train. "
                    "[default: both]")
-def doctor(model: str, as_json: bool, frameworks: tuple[str, ...]):
+def doctor(model: str, device: str, as_json: bool, frameworks: tuple[str, ...]):
     """Can each framework train here, on which device, and can the two be compared?
 
     For each framework in its own processes: versions, the GPUs it sees, the CUDA/cuDNN it
     loaded, and a few real training steps of MODEL in float32 and mixed precision, with
-    their time: on the GPU alone where the framework sees one, else on the CPU. Then a
+    their time: on the GPU alone where the framework sees one, else on the CPU (`--device
+    cpu`: on the CPU alone; `gpu`: a framework without one cannot train). Then a
     verdict per framework and for the pair. When a framework sees no GPU on a GPU machine,
     it says why. Exits 0 only when both frameworks can train on the same device kind.
 
@@ -34,13 +38,14 @@ def doctor(model: str, as_json: bool, frameworks: tuple[str, ...]):
       cnncompare doctor
       cnncompare doctor --model resnet9 --json > doctor.json
       cnncompare doctor --framework torch
+      cnncompare doctor --device cpu
     """
     from compare.machine import doctor as doctor_module
     dropped = cluster.forget_launch()
     if dropped:
         click.echo(f"note: doctor examines this machine alone; ignoring {', '.join(dropped)}",
                    err=True)
-    found = doctor_module.examine(model, frameworks or FRAMEWORKS)
+    found = doctor_module.examine(model, frameworks or FRAMEWORKS, device)
     if as_json:
         click.echo(json.dumps(found, indent=2))
     else:

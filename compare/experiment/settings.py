@@ -117,6 +117,11 @@ COMPARISON_SETTINGS: tuple[Setting, ...] = tuple(_declared(ComparisonConfig))
 VARIABLE: dict[str, Setting] = {s.name: s for s in RUN_SETTINGS if s.option.vary}
 
 
+def setting_help(name: str) -> str:
+    """A run setting's --help text, for a command that takes the option without a config."""
+    return next(s.option.help for s in RUN_SETTINGS if s.dest == name)
+
+
 def check(config: Any, settings: tuple[Setting, ...] = RUN_SETTINGS) -> None:
     """A UserError naming the first setting whose value is not valid."""
     for setting in settings:
