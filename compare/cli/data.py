@@ -35,8 +35,9 @@ def info(dataset: str, data_dir: str | None, as_json: bool):
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from compare.console import console as make_console
     table = Table(title=f"dataset: {dataset}", show_header=False)
     for key in ("source", "origin", "train_size", "test_size", "image_shape", "num_classes",
                 "classes", "mean", "std", "cache_path"):
@@ -46,7 +47,7 @@ def info(dataset: str, data_dir: str | None, as_json: bool):
         f"{name} {count}" for name, count in zip(found["classes"], found["train_class_counts"])))
     for note in found["notes"]:
         table.add_row("note", note)
-    Console().print(table)
+    make_console().print(table)
 
 
 @data.command("fetch", context_settings=CONTEXT)

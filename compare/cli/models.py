@@ -63,9 +63,10 @@ def models(as_json: bool):
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
-    console = Console()
+
+    from compare.console import console as make_console
+    console = make_console()
     sizes = Table(title="networks (--model): parameters and FLOPs")
     for column in ("model", "spec", *(FRAMEWORK_NAMES[fw] for fw in FRAMEWORKS),
                    "train GFLOPs/image", "FLOPs in"):

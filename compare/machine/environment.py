@@ -74,9 +74,10 @@ def collect() -> dict[str, Any]:
 
 
 def print_table(info: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
-    console = Console()
+
+    from compare.console import console as make_console
+    console = make_console()
     m = info["machine"]
     table = Table(title="machine", show_header=False)
     for key in ("python", "platform", "processor", "cpu_count"):

@@ -31,8 +31,8 @@ def compare_frameworks(config: RunConfig, comparison: ComparisonConfig, out: Pat
     later): the parity check waits for an invocation that runs both, the others' runs are
     listed as not run yet, and `compare --resume` runs what is left.
     """
-    from rich.console import Console
-    console = Console(stderr=True)
+    from compare.console import console as make_console
+    console = make_console(stderr=True)
     selected = tuple(fw for fw in FRAMEWORKS if fw in frameworks)
     command = command or replay_command()
     out.mkdir(parents=True, exist_ok=True)

@@ -60,8 +60,8 @@ def _slug(framework: str, settings: dict) -> str:
 def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks: list[str],
               out: Path, command: str, train_size: int | None = None) -> int:
     """Every combination for every framework, then sweep.json/md/html; an exit code."""
-    from rich.console import Console
-    console = Console(stderr=True)
+    from compare.console import console as make_console
+    console = make_console(stderr=True)
     for framework in frameworks:
         runner.check_installed(framework)
     todo = combinations(config, varies, frameworks, train_size)  # all valid before any runs
