@@ -118,9 +118,11 @@ def _major(version: str) -> int:
         return 0
 
 
-def examine(model: str, frameworks: tuple[str, ...] = FRAMEWORKS) -> dict[str, Any]:
-    """The whole check: per framework its environment and trained steps; the verdicts.
-    With one framework, its own verdict is the whole one."""
+def examine(model: str, frameworks: tuple[str, ...] = FRAMEWORKS,
+            device: str = "auto") -> dict[str, Any]:
+    """The whole check: per framework its environment and trained steps on `device` (auto:
+    the GPU where the framework sees one, else the CPU); the verdicts. With one framework,
+    its own verdict is the whole one."""
     machine = environment.machine()
     report: dict[str, Any] = {"machine": machine, "model": model, "frameworks": {}}
     for framework in (fw for fw in FRAMEWORKS if fw in frameworks):
@@ -135,7 +137,7 @@ def examine(model: str, frameworks: tuple[str, ...] = FRAMEWORKS) -> dict[str, A
         entry.update(installed=True, environment=env, gpu_diagnosis=gpu_diagnosis(env, machine))
         # A framework that sees a GPU is examined on it alone: a GPU machine is leased for
         # its GPU, and every framework can train on a CPU.
-        kinds = ["gpu"] if env.get("gpus") else ["cpu"]
+        kinds = [device] if device != "auto" else ["gpu"] if env.get("gpus") else ["cpu"]
         entry["runs"] = {kind: _train_in_process(framework, model, kind) for kind in kinds}
         entry["kinds"] = [k for k, r in entry["runs"].items() if r.get("precisions") and all(
             p.get("ok") for p in r["precisions"].values())]
