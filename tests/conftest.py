@@ -264,8 +264,34 @@ def pytest_sessionfinish(session, exitstatus):
     gc.collect()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--heavy", action="store_true", default=False,
+                     help="Also run the heavy tier: the tests marked slow (whole comparisons, "
+                          "big networks, every stage of the GPU battery). CI runs it.")
+
+
+def runs_heavy_tier(config) -> bool:
+    """Whether the tests marked slow run: asked for with --heavy, or chosen by the user's own
+    -m expression or test ids (which select what runs themselves)."""
+    return (config.getoption("--heavy") or bool(config.option.markexpr)
+            or any("::" in arg for arg in config.args))
+
+
+def pytest_report_header(config):
+    if not runs_heavy_tier(config):
+        return ("tier: quick (the tests marked slow are left out; pytest --heavy runs them "
+                "too, as CI does)")
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests skip, with the reason, on a machine without a GPU."""
+    """The quick tier leaves the heavy tests out unless asked (runs_heavy_tier); `gpu` tests
+    skip, with the reason, on a machine without a GPU."""
+    if not runs_heavy_tier(config):
+        heavy = [item for item in items if "slow" in item.keywords]
+        if heavy:
+            config.hook.pytest_deselected(items=heavy)
+            items[:] = [item for item in items if "slow" not in item.keywords]
     if _machine_has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU: neither PyTorch nor NVML sees one here")

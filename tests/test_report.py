@@ -460,7 +460,10 @@ def test_report_html_in_a_headless_browser_shows_every_plot_and_fetches_nothing(
     dom, requested = _browse(tmp_path / "cmp", "report.html", tmp_path)
     collector = _Collector()
     collector.feed(dom)
-    assert collector.tags.count("svg") == 3 and collector.external == []
+    # each drawing rendered: the headline's accuracy against training time, the learning
+    # curves, the step-time spread and the phase split (compare.report.plots)
+    assert collector.tags.count("svg") == 4
+    assert collector.external == []
     for table in ("figures-0", "runs-0", "parity-0", "fairness-0", "environment-0"):
         assert f'id="{table}"' in dom
     assert "PyTorch trained 1.37x faster" in dom and "training loss per step" in dom
