@@ -40,55 +40,18 @@ if tf is not None:
 
 from compare.experiment.config import PipelineConfig, RunConfig  # noqa: E402
 
-# The reference work's median time, in seconds, on the machine the suite's safety-net limits
-# were set on (a 2-core AMD EPYC with AVX-512, alone): see slowness().
-REFERENCE_WORK_S = 0.12
-
-
-def _reference_work_s() -> float:
-    """The median of 5 timings of a fixed float32 job: forward and backward of a small
-    convolutional network on 32 images, 10 times, in PyTorch (numpy where PyTorch is absent)."""
-    import time
-    timings = []
-    if torch is not None:
-        generator = torch.Generator().manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
-                                  torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(),
-                                  torch.nn.Flatten(), torch.nn.Linear(32 * 32 * 32, 10))
-        images = torch.randn(32, 3, 32, 32, generator=generator)
-        for _ in range(6):
-            started = time.perf_counter()
-            for _ in range(10):
-                net.zero_grad()
-                net(images).square().mean().backward()
-            timings.append(time.perf_counter() - started)
-    else:
-        matrix = np.random.default_rng(0).standard_normal((512, 512), dtype=np.float32)
-        for _ in range(6):
-            started = time.perf_counter()
-            for _ in range(40):
-                matrix = np.tanh(matrix @ matrix)
-            timings.append(time.perf_counter() - started)
-    return float(np.median(timings[1:]))  # the first warms up
-
-
-_slowness: list[float] = []
-
-
-def slowness() -> float:
-    """How many times longer this machine takes than the one the suite's limits were set on,
-    measured once per session on a fixed job, never below 1. Tests scale their safety-net
-    limits (waits for a process, for a file, for an exit) by it, so a slower CPU, an AVX2-only
-    one, or a loaded one, gets the time it needs; what a limit proves is tested by work made
-    to overrun it, not by the limit's size."""
-    if not _slowness:
-        _slowness.append(max(1.0, _reference_work_s() / REFERENCE_WORK_S))
-    return _slowness[0]
+# Every time limit in the suite is a safety net at least 10x above the work it waits for on
+# the reference machine (a 2-core AMD EPYC with AVX-512, alone), stretched by SLOWEST for the
+# slowest machine the README promises: a 2-core CPU 3x slower, its cores shared with the
+# other pytest -n 2 worker (2x). Nothing is measured, so no test's outcome follows this
+# machine's speed or load; what a limit proves is tested by work made to overrun it.
+SLOWEST = 6.0
 
 
 def patience(seconds: float) -> float:
-    """A safety-net limit of `seconds` on the reference machine, scaled to this one."""
-    return seconds * slowness()
+    """A safety-net limit of `seconds` on the reference machine, for any machine the suite
+    promises to pass on."""
+    return seconds * SLOWEST
 
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

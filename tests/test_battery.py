@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
 import tarfile
 from pathlib import Path
@@ -144,7 +145,7 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
             (scratch / "tfgpu" / "cudnn-choice").write_text("fallback\n")  # the fallback
         done = subprocess.run(["bash", "-c", call["bash"].replace(
             "python benchmarks/gpu_battery.py", f"{sys.executable} -c \"{shown}\"")],
-            cwd=root, capture_output=True, text=True, timeout=60)
+            cwd=root, capture_output=True, text=True, timeout=patience(60))
         assert done.returncode == 0, done.stderr
         seen.append((call["framework"], bool(call["stages"]), done.stdout.strip()))
     site = f"{scratch}/tfgpu/site"
@@ -166,12 +167,15 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
 
 
 def test_time_left_keeps_a_spare_minute_for_packing(tmp_path):
-    """--time-left 61: 60 s are kept for the pack and the command's end, so not even doctor
-    (an estimate of seconds) starts; it is recorded as skipped with the reason."""
+    """--time-left 70: 60 s are kept for the pack and the command's end, so doctor (estimated
+    at 22 s: two processes' start-up and 10 s of steps) does not start in the 10 s left; it
+    is recorded as skipped with the reason. The set-up before it takes well under a second."""
     assert battery.main(["--tiny", "--device", "cpu", "--framework", "torch", "--stage",
-                         "doctor", "--time-left", "61", "--out", str(tmp_path)]) == 0
+                         "doctor", "--time-left", "70", "--out", str(tmp_path)]) == 0
     (stage,) = json.loads((tmp_path / "battery.json").read_text())["stages"]
-    assert stage["status"] == "skipped" and "exceeds the 1 s left" in stage["note"]
+    assert stage["status"] == "skipped", stage
+    left = int(re.search(r"exceeds the (\d+) s left", stage["note"]).group(1))
+    assert 0 <= left <= 10, stage["note"]
 
 
 def test_the_plan_keeps_the_data_options_in_every_call():
@@ -240,7 +244,7 @@ def test_the_first_call_rehearsed_as_on_a_bare_gpu_host(tmp_path):
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_battery.py"),
                         "--device", "cpu", "--tiny", "--framework", framework, *chosen,
                         "--out", str(out)], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=patience(900))
+                       text=True, timeout=patience(300))
     done = {(s["stage"], s["framework"]): s
             for s in json.loads((out / "battery.json").read_text())["stages"]}
     twins = {s.name for s in battery_stages.STAGES if s.tiny_cpu_twin}  # skipped: their twins run
