@@ -22,7 +22,7 @@ from compare.experiment import porting, specs  # noqa: E402
 from compare.experiment.porting import Node, Refused  # noqa: E402
 from tf_impl import model as framework_model  # noqa: E402 - the protocol's too
 
-# The proof is float32 on the CPU (porting.compare_outputs), as PyTorch's side computes it: on
+# The proof is float64 on the CPU (porting.compare_outputs), as PyTorch's side computes it: on
 # a GPU host TensorFlow would otherwise compute it there, in TF32 convolutions by default.
 tf.config.set_visible_devices([], "GPU")
 
@@ -271,14 +271,14 @@ def read(model: keras.Model, input_shape: tuple[int, int, int] | None,
 def outputs(model: keras.Model, images: np.ndarray,
             labels: np.ndarray) -> tuple[np.ndarray, np.float64, dict]:
     """Logits (eval mode), then the cross-entropy loss and the gradients by variable path
-    of one training step (train mode), float32."""
-    x = tf.constant(images.transpose(0, 2, 3, 1))  # NCHW -> NHWC
+    of one training step (train mode), in the model's precision (float64: _in_float64)."""
+    x = tf.constant(images.transpose(0, 2, 3, 1), model.inputs[0].dtype)  # NCHW -> NHWC
     logits = model(x, training=False)
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
             tf.constant(labels), model(x, training=True), from_logits=True))
     grads = tape.gradient(loss, model.trainable_variables)
-    return (np.asarray(logits, np.float32), np.float64(float(loss)),
+    return (np.asarray(logits), np.float64(float(loss)),
             dict(zip((v.path for v in model.trainable_variables), grads)))
 
 
@@ -286,17 +286,40 @@ def source_outputs(model: keras.Model, reading: porting.Reading, images: np.ndar
                    labels: np.ndarray) -> dict[str, np.ndarray]:
     """`outputs` of the source, gradients in the canonical layout through a twin's
     converters: each source variable paired with the twin's of the same layer and place."""
+    model = _in_float64(model)
     logits, loss, grads = outputs(model, images, labels)
     twin = framework_model.build_model(reading.spec)
     by_twin_path = {}
     for spec_name, layer_name in reading.sources.items():
         for ours, theirs in zip(twin.get_layer(spec_name).trainable_weights,
                                 model.get_layer(layer_name).trainable_weights):
-            by_twin_path[ours.path] = np.asarray(grads[theirs.path], np.float32)
+            by_twin_path[ours.path] = np.asarray(grads[theirs.path])
     found = {"logits": logits, "loss": loss}
     canonical = framework_model.export_gradients(twin, by_twin_path, reading.spec)
     found.update({f"grad/{name}": value for name, value in canonical.items()})
     return found
+
+
+def _in_float64(model: keras.Model) -> keras.Model:
+    """The model rebuilt from its config with every layer's dtype policy float64, its
+    weights copied (the parity check's float64 proof)."""
+    def widen(node):
+        if isinstance(node, dict) and node.get("class_name") == "DTypePolicy":
+            return "float64"
+        if isinstance(node, dict):
+            return {k: "float64" if k == "dtype" and v == "float32" else widen(v)
+                    for k, v in node.items()}
+        return [widen(v) for v in node] if isinstance(node, list) else node
+    wide = model.__class__.from_config(widen(model.get_config()))
+    wide.set_weights(model.get_weights())
+    return wide
+
+
+def build_twin(spec: specs.ModelSpec) -> keras.Model:
+    """The twin as the proof computes it: float64 (its variables, inputs and logits)."""
+    keras.mixed_precision.set_global_policy("float64")
+    keras.config.set_floatx("float64")
+    return framework_model.build_model(spec)
 
 
 if __name__ == "__main__":

@@ -283,8 +283,9 @@ def read(model: nn.Module, input_shape: tuple[int, int, int] | None,
 def outputs(model: nn.Module, images: np.ndarray,
             labels: np.ndarray) -> tuple[np.ndarray, np.float64, dict]:
     """Logits (eval mode), then the cross-entropy loss and the gradients by parameter name
-    of one training step (train mode), float32 on the CPU."""
-    x, y = torch.from_numpy(images), torch.from_numpy(labels)
+    of one training step (train mode), float64 on the CPU (the parity check's proof)."""
+    model = model.to(torch.float64)
+    x, y = torch.from_numpy(images).to(torch.float64), torch.from_numpy(labels)
     with torch.no_grad():
         logits = model.eval()(x)
     model.train()
@@ -298,13 +299,18 @@ def source_outputs(model: nn.Module, reading: porting.Reading, images: np.ndarra
                    labels: np.ndarray) -> dict[str, np.ndarray]:
     """`outputs` of the source (a copy: the step moves BatchNorm's statistics), gradients in
     the canonical layout: PyTorch's own, renamed from module paths to spec names."""
-    logits, loss, grads = outputs(copy.deepcopy(model).float().cpu(), images, labels)
+    logits, loss, grads = outputs(copy.deepcopy(model).cpu(), images, labels)
     found = {"logits": logits, "loss": loss}
     for name in reading.weights:
         layer, part = name.rsplit(".", 1)
         if specs.trainable(name):
             found[f"grad/{name}"] = grads[f"{reading.sources[layer]}.{part}"].numpy().copy()
     return found
+
+
+def build_twin(spec: specs.ModelSpec) -> nn.Module:
+    """The twin as the proof computes it (`outputs` casts it to float64)."""
+    return framework_model.build_model(spec)
 
 
 if __name__ == "__main__":

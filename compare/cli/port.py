@@ -53,7 +53,7 @@ def port(kind: str, source: str, out: str, kwargs: dict, input_shape, name: str 
          quiet: bool, debug: bool):
     """Port a CNN to the other framework: read KIND SOURCE (torch FILE.py:CLASS, or keras
     MODEL.keras), map every layer onto the spec's layer kinds, build the twin in the other
-    framework with the same weights, and prove on one batch (float32, CPU) that both give
+    framework with the same weights, and prove on one batch (float64, CPU) that both give
     the same logits, and the same loss and gradients in a training step.
 
     What the spec cannot express (an unsupported layer or function, a graph other than a

@@ -1,7 +1,7 @@
 """`cnncompare port`, its framework-neutral half: a network read from either framework as a
 graph of spec layers (each framework's reader: tf_impl/port.py, torch_impl/port.py) becomes a
 spec, is written as a Python file that --model loads, and the source's and the twin's outputs
-on one batch are compared with the parity check's float32 yardsticks.
+on one batch are compared with the parity check's float64 yardsticks.
 
 A graph is a list of `Node`s in an order where every node comes after its inputs. The spec
 expresses a chain of layers and residual adds of two paths that part from one tensor; a graph
@@ -187,8 +187,10 @@ def proof_batch(input_shape: tuple[int, ...], classes: int,
 def compare_outputs(source: dict[str, np.ndarray], twin: dict[str, np.ndarray]) -> dict:
     """The proof: the source's and the twin's logits (eval mode), loss and gradients (one
     training step, train mode) on the proof batch, each as `outputs` writes them, judged by
-    the parity check's float32 limits (compare.experiment.parity.Tolerances)."""
-    limits = parity.Tolerances()
+    the parity check's limits: float64's (parity.FLOAT64), float32's where either side
+    computed in float32."""
+    wide = source["logits"].dtype == twin["logits"].dtype == np.float64
+    limits = parity.FLOAT64 if wide else parity.Tolerances()
     gradients = {name[len("grad/"):]: value for name, value in source.items()
                  if name.startswith("grad/")}
     per_layer = parity.gradient_differences(
@@ -204,7 +206,8 @@ def compare_outputs(source: dict[str, np.ndarray], twin: dict[str, np.ndarray]) 
             "logits_max_abs": float(np.abs(source["logits"]).max()),
             "loss": {"source": float(source["loss"]), "twin": float(twin["loss"])},
             "grad_rel_diff_per_layer": per_layer,
-            "method": f"float32 on the CPU, one batch of {len(source['logits'])} standard "
+            "method": f"{'float64' if wide else 'float32'} on the CPU, one batch of "
+                      f"{len(source['logits'])} standard "
                       f"normal images: logits in eval mode; the cross-entropy loss and its "
                       f"gradients in train mode (BatchNorm on the batch's statistics)"}
 

@@ -192,10 +192,12 @@ class PortModule(Protocol):
     def read(self, model: Any, input_shape: tuple[int, int, int] | None,
              name: str) -> Any: ...
     # Logits (eval mode), then one training step's loss and gradients (train mode) keyed
-    # as the framework names its weights, float32 on the CPU; and the source's, as
+    # as the framework names its weights, float64 on the CPU; and the source's, as
     # {"logits", "loss", "grad/<weight>"} with the gradients in the canonical layout.
     def outputs(self, model: Any, images: Any, labels: Any) -> tuple[Any, float, dict]: ...
     def source_outputs(self, model: Any, reading: Any, images: Any, labels: Any) -> dict: ...
+    # The twin built from the spec as the proof computes it (float64).
+    def build_twin(self, spec: Any) -> Any: ...
     # The twin's side: <package>.model (build_model, load_weights, export_gradients,
     # count_parameters).
     framework_model: ModuleType

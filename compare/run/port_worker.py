@@ -86,7 +86,7 @@ def twin(impl: ModuleType, staging: Path) -> None:
         weights = {name: found[name] for name in found.files}
     images, labels = porting.proof_batch(spec.input_shape, spec.num_classes)
     builds = impl.framework_model
-    model = builds.build_model(spec)
+    model = impl.build_twin(spec)  # in float64, as the source's outputs
     builds.load_weights(model, weights, spec)
     logits, loss, grads = impl.outputs(model, images, labels)
     outputs = {"logits": logits, "loss": loss, **{
