@@ -487,3 +487,26 @@ def test_a_float16_overflow_skips_the_step_and_halves_the_scale_alike_in_both(tm
     assert schedules["tf"] == schedules["torch"] == expected, schedules
     assert skipped == {"tf": True, "torch": True}
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_the_report_shows_the_float64_gate_beside_the_timed_drift():
+    from compare.report import sections
+    timed = {"configuration": {"device": "the GPU, float16"}, "agrees": False,
+             "figures": {k: 0.5 for k in parity.GATED},
+             "noise_floor": {k: 0.01 for k in parity.GATED}}
+    record = {"passed": True, "precision": "float64", "method": "float64 on the CPU",
+              "tolerances": dataclasses.asdict(parity.FLOAT64), "timed_configuration": timed,
+              "conventions": [parity.RUNNING_VARIANCE], **{k: 1e-13 for k in parity.GATED}}
+    section = sections.parity({"summary": {"parity": record}})
+    assert section.columns == ("Check", "Gate (float64)", "Limit", "Timed: TF vs PyTorch",
+                               "Own drift (floor)")
+    assert section.rows[3] == ["params_rel_update_diff_after_steps", "1e-13", "1e-06", "0.5",
+                               "0.01"]
+    assert "**PASSED** (the float64 gate)" in section.intro
+    assert "(the GPU, float16) drifts OUTSIDE the frameworks' own run-to-run drift" in (
+        section.intro)
+    assert section.items == [parity.RUNNING_VARIANCE]
+    failed = sections.parity({"summary": {"parity": {
+        "passed": False, "error": "PyTorch on the GPU, float16: CUDA error: no kernel image"}}})
+    assert failed.intro.startswith("**COULD NOT RUN**: PyTorch on the GPU, float16: CUDA error")
+    assert "same experiment" not in failed.intro

@@ -335,12 +335,12 @@ def describe(record: dict) -> str:
 
 def describe_drift(timed: dict) -> str:
     """The timed configuration's TF-vs-PyTorch drift against its noise floor, in one line."""
-    precision_shown = timed.get("configuration", {}).get("precision", "")
+    where = timed.get("configuration", {}).get("device", "")
     if timed.get("error"):
-        return f"  {precision_shown} drift not measured: {timed['error']}"
+        return f"  the timed configuration's drift ({where}) not measured: {timed['error']}"
     key = "params_rel_update_diff_after_steps"
     floor = timed["noise_floor"][key]
-    return (f"  {precision_shown} drift (measured, not gated): updates after the steps differ by "
+    return (f"  timed configuration ({where}), measured, not gated: updates differ by "
             f"{timed['figures'][key]:.2e} (rel) against a noise floor of {floor:.2e}, "
             f"gradients {timed['figures']['grad_max_rel_diff']:.2e}: "
             f"{'within' if timed['agrees'] else 'OUTSIDE'} the frameworks' own drift")

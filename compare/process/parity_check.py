@@ -98,8 +98,10 @@ def _probes(config: RunConfig, directory: Path, steps: int,
 
 def where(config: RunConfig) -> str:
     """The device and precision a probe of `config` asked for, in words."""
-    device = {"cpu": "the CPU", "gpu": "the GPU"}.get(config.device,
-                                                      "its default device (the GPU if seen)")
+    kind = config.device
+    if kind == "auto":  # the GPU where the driver shows one, as each framework decides
+        kind = "gpu" if precision.nvml_capability() is not None else "cpu"
+    device = "the GPU" if kind == "gpu" else "the CPU"
     compute = precision.expected(config.precision, config.device, config.model).compute_type
     return f"{device}, {compute}"
 

@@ -223,7 +223,8 @@ def parity(g: dict) -> Section:
                   f"run-to-run drift (measured, not gated).")
     return Section(
         "parity", "Parity check",
-        f"**{verdict}** in {compute}.{fallback} {record.get('method', '')}.{said_drift}",
+        f"**{verdict}** (the {compute} gate).{fallback} How: {record.get('method', '')}."
+        f"{said_drift}",
         ("Check", f"Gate ({compute})", "Limit", "Timed: TF vs PyTorch", "Own drift (floor)"),
         rows, items=list(record.get("conventions") or []),
         notes=PARITY_NOTES + (" Conventions that differ by design:"
