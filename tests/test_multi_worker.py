@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import patience
-from test_reliability import REPO, _wait_for, _wait_until_gone
+from processes import REPO, wait_for, wait_until_gone
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ def _torchrun(node: int, master_port: int, *args: str) -> list[str]:
             *args]
 
 
-def _start(argv: list[str], env: dict) -> subprocess.Popen:
+def start(argv: list[str], env: dict) -> subprocess.Popen:
     return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -119,17 +119,17 @@ def multi_runs(tmp_path_factory) -> Path:
     replicas, under ROOT/{tf,torch}/{multi,single}; each set runs alone (2 cores here)."""
     root = tmp_path_factory.mktemp("multi")
     ports = _ports(2)
-    tf_workers = [_start(_cli("run", "--framework", "tf", *SMALL, "--out",
+    tf_workers = [start(_cli("run", "--framework", "tf", *SMALL, "--out",
                               str(root / "tf" / "multi")), _env(TF_CONFIG=_tf_config(ports, i)))
                   for i in range(2)]
-    tf_single = _start(_cli("run", "--framework", "tf", *SMALL, "--devices", "2", "--out",
+    tf_single = start(_cli("run", "--framework", "tf", *SMALL, "--devices", "2", "--out",
                             str(root / "tf" / "single")), _env())
     for code, output in _finish(tf_workers + [tf_single]):
         assert code == 0, output[-3000:]
     (port,) = _ports(1)
-    torch_nodes = [_start(_torchrun(node, port, "run", "--framework", "torch", *SMALL, "--out",
+    torch_nodes = [start(_torchrun(node, port, "run", "--framework", "torch", *SMALL, "--out",
                                     str(root / "torch" / "multi")), _env()) for node in range(2)]
-    torch_single = _start(_cli("run", "--framework", "torch", *SMALL, "--devices", "2", "--out",
+    torch_single = start(_cli("run", "--framework", "torch", *SMALL, "--devices", "2", "--out",
                                str(root / "torch" / "single")), _env())
     for code, output in _finish(torch_nodes + [torch_single]):
         assert code == 0, output[-3000:]
@@ -195,10 +195,10 @@ def _lose_worker_mid_run(tmp_path, starts: list[list[str]], envs: list[dict], lo
     wait for the others; their outputs, the seconds the chief took to stop after the
     signal, and the chief's result."""
     out = tmp_path / "run"
-    processes = [_start(argv, {**env, "CNNCOMPARE_TEST_NODE": str(i)})
+    processes = [start(argv, {**env, "CNNCOMPARE_TEST_NODE": str(i)})
                  for i, (argv, env) in enumerate(zip(starts, envs))]
     try:
-        _wait_for(lambda: (out / "result.json").exists() and _result(out)["epochs"],
+        wait_for(lambda: (out / "result.json").exists() and _result(out)["epochs"],
                   processes[0], timeout=300)
         marker = f"CNNCOMPARE_TEST_NODE={lost}".encode()
         _signal_machine(out, marker, signum)
@@ -211,7 +211,7 @@ def _lose_worker_mid_run(tmp_path, starts: list[list[str]], envs: list[dict], lo
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
         _finish(processes, timeout=patience(30))
-    assert _wait_until_gone(out) == []
+    assert wait_until_gone(out) == []
     return done, stopped_after, _result(out)
 
 

@@ -1,4 +1,4 @@
-"""Divergence, stop signals, the parent's death, out of memory, crashes and two commands on
+"""Divergence, out of memory, crashes, Ctrl-C and SIGTERM, a lost trainer and two commands on
 one directory: one clear line, and nothing finished is lost."""
 
 from __future__ import annotations
@@ -9,14 +9,21 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import patience, tiny_config
+from processes import (
+    LONG_RUN,
+    REPO,
+    has_epoch,
+    start,
+    wait_for,
+    wait_until_gone,
+)
 
 from compare import schema
-from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM, Interrupted
+from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM
 from compare.experiment import networks
 from compare.experiment.config import ComparisonConfig
 from compare.process import comparison, lock, runner, shutdown
@@ -27,7 +34,6 @@ from compare.run.interface import DeviceChoice
 # precision-, tolerance- or time-sensitive: CI runs these again as on an AVX2-only CPU
 pytestmark = pytest.mark.machine_sensitive
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 class FakeTrainer:
@@ -167,91 +173,27 @@ def test_real_divergence_exits_3_with_a_valid_result(tmp_path):
     assert result["summary"]["status"] == "diverged" and "lower --lr" in result["error"]
 
 
-CLI = "from compare.cli import main; main()"
-TAG_ENV = "CNNCOMPARE_TEST_TAG"  # inherited by every process a test starts: leftovers show it
-# A run long enough to be stopped in the middle: 20 steps an epoch, 200 epochs.
-LONG_RUN = ("--dataset", "synthetic", "--synthetic-size", "640", "--epochs", "200",
-            "--precision", "fp32", "--quiet")
-
-
-def _start(*args: str, out: Path, code: str = CLI, env: dict | None = None,
-           group: bool = True) -> subprocess.Popen:
-    """The CLI in a subprocess (its own process group unless `group` is False), tagged so
-    that every process it starts can be found."""
-    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO,
-                            env={**os.environ, TAG_ENV: str(out), **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=group)
-
-
-def _left_behind(out: Path) -> list[str]:
-    """Live processes started for the test that writes into `out`: the path on their command
-    line, or the tag in their environment (DDP processes and loader workers carry it)."""
-    tag = f"{TAG_ENV}={out}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:  # ended meanwhile, or not ours
-            continue
-        if str(out).encode() in cmdline or tag in environ:
-            found.append(f"{proc.name}: {cmdline.replace(bytes(1), b' ').decode()}")
-    return found
-
-
-def _wait_until_gone(out: Path, timeout: float = 10.0) -> list[str]:
-    """What is still left after `timeout` seconds on the reference machine (conftest.patience;
-    the multiprocessing resource tracker ends on its own a moment after the processes it
-    served)."""
-    deadline = time.monotonic() + patience(timeout)
-    while _left_behind(out) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return _left_behind(out)
-
-
-def _wait_for(predicate, process, timeout: float = 240.0) -> None:
-    """Until `predicate` holds, while `process` runs, for at most `timeout` seconds on the
-    reference machine (conftest.patience)."""
-    deadline = time.monotonic() + patience(timeout)
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the command ended before it could be stopped"
-        try:
-            if predicate():
-                return
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.2)
-    raise TimeoutError
-
-
-def _has_epoch(path: Path):
-    return lambda: bool(json.loads(path.read_text())["epochs"])
-
-
 @pytest.mark.slow
 def test_ctrl_c_during_run_writes_an_interrupted_result(tmp_path):
     out = tmp_path / "run"
-    process = _start("run", "--framework", "torch", *LONG_RUN, "--workers", "0",
+    process = start("run", "--framework", "torch", *LONG_RUN, "--workers", "0",
                      "--out", str(out), out=out)
-    _wait_for(_has_epoch(out / "result.json"), process)
+    wait_for(has_epoch(out / "result.json"), process)
     os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
     _, stderr = process.communicate(timeout=patience(120))
     assert process.returncode == EXIT_INTERRUPTED, stderr
     result = schema.read_result(out / "result.json")
     assert result["summary"]["status"] == "interrupted" and 1 <= len(result["epochs"]) < 200
     assert "Traceback" not in stderr and "interrupted" in stderr
-    assert _wait_until_gone(out) == []
+    assert wait_until_gone(out) == []
 
 
 @pytest.mark.slow
 def test_ctrl_c_during_compare_reports_what_finished(tmp_path):
     out = tmp_path / "cmp"
-    process = _start("compare", *LONG_RUN, "--seeds", "2", "--workers", "0", "--out", str(out),
+    process = start("compare", *LONG_RUN, "--seeds", "2", "--workers", "0", "--out", str(out),
                      out=out)
-    _wait_for(_has_epoch(out / "runs" / "tf-seed0" / "result.json"), process)
+    wait_for(has_epoch(out / "runs" / "tf-seed0" / "result.json"), process)
     os.killpg(process.pid, signal.SIGINT)
     _, stderr = process.communicate(timeout=patience(180))
     assert process.returncode == EXIT_INTERRUPTED, stderr
@@ -260,7 +202,7 @@ def test_ctrl_c_during_compare_reports_what_finished(tmp_path):
     assert {(r["framework"], r["reason"]) for r in summary["not_run"]} == {
         ("torch", "interrupted"), ("tf", "interrupted")} and len(summary["not_run"]) == 3
     assert (out / "report.html").exists() and "interrupted" in (out / "report.md").read_text()
-    assert _wait_until_gone(out) == []
+    assert wait_until_gone(out) == []
 
 
 def test_a_framework_killed_mid_comparison_leaves_the_other_and_the_report(tmp_path,
@@ -325,134 +267,16 @@ def test_parity_failure_stops_the_comparison_with_a_report(tmp_path, monkeypatch
 @pytest.mark.slow
 def test_ctrl_c_during_sweep_reports_what_finished(tmp_path):
     out = tmp_path / "sweep"
-    process = _start("sweep", "--framework", "torch", *LONG_RUN, "--workers", "0",
+    process = start("sweep", "--framework", "torch", *LONG_RUN, "--workers", "0",
                      "--vary", "batch-size=32,64", "--out", str(out), out=out)
-    _wait_for(_has_epoch(out / "runs" / "torch-batch-size_32" / "result.json"), process)
+    wait_for(has_epoch(out / "runs" / "torch-batch-size_32" / "result.json"), process)
     os.killpg(process.pid, signal.SIGINT)
     _, stderr = process.communicate(timeout=patience(120))
     assert process.returncode == EXIT_INTERRUPTED, stderr
     rows = json.loads((out / "sweep.json").read_text())["rows"]
     assert [r["status"] for r in rows] == ["interrupted", "not run"]
     assert rows[0]["summary"]["epochs_completed"] >= 1 and (out / "sweep.html").exists()
-    assert _wait_until_gone(out) == []
-
-
-# ---- stop signals sent to the parent alone, and the parent's death
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("signum, workers", [pytest.param(signal.SIGTERM, "0", id="SIGTERM"),
-                                             pytest.param(signal.SIGHUP, "2", id="SIGHUP")])
-def test_a_stop_signal_to_the_parent_alone_reaches_the_trainer(tmp_path, signum, workers):
-    """`kill PID` of the CLI, not of its group (as `timeout` and schedulers may do): the
-    trainer (and its DataLoader workers) stop, the result says interrupted, and the CLI
-    exits 128 + the signal after them, leaving no process behind."""
-    out = tmp_path / "run"
-    process = _start("run", "--framework", "torch", *LONG_RUN, "--workers", workers,
-                     "--out", str(out), out=out)
-    _wait_for(_has_epoch(out / "result.json"), process)
-    process.send_signal(signum)
-    _, stderr = process.communicate(timeout=patience(120))
-    assert process.returncode == 128 + signum, stderr
-    result = schema.read_result(out / "result.json")
-    assert result["summary"]["status"] == "interrupted" and 1 <= len(result["epochs"]) < 200
-    assert result["error"] == f"interrupted ({signal.Signals(signum).name})"
-    assert "Traceback" not in stderr
-    assert _wait_until_gone(out) == []
-
-
-@pytest.mark.slow
-def test_sigterm_to_the_parent_reaches_every_ddp_process(tmp_path):
-    out = tmp_path / "ddp"
-    process = _start("run", "--framework", "torch", "--devices", "2", *LONG_RUN,
-                     "--workers", "0", "--out", str(out), out=out)
-    _wait_for(_has_epoch(out / "result.json"), process)
-    assert len(_left_behind(out)) >= 4  # the CLI, the DDP launcher and its two processes
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=patience(120))
-    assert process.returncode == 128 + signal.SIGTERM, stderr
-    assert schema.read_result(out / "result.json")["summary"]["status"] == "interrupted"
-    assert _wait_until_gone(out) == []
-
-
-@pytest.mark.slow
-def test_a_trainer_whose_parent_is_killed_stops_and_writes_its_result(tmp_path):
-    """SIGKILL to the CLI: nothing can be forwarded; the kernel's parent-death signal stops
-    the trainer, which writes its result as interrupted."""
-    out = tmp_path / "run"
-    process = _start("run", "--framework", "torch", *LONG_RUN, "--workers", "0",
-                     "--out", str(out), out=out)
-    _wait_for(_has_epoch(out / "result.json"), process)
-    process.kill()
-    process.communicate(timeout=patience(120))  # the trainer holds the stdout pipe until it ends
-    assert _wait_until_gone(out, timeout=60) == []
-    result = schema.read_result(out / "result.json")
-    assert result["summary"]["status"] == "interrupted" and len(result["epochs"]) >= 1
-    assert "the parent process" in result["error"] and "ended" in result["error"]
-
-
-@pytest.mark.slow
-def test_sigterm_during_the_parity_check_stops_the_comparison(tmp_path):
-    out = tmp_path / "cmp"
-    process = _start("compare", *LONG_RUN, "--out", str(out), out=out)
-    _wait_for((out / "parity" / "tf" / "config.json").exists, process)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=patience(120))
-    assert process.returncode == 128 + signal.SIGTERM, stderr
-    assert _wait_until_gone(out) == []
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["runs"] == [] and {r["reason"] for r in summary["not_run"]} == {"interrupted"}
-    assert not (out / "runs").exists()
-
-
-@pytest.mark.slow
-def test_sigterm_during_evaluation_stops_it_and_keeps_the_finished_epochs(tmp_path):
-    """The evaluation is cut short (it would last a minute), not waited for."""
-    from slow_evaluation import SLOW_EVALUATION_S
-    out, evaluating = tmp_path / "run", tmp_path / "evaluating"
-    code = f"import compare.process.runner as r; r.MODULES['torch'] = 'slow_evaluation'; {CLI}"
-    process = _start("run", "--framework", "torch", *LONG_RUN, "--workers", "0",
-                     "--out", str(out), out=out, code=code,
-                     env={"PYTHONPATH": str(Path(__file__).parent),
-                          "CNNCOMPARE_TEST_EVALUATING": str(evaluating)})
-    _wait_for(evaluating.exists, process)
-    sent = time.monotonic()
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=patience(120))
-    assert process.returncode == 128 + signal.SIGTERM, stderr
-    assert time.monotonic() - sent < SLOW_EVALUATION_S
-    result = schema.read_result(out / "result.json")
-    assert result["summary"]["status"] == "interrupted" and result["epochs"] == []
-    assert _wait_until_gone(out) == []
-
-
-def test_a_closed_output_pipe_is_a_stop_not_a_crash(monkeypatch):
-    """A print to a pipe whose reader is gone raises nothing; it stops the trainer, which
-    then exits 128 + SIGPIPE once it has written its result."""
-    monkeypatch.setattr(shutdown, "_state", shutdown.TrainerState())
-    read, write = os.pipe()
-    os.close(read)
-    stream = shutdown.GuardedStream(os.fdopen(write, "w"), shutdown._output_lost)
-    with shutdown.interruptible(), pytest.raises(Interrupted) as stopped:
-        print("epoch 1", file=stream, flush=True)
-    assert stopped.value.exit_code == 128 + signal.SIGPIPE
-    print("later lines go nowhere", file=stream, flush=True)
-    assert shutdown.stop_received() == signal.SIGPIPE
-
-
-def test_a_stop_while_shielded_takes_effect_when_the_shield_ends_and_only_once(monkeypatch):
-    monkeypatch.setattr(shutdown, "_state", shutdown.TrainerState())
-    written = []
-    with pytest.raises(Interrupted) as stopped:
-        with shutdown.interruptible():
-            with shutdown.shielded():
-                shutdown.stop(signal.SIGTERM, "SIGTERM")
-                written.append("the epoch's files")  # not cut short
-            written.append("never: the stop acts when the shield ends")
-    assert written == ["the epoch's files"] and stopped.value.exit_code == 143
-    with shutdown.interruptible():
-        shutdown.stop(signal.SIGINT, "SIGINT")  # already stopping: ignored
-    assert shutdown.stop_received() == signal.SIGTERM
+    assert wait_until_gone(out) == []
 
 
 # ---- one command per output directory

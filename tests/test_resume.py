@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import patience, tiny_config
-from test_reliability import CLI, _wait_for  # one copy of the subprocess helpers
+from processes import CLI, wait_for  # one copy of the subprocess helpers
 
 from compare import files, schema
 from compare.cli import cli
@@ -159,7 +159,7 @@ def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
              "CNNCOMPARE_TEST_EVALUATING": str(evaluating),
              "CNNCOMPARE_TEST_SLOW_EVALUATION": "2"})
     second = out / "runs" / "torch-seed0"
-    _wait_for(evaluating.exists, process)
+    wait_for(evaluating.exists, process)
     assert len(json.loads((second / "result.json").read_text())["epochs"]) == 1
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=patience(120))

@@ -1,0 +1,84 @@
+"""Starting the CLI in a subprocess and watching what it leaves behind: the helpers of the tests
+that stop, kill and lose processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import patience
+
+# precision-, tolerance- or time-sensitive: CI runs these again as on an AVX2-only CPU
+
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = "from compare.cli import main; main()"
+
+
+TAG_ENV = "CNNCOMPARE_TEST_TAG"  # inherited by every process a test starts: leftovers show it
+
+
+# A run long enough to be stopped in the middle: 20 steps an epoch, 200 epochs.
+LONG_RUN = ("--dataset", "synthetic", "--synthetic-size", "640", "--epochs", "200",
+            "--precision", "fp32", "--quiet")
+
+
+def start(*args: str, out: Path, code: str = CLI, env: dict | None = None,
+           group: bool = True) -> subprocess.Popen:
+    """The CLI in a subprocess (its own process group unless `group` is False), tagged so
+    that every process it starts can be found."""
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO,
+                            env={**os.environ, TAG_ENV: str(out), **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=group)
+
+
+def left_behind(out: Path) -> list[str]:
+    """Live processes started for the test that writes into `out`: the path on their command
+    line, or the tag in their environment (DDP processes and loader workers carry it)."""
+    tag = f"{TAG_ENV}={out}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:  # ended meanwhile, or not ours
+            continue
+        if str(out).encode() in cmdline or tag in environ:
+            found.append(f"{proc.name}: {cmdline.replace(bytes(1), b' ').decode()}")
+    return found
+
+
+def wait_until_gone(out: Path, timeout: float = 10.0) -> list[str]:
+    """What is still left after `timeout` seconds on the reference machine (conftest.patience;
+    the multiprocessing resource tracker ends on its own a moment after the processes it
+    served)."""
+    deadline = time.monotonic() + patience(timeout)
+    while left_behind(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left_behind(out)
+
+
+def wait_for(predicate, process, timeout: float = 240.0) -> None:
+    """Until `predicate` holds, while `process` runs, for at most `timeout` seconds on the
+    reference machine (conftest.patience)."""
+    deadline = time.monotonic() + patience(timeout)
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the command ended before it could be stopped"
+        try:
+            if predicate():
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    raise TimeoutError
+
+
+def has_epoch(path: Path):
+    return lambda: bool(json.loads(path.read_text())["epochs"])
