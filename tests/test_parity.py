@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-
 from pathlib import Path
 
 import numpy as np
@@ -405,6 +404,7 @@ def test_parity_catches_keras_momentum_form_under_a_changing_learning_rate(tmp_p
     monkeypatch.setattr(TorchFormSGD, "update_step", keras_form)
     wrong = _probes(tmp_path / "b", tf_two_cpus, "lenet", 32, **changes)
     record = parity.compare_probes(wrong["tf"], wrong["torch"], steps=3)
+    print(f"Keras' momentum form: updates {record['params_rel_update_diff_after_steps']:.3g}")
     assert record["failed"] == ["params_rel_update_diff_after_steps"], (
         record["params_rel_update_diff_after_steps"])
 
