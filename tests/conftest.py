@@ -184,6 +184,29 @@ def tf_two_cpus():
     return tf_train
 
 
+def _torch_cuda() -> bool:
+    return torch is not None and torch.cuda.is_available()
+
+
+@pytest.fixture(scope="module")
+def torch_gpu():
+    """torch_impl.train where PyTorch sees a CUDA GPU (the gpu tests); else the test skips."""
+    if not _torch_cuda():
+        pytest.skip("PyTorch sees no CUDA GPU here")
+    from torch_impl import train as torch_train
+    return torch_train
+
+
+@pytest.fixture(scope="module")
+def tf_gpus() -> list[dict]:
+    """The GPUs TensorFlow sees, asked in its own process (the gpu tests); none: it skips."""
+    from compare.process import runner
+    env = runner.framework_environment("tf")
+    if "error" in env or not env.get("gpus"):
+        pytest.skip(f"TensorFlow sees no GPU here ({env.get('error') or 'no GPU'})")
+    return env["gpus"]
+
+
 def _machine_has_gpu() -> bool:
     """A CUDA GPU that PyTorch or the NVIDIA driver (NVML) can see, as the tool counts them
     (CUDA_VISIBLE_DEVICES honoured). Called at collection, before any test hides the GPUs,

@@ -1,4 +1,4 @@
-"""TensorFlow on the GPU, for tests/test_gpu.py: each scenario runs in its own process (the test
+"""TensorFlow on the GPU, for the GPU tests: each scenario runs in its own process (the test
 process hides the GPUs from TensorFlow to split the CPU) and prints one JSON line last.
 
     python tests/gpu_tf_scenarios.py SCENARIO OUT_DIR

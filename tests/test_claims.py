@@ -1,5 +1,5 @@
 """Every GPU claim of docs/gpu.md has a GPU test that proves it, and each such test quotes its
-claim: docs/gpu.md's claims table against tests/test_gpu.py, on any machine."""
+claim: docs/gpu.md's claims table against the GPU test files, on any machine."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+GPU_TEST_FILES = ("tests/test_gpu.py", "tests/test_gpu_features.py")
 
 
 def claims() -> dict[str, list[str]]:
@@ -22,10 +23,9 @@ def claims() -> dict[str, list[str]]:
 
 
 def gpu_tests() -> dict[str, str]:
-    """test name -> docstring of every test function in tests/test_gpu.py."""
-    tree = ast.parse((REPO / "tests" / "test_gpu.py").read_text())
+    """test name -> docstring of every test function in the GPU test files."""
     return {node.name: " ".join((ast.get_docstring(node) or "").split())
-            for node in tree.body
+            for path in GPU_TEST_FILES for node in ast.parse((REPO / path).read_text()).body
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
 
 
@@ -35,7 +35,7 @@ def test_every_gpu_claim_has_a_test_that_quotes_it():
     for claim, names in found.items():
         assert names, f"no test named for: {claim}"
         for name in names:
-            assert name in tests, f"{name} (for: {claim}) is not in tests/test_gpu.py"
+            assert name in tests, f"{name} (for: {claim}) is in no GPU test file"
             assert tests[name].startswith(f"Claim: {claim}"), (name, tests[name][:120])
 
 
