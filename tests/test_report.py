@@ -1,106 +1,18 @@
-"""Reports rendered from fixture results: figures, verdict, unreadable files, several machines,
-and the HTML page in a real headless browser where one is installed."""
+"""Reports rendered from fixture results: figures, verdict, unreadable files, several machines
+(the page in a headless browser: test_report_browser.py)."""
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import re
 import shutil
-import subprocess
-import threading
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import patience
+from report_runs import H100, LAPTOP_CPU, PASSED, Collector, fake_result, three_seeds, write_runs
 
-from compare import files, report, schema
-
-H100 = {"device_used": "GPU: NVIDIA H100 80GB HBM3", "platform": "Linux-6.8-x86_64-with-glibc2.39"}
-LAPTOP_CPU = {"device_used": "CPU (no GPU found), 1 logical device(s)",
-              "platform": "Linux-6.1-x86_64-with-glibc2.36"}
-
-
-def fake_result(framework: str, seed: int, train_time: float, accuracy: float,
-                status: str = "completed", epochs: int = 2, error: str | None = None,
-                environment: dict | None = None, precision: str = "fp32") -> dict:
-    """A result.json as a trainer writes it, with chosen figures."""
-    records = [{"epoch": e, "train_loss": 1.0 / e, "test_loss": 1.2 / e,
-                "test_accuracy": accuracy * e / epochs, "train_time_s": train_time / epochs,
-                "eval_time_s": 0.5, "images_per_s": 1000.0 * epochs / train_time, "images": 500,
-                "input_wait_s": 0.1, "steps": 10} for e in range(1, epochs + 1)]
-    summary = {"final_test_accuracy": None, "best_test_accuracy": None, "train_time_s": 0.0,
-               "warmup_time_s": None, "steady_step_time_ms": {"median": None, "p90": None},
-               "images_per_s": None, "input_wait_fraction": None,
-               "peak_device_memory_bytes": None, "replicas": 1,
-               "train_flops_per_image": 3_910_320, "status": status}
-    if records:
-        summary.update(final_test_accuracy=accuracy, best_test_accuracy=accuracy,
-                       train_time_s=train_time, warmup_time_s=train_time / epochs,
-                       images_per_s=1000.0 * epochs / train_time, input_wait_fraction=0.05,
-                       eval_time_s=1.0, epochs_completed=epochs,
-                       steady_step_time_ms={"median": train_time, "p90": train_time * 1.1})
-    environment = environment or LAPTOP_CPU
-    kind = "gpu" if environment["device_used"].startswith("GPU") else "cpu"
-    return {"schema_version": 1, "framework": framework,
-            "model": {"name": "lenet", "parameters": 62006},
-            "config": {"framework": framework, "seed": seed, "model": "lenet",
-                       "dataset": "synthetic", "precision": precision,
-                       "pipeline": {"kind": "tuned"}},
-            "data": {"source": "synthetic", "origin": "generated", "train_size": 5000,
-                     "test_size": 1000},
-            "environment": {**environment,
-                            ("torch" if framework == "torch" else "tensorflow"): "x.y"},
-            "fairness": {"precision_policy": "float32", "global_batch": 32, "device_kind": kind},
-            "measurement": schema.MEASUREMENT, "epochs": records, "summary": summary,
-            "error": error}
-
-
-def write_runs(root: Path, runs: list[dict], parity: dict | None = None) -> None:
-    """Result files as `compare` leaves them, with per-step and per-window CSVs, and the
-    parity record in summary.json."""
-    for r in runs:
-        run_dir = root / "runs" / f"{r['framework']}-seed{r['config']['seed']}"
-        files.write_json(run_dir / "result.json", r)
-        step_ms = r["summary"]["train_time_s"]  # the fixture's step time, ms
-        (run_dir / "steps.csv").write_text("global_step,epoch,lr,loss\n" + "".join(
-            f"{s},{1 + s // 10},0.01,{2.3 / (1 + 0.1 * s):.4f}\n" for s in range(20)))
-        windows = [f"{e},{10 * (e - 1) + 5 * w},5,{5 * step_ms / 1000 * (1 + 0.1 * w):.5f},0.001\n"
-                   for e in (1, 2) for w in (0, 1)]  # two 5-step windows per epoch
-        (run_dir / "windows.csv").write_text("epoch,first_step,steps,seconds,input_wait_s\n"
-                                             + "".join(windows))
-    if parity is not None:
-        files.write_json(root / "summary.json", {"parity": parity, "command": "x"})
-
-
-PASSED = {"passed": True, "steps": 3, "tolerances": {}}
-
-
-class _Collector(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.tags, self.external = [], []
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        for name, value in attrs:
-            if name in ("src", "href", "xlink:href", "action", "poster") and value \
-                    and not value.startswith("#"):
-                self.external.append((tag, name, value))
-        if tag in ("link", "iframe", "img"):  # an inline <script> fetches nothing
-            self.external.append((tag, "", ""))
-
-
-def three_seeds(root: Path, tf_times=(10.0, 12.0, 11.0), torch_times=(8.0, 8.0, 8.0),
-                tf_accuracy=(0.60, 0.62, 0.61), torch_accuracy=(0.58, 0.58, 0.58),
-                environment: dict | None = None, parity: dict | None = PASSED) -> None:
-    write_runs(root, [fake_result(fw, seed, t, a, environment=environment)
-                      for fw, times, accuracies in (("tf", tf_times, tf_accuracy),
-                                                    ("torch", torch_times, torch_accuracy))
-                      for seed, (t, a) in enumerate(zip(times, accuracies))], parity)
+from compare import files, report
 
 
 def test_report_figures_match_summary_json(tmp_path):
@@ -266,7 +178,7 @@ def test_html_parses_and_references_nothing_external(tmp_path):
     three_seeds(tmp_path)
     report.rebuild(tmp_path, [tmp_path])
     html = (tmp_path / "report.html").read_text()
-    collector = _Collector()
+    collector = Collector()
     collector.feed(html)
     collector.close()
     assert collector.external == []
@@ -413,103 +325,6 @@ def test_devices_carved_from_one_board_are_sampled_once():
     from compare.machine import gpu_metrics
     assert gpu_metrics.nvml_indices(["", ""], ("cuda:0", "cuda:0")) == [0]
     assert gpu_metrics.nvml_indices(["", ""], ("cuda:0", "cuda:1")) == [0, 1]
-
-
-def _chromium() -> str | None:
-    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
-                 if shutil.which(n)), None)
-
-
-def _browse(page_dir: Path, page: str, work: Path,
-            window: str = "1280,800") -> tuple[str, list[str]]:
-    """The DOM of page_dir/page after headless Chromium rendered it, and every URL that the
-    page itself requested (the browser's net log, initiator = the page's origin).
-
-    The page is served on the loopback interface so that its requests carry an origin; the
-    browser's own background traffic (component updates, time sync) has none and is ignored.
-    """
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(page_dir))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    origin = f"http://127.0.0.1:{server.server_address[1]}"
-    net_log = work / "netlog.json"
-    try:
-        dom = subprocess.run(
-            [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             f"--user-data-dir={work / 'profile'}", f"--log-net-log={net_log}",
-             f"--window-size={window}", "--hide-scrollbars",
-             "--virtual-time-budget=3000", "--dump-dom", f"{origin}/{page}"],
-            capture_output=True, text=True, timeout=patience(120), check=True).stdout
-    finally:
-        server.shutdown()
-        server.server_close()
-    log = json.loads(net_log.read_text())
-    start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    requested = [e["params"]["url"] for e in log["events"] if e["type"] == start_job
-                 and e.get("params", {}).get("initiator") == origin]
-    return dom, [u for u in requested if u != f"{origin}/favicon.ico"]  # favicon: the browser's
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no headless chromium installed "
-                    "(apt-get install chromium) to render report.html")
-def test_report_html_in_a_headless_browser_shows_every_plot_and_fetches_nothing(tmp_path):
-    three_seeds(tmp_path / "cmp")
-    report.rebuild(tmp_path / "cmp", [tmp_path / "cmp"])
-    dom, requested = _browse(tmp_path / "cmp", "report.html", tmp_path)
-    collector = _Collector()
-    collector.feed(dom)
-    # each drawing rendered: the headline's accuracy against training time, the learning
-    # curves, the step-time spread and the phase split (compare.report.plots)
-    assert collector.tags.count("svg") == 4
-    assert collector.external == []
-    for table in ("figures-0", "runs-0", "parity-0", "fairness-0", "environment-0"):
-        assert f'id="{table}"' in dom
-    assert "PyTorch trained 1.37x faster" in dom and "training loss per step" in dom
-    assert requested == []  # nothing fetched: not the network, not even a file beside it
-    # The check itself sees a page that does fetch (an image off the network).
-    (tmp_path / "cmp" / "fetching.html").write_text(
-        '<html><body><img src="https://example.invalid/plot.png"></body></html>')
-    _, requested = _browse(tmp_path / "cmp", "fetching.html", tmp_path)
-    assert requested == ["https://example.invalid/plot.png"]
-
-
-# Measures the laid-out page in the browser (a copy of the report with this at its end): the
-# page's width, what sticks out past the window other than inside a scrolling table box,
-# and where the headline figure ends, written onto <body> for --dump-dom to show.
-LAYOUT_PROBE = """<script>
-addEventListener("load", function () {
-  var wide = [];
-  document.querySelectorAll("body *").forEach(function (e) {
-    if (!e.closest(".scroll") && e.getBoundingClientRect().right > innerWidth + 0.5)
-      wide.push(e.tagName + (e.id ? "#" + e.id : ""));
-  });
-  var figure = document.querySelector("#figures-section-0 .figure");
-  document.body.setAttribute("data-page-width", document.documentElement.scrollWidth);
-  document.body.setAttribute("data-too-wide", wide.slice(0, 5).join(" ") || "none");
-  document.body.setAttribute("data-figure-bottom",
-                             figure ? Math.ceil(figure.getBoundingClientRect().bottom) : -1);
-});
-</script>"""
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no headless chromium installed "
-                    "(apt-get install chromium) to render report.html")
-def test_report_answers_on_the_first_screen_at_1280_px_without_scrolling_sideways(tmp_path):
-    """At 1280x800 the page is no wider than the window (wide tables scroll inside their own
-    box) and the verdict, the headline table and the headline figure end on the first
-    screen."""
-    import re
-    three_seeds(tmp_path / "cmp")
-    report.rebuild(tmp_path / "cmp", [tmp_path / "cmp"])
-    page = (tmp_path / "cmp" / "report.html").read_text()
-    (tmp_path / "cmp" / "probe.html").write_text(page.replace("</body>", LAYOUT_PROBE + "</body>"))
-    dom, _ = _browse(tmp_path / "cmp", "probe.html", tmp_path, window="1280,800")
-    found = dict(re.findall(r'data-(page-width|too-wide|figure-bottom)="([^"]*)"', dom))
-    assert int(found["page-width"]) <= 1280, found
-    assert found["too-wide"] == "none", found
-    assert 0 < int(found["figure-bottom"]) <= 800, found
 
 
 def test_a_rerun_with_fewer_completed_runs_never_overwrites_the_fuller_report(tmp_path):
