@@ -184,6 +184,28 @@ def tf_two_cpus():
     return tf_train
 
 
+@pytest.fixture(params=["tf", "torch"])
+def framework(request):
+    """(name, train module); TensorFlow's split into 2 logical CPUs, its global dtype policy
+    set back to float32 after the test."""
+    if request.param == "torch":
+        from torch_impl import train as torch_train
+        yield "torch", torch_train
+        return
+    tf_train = request.getfixturevalue("tf_two_cpus")
+    try:
+        yield "tf", tf_train
+    finally:
+        import keras
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def trainer_for(module, config: RunConfig):
+    """A framework's Trainer (module: tf_impl.train or torch_impl.train) for `config`."""
+    from compare.experiment import datasets
+    return module.Trainer(config, datasets.config_dataset(config), module.select_device(config))
+
+
 def _torch_cuda() -> bool:
     return torch is not None and torch.cuda.is_available()
 

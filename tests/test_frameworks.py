@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import tiny_config
+from conftest import tiny_config, trainer_for
 
 from compare import schema
 from compare.cli import cli
@@ -29,29 +29,9 @@ OWN = {
 }
 
 
-@pytest.fixture(params=["tf", "torch"])
-def framework(request):
-    """(name, train module); TensorFlow's split into 2 logical CPUs, its global dtype policy
-    set back to float32 after the test."""
-    if request.param == "torch":
-        from torch_impl import train as torch_train
-        yield "torch", torch_train
-        return
-    tf_train = request.getfixturevalue("tf_two_cpus")
-    try:
-        yield "tf", tf_train
-    finally:
-        import keras
-        keras.mixed_precision.set_global_policy("float32")
-
-
-def _trainer(module, config):
-    return module.Trainer(config, datasets.config_dataset(config), module.select_device(config))
-
-
 def test_one_step_applies_the_pytorch_form_sgd_update(tmp_path, framework):
     name, module = framework
-    trainer = _trainer(module, tiny_config(tmp_path, weight_decay=0.01))
+    trainer = trainer_for(module, tiny_config(tmp_path, weight_decay=0.01))
     batch = next(iter(trainer.batches(0)))
     before = trainer.weights()
     _, loss_before, grads = trainer.gradients(batch)
@@ -72,12 +52,12 @@ def test_mixed_precision_is_bfloat16_on_a_cpu(tmp_path, framework):
     """--precision mixed on a CPU computes in bfloat16 without loss scaling; the first step's
     loss is the float32 one within bfloat16's rounding."""
     name, module = framework
-    trainer = _trainer(module, tiny_config(tmp_path, precision="mixed"))
+    trainer = trainer_for(module, tiny_config(tmp_path, precision="mixed"))
     assert trainer.numerics["policy"] == OWN[name]["bf16_policy"]
     assert not trainer.numerics["loss_scaling"]  # loss scaling only for float16
     assert trainer.manifest()["precision_policy"] == OWN[name]["bf16_policy"]
     batch = next(iter(trainer.batches(0)))
-    fp32 = _trainer(module, tiny_config(tmp_path)).gradients(batch)[1]
+    fp32 = trainer_for(module, tiny_config(tmp_path)).gradients(batch)[1]
     loss = float(trainer.train_step(batch, 0.01))
     assert np.isfinite(loss) and loss == pytest.approx(fp32, abs=0.05)
     if name == "tf":
@@ -122,7 +102,7 @@ def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(tmp_path, tf_t
     after an epoch of steps the weights agree, and so does every step's loss."""
     one = tiny_config(tmp_path)
     two = one.replace(devices=2)
-    a, b = _trainer(tf_two_cpus, one), _trainer(tf_two_cpus, two)
+    a, b = trainer_for(tf_two_cpus, one), trainer_for(tf_two_cpus, two)
     assert a.replicas == 1 and b.replicas == 2
     assert b.choice.shared_chip and not a.choice.shared_chip  # logical devices of one CPU
     # each replica's variables on its own device, as TensorFlow placed them
@@ -141,7 +121,7 @@ def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(tmp_path, tf_t
 
 def _trained_and_recorded(module, config) -> tuple[object, dict, list[float]]:
     """A trainer after the shared loop's epochs, its result.json and its steps' losses."""
-    trainer = _trainer(module, config)
+    trainer = trainer_for(module, config)
     recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
     assert loop.train_epochs(trainer, config, recorder) == 0
     out = Path(config.out)
@@ -182,7 +162,7 @@ def test_fp16_trains_on_a_cpu_with_dynamic_loss_scaling_and_records_the_scale(tm
     name, module = framework
     config = tiny_config(tmp_path, precision="fp16", epochs=2, loss_scale_initial=256.0,
                          loss_scale_growth_interval=4)
-    trainer = _trainer(module, config)
+    trainer = trainer_for(module, config)
     assert trainer.loss_scale() == 256.0  # read from the framework's own scaler, untrained
     try:
         recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
@@ -204,7 +184,7 @@ def test_a_run_records_what_compiled(tmp_path, framework):
     compiled run's record: the XLA and torch.compile tests)."""
     name, module = framework
     config = tiny_config(tmp_path)
-    trainer = _trainer(module, config)
+    trainer = trainer_for(module, config)
     recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
     assert loop.train_epochs(trainer, config, recorder) == 0
     compiled = schema.read_result(tmp_path / "run" / "result.json")["compilation"]
@@ -241,8 +221,8 @@ def test_dataloader_workers_deliver_the_same_batches(tmp_path):
     import torch
 
     from torch_impl import train as torch_train
-    inline = _trainer(torch_train, tiny_config(tmp_path))
-    workers = _trainer(torch_train, tiny_config(tmp_path, pipeline=PipelineConfig(workers=2)))
+    inline = trainer_for(torch_train, tiny_config(tmp_path))
+    workers = trainer_for(torch_train, tiny_config(tmp_path, pipeline=PipelineConfig(workers=2)))
     for a, b in zip(inline.batches(1), workers.batches(1)):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
@@ -305,14 +285,14 @@ def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     from compare.experiment.config import learning_rate
     name, module = framework
     config = tiny_config(tmp_path, schedule="onecycle", lr=0.05, augment=True)
-    shared = _trainer(module, config)
+    shared = trainer_for(module, config)
     steps = shared.steps_per_epoch
     lrs = [learning_rate(config, step, steps) for step in range(steps)]
     batches = shared.batches(0)
     expected, _ = shared.read_steps([shared.train_steps(batches, [lr]) for lr in lrs])
 
     own_loop = importlib.import_module(f"{module.__package__}.own_loop")
-    done = own_loop.own_loop(_trainer(module, config), config, datasets.config_dataset(config),
+    done = own_loop.own_loop(trainer_for(module, config), config, datasets.config_dataset(config),
                              lrs, lambda epoch, seconds: None)
     assert [s for s, _ in done["mean_losses"]] == list(range(1, steps + 1))
     assert len(done["epoch_times_s"]) == 1 and done["epoch_times_s"][0] > 0
@@ -325,101 +305,3 @@ def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     assert min(changes) >= 1e-3, changes  # the bound tells one step from the next
 
 
-def _losses(module, config, steps: int = 6) -> list[float]:
-    trainer = _trainer(module, config)
-    batches = trainer.batches(0)
-    return trainer.read_steps([trainer.train_steps(batches, [0.05]) for _ in range(steps)])[0]
-
-
-def test_model_parallel_stages_train_the_unsplit_models_steps(tmp_path, framework):
-    """--parallel model --devices 2 cuts LeNet into two stages (conv1 block | the rest) on
-    two devices; in float32 on a CPU each step's loss is the unsplit model's. Measured: the
-    same ops on the same data, so equal to rounding (0 in both frameworks here); the bound,
-    1e-6 relative, leaves room for another CPU's kernels and none for a wrong step."""
-    name, module = framework
-    whole = tiny_config(tmp_path)
-    split = whole.replace(parallel="model", devices=2)
-    expected, found = _losses(module, whole), _losses(module, split)
-    assert max(abs(a - b) / abs(b) for a, b in zip(found, expected)) <= 1e-6
-    trainer = _trainer(module, split)
-    if name == "tf":  # each stage's variables and ops on its logical CPU device
-        import tensorflow as tf
-        assert [p.name for p in trainer.model.parts] == ["stage0", "stage1"]
-        for part, device in zip(trainer.model.parts, ("CPU:0", "CPU:1")):
-            assert part.weights and all(w.value.device.endswith(device) for w in part.weights)
-        graph = tf.function(lambda x: trainer.model(x, training=False)).get_concrete_function(
-            tf.TensorSpec((None, 32, 32, 3))).graph
-        devices = {op.name: op.device for op in graph.get_operations()}
-        assert any("conv1" in n and d.endswith("CPU:0") for n, d in devices.items())
-        assert any("conv2" in n and d.endswith("CPU:1") for n, d in devices.items())
-    else:  # two stage modules; on a CPU both on the one device
-        assert len(trainer.model.body) == 2
-        assert trainer.model.named_layers["conv2"] in list(trainer.model.body[1].modules())
-        assert {p.device.type for p in trainer.model.parameters()} == {"cpu"}
-    assert trainer.manifest()["placement"] == [f"stage 0: {trainer.placement[0]}",
-                                               f"stage 1: {trainer.placement[1]}"]
-    # where each stage's weights live, read from the framework
-    assert trainer.manifest()["weights_on"] == (["/cpu:0", "/cpu:1"] if name == "tf"
-                                                else ["cpu", "cpu"])
-
-
-def test_micro_batches_accumulate_the_whole_batchs_gradient(tmp_path, framework):
-    """--micro-batches 2 on LeNet (no BatchNorm, so the parts' statistics cannot differ)
-    trains the whole batch's steps: the gradients of two halves, each scaled by the global
-    batch, add up to the whole batch's, to float32 rounding (measured below 1e-6; bound
-    1e-5 relative)."""
-    _, module = framework
-    whole = tiny_config(tmp_path)
-    expected = _losses(module, whole)
-    found = _losses(module, whole.replace(micro_batches=2))
-    assert max(abs(a - b) / abs(b) for a, b in zip(found, expected)) <= 1e-5
-
-
-@pytest.mark.parametrize("name", ["tf", "torch"])
-def test_cli_run_trains_with_the_model_split_over_two_devices(tmp_path, name):
-    out = tmp_path / "mp"
-    outcome = CliRunner().invoke(cli, ["run", "--framework", name, "--device", "cpu",
-                                       "--devices", "2", "--parallel", "model", "--dataset",
-                                       "synthetic", "--synthetic-size", "128", "--epochs", "1",
-                                       "--precision", "fp32", "--out", str(out), "--quiet"])
-    assert outcome.exit_code == 0, outcome.output
-    result = schema.read_result(out / "result.json")
-    parallel = result["fairness"]["parallel"]
-    assert parallel["kind"] == "model" and parallel["micro_batches"] == 1
-    assert [s["layers"].split(" .. ")[0] for s in parallel["stages"]] == ["conv1", "conv2"]
-    assert abs(sum(s["flops_share"] for s in parallel["stages"]) - 1) < 1e-3
-    assert len(result["fairness"]["placement"]) == 2 and result["summary"]["replicas"] == 1
-
-
-@pytest.mark.parametrize("parallel, rank, names", [
-    ("data", 1, ("cuda:0",)), ("model", 0, ("cuda:0", "cuda:0"))])
-def test_torch_devices_share_one_gpu_only_when_asked(tmp_path, monkeypatch, parallel, rank,
-                                                     names):
-    """PyTorch's choice on a host with one CUDA GPU (faked: this CPU has none): --devices 2
-    is refused unless --share-device, which puts both DDP processes (or both model-parallel
-    stages) on GPU 0, all-reduces over gloo (NCCL refuses two ranks on one GPU) and records
-    the shared chip."""
-    import torch
-
-    from compare.errors import DeviceError
-    from torch_impl import device as torch_device
-    for name, value in {"is_available": lambda: True, "device_count": lambda: 1,
-                        "get_device_name": lambda i=0: "NVIDIA H100 80GB HBM3",
-                        "get_device_capability": lambda i=0: (9, 0)}.items():
-        monkeypatch.setattr(torch.cuda, name, value)
-    if parallel == "data":  # the second of two DDP processes on this machine
-        monkeypatch.setenv("RANK", str(rank))
-        monkeypatch.setenv("WORLD_SIZE", "2")
-        monkeypatch.setenv("LOCAL_RANK", str(rank))
-        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    config = tiny_config(tmp_path, device="gpu", devices=2, parallel=parallel)
-    with pytest.raises(DeviceError, match="--share-device"):
-        torch_device.select_device(config)
-    choice = torch_device.select_device(config.replace(share_device=True))
-    assert choice.names == names and choice.shared_chip and choice.rank == rank
-    assert choice.description == "GPU: NVIDIA H100 80GB HBM3 shared by 2 devices"
-    if parallel == "data":
-        joined = []
-        monkeypatch.setattr(torch_device.dist, "init_process_group",
-                            lambda backend, **_: joined.append(backend))
-        assert torch_device.make_strategy(config, choice) == "gloo" and joined == ["gloo"]
