@@ -190,3 +190,19 @@ def test_on_a_gpu_host_the_doctor_trains_on_the_gpu_alone(monkeypatch):
     asked.clear()  # --device cpu: the CPU alone, though PyTorch sees a GPU
     doctor.examine("lenet", device="cpu")
     assert sorted(asked) == [("tf", "cpu"), ("torch", "cpu")]
+
+
+def test_doctor_takes_the_runs_own_model_and_device_options(tmp_path, monkeypatch):
+    """--model and --device are the run's own options: a user's FILE.py is taken (and one
+    that cannot build is one line, exit 2), --device cpu reaches the examination."""
+    asked = []
+    monkeypatch.setattr(doctor, "examine", lambda model, frameworks, device: asked.append(
+        (model, frameworks, device)) or {"ready": True, "verdict": "ready", "frameworks": {}})
+    outcome = CliRunner().invoke(cli, ["doctor", "--model", "examples/my_cnn.py", "--device",
+                                       "cpu", "--framework", "torch", "--json"])
+    assert outcome.exit_code == 0, outcome.output
+    assert asked == [("examples/my_cnn.py", ("torch",), "cpu")]
+    (tmp_path / "broken.py").write_text("def spec(num_classes):\n    return 1 / 0\n")
+    outcome = CliRunner().invoke(cli, ["doctor", "--model", str(tmp_path / "broken.py")])
+    assert outcome.exit_code == 2 and "did not build: ZeroDivisionError" in outcome.output
+    assert len(outcome.output.strip().splitlines()) == 1 and asked == [asked[0]]

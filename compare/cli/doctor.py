@@ -7,23 +7,22 @@ import sys
 
 import click
 
-from compare.cli.options import CONTEXT
-from compare.experiment import networks
-from compare.experiment.config import DEVICE_CHOICES, FRAMEWORKS, RunConfig
-from compare.experiment.settings import setting_help
+from compare.cli.options import CONTEXT, click_option
+from compare.experiment import validate
+from compare.experiment.config import FRAMEWORKS, RunConfig
+from compare.experiment.settings import run_setting
 from compare.process import cluster
 
 
 @click.command(context_settings=CONTEXT)
-@click.option("--model", type=click.Choice(list(networks.MODELS)), default=RunConfig.model,
-              show_default=True, help="Network to train a few steps of.")
-@click.option("--device", type=click.Choice(DEVICE_CHOICES), default=RunConfig.device,
-              show_default=True, help=setting_help("device"))
+@click_option(run_setting("model"))  # the network to train a few steps of
+@click_option(run_setting("device"))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
               help="Examine only this framework (repeatable); exit 0 when it can train. "
                    "[default: both]")
-def doctor(model: str, device: str, as_json: bool, frameworks: tuple[str, ...]):
+def doctor(model: str | None, device: str | None, as_json: bool,
+           frameworks: tuple[str, ...]):
     """Can each framework train here, on which device, and can the two be compared?
 
     For each framework in its own processes: versions, the GPUs it sees, the CUDA/cuDNN it
@@ -39,13 +38,16 @@ def doctor(model: str, device: str, as_json: bool, frameworks: tuple[str, ...]):
       cnncompare doctor --model resnet9 --json > doctor.json
       cnncompare doctor --framework torch
       cnncompare doctor --device cpu
+      cnncompare doctor --model examples/my_cnn.py
     """
     from compare.machine import doctor as doctor_module
+    config = RunConfig(model=model or RunConfig.model, device=device or RunConfig.device)
+    validate.check_model(config)  # a user's FILE.py: one line and exit 2 when it cannot build
     dropped = cluster.forget_launch()
     if dropped:
         click.echo(f"note: doctor examines this machine alone; ignoring {', '.join(dropped)}",
                    err=True)
-    found = doctor_module.examine(model, frameworks or FRAMEWORKS, device)
+    found = doctor_module.examine(config.model, frameworks or FRAMEWORKS, config.device)
     if as_json:
         click.echo(json.dumps(found, indent=2))
     else:

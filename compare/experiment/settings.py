@@ -117,9 +117,10 @@ COMPARISON_SETTINGS: tuple[Setting, ...] = tuple(_declared(ComparisonConfig))
 VARIABLE: dict[str, Setting] = {s.name: s for s in RUN_SETTINGS if s.option.vary}
 
 
-def setting_help(name: str) -> str:
-    """A run setting's --help text, for a command that takes the option without a config."""
-    return next(s.option.help for s in RUN_SETTINGS if s.dest == name)
+def run_setting(name: str) -> Setting:
+    """The run setting whose click parameter is `name`, for a command that takes the option
+    without a whole run's config (doctor's --model and --device)."""
+    return next(s for s in RUN_SETTINGS if s.dest == name)
 
 
 def check(config: Any, settings: tuple[Setting, ...] = RUN_SETTINGS) -> None:
