@@ -14,7 +14,7 @@ from compare.experiment import parity as parity_module
 from compare.experiment.best import best_config
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
 from compare.machine import devices
-from compare.process import parity_check, runner, shutdown
+from compare.process import parity_check, runner, shutdown, warm
 from compare.process.queue import QueuedRun, replay_command, run_queue, seed_order
 
 
@@ -30,7 +30,16 @@ def compare_frameworks(config: RunConfig, comparison: ComparisonConfig, out: Pat
     runs only some of the comparison's runs now (a GPU machine whose TensorFlow arrives
     later): the parity check waits for an invocation that runs both, the others' runs are
     listed as not run yet, and `compare --resume` runs what is left.
+
+    Each framework is imported once for the whole command (compare.process.warm): its
+    processes are forked from a server that imported it, each a new process all the same.
     """
+    with warm.fork_servers():
+        return _compare(config, comparison, out, command, resume, frameworks)
+
+
+def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command: str | None,
+             resume: bool, frameworks: tuple[str, ...]) -> int:
     from compare.console import console as make_console
     console = make_console(stderr=True)
     selected = tuple(fw for fw in FRAMEWORKS if fw in frameworks)

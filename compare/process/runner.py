@@ -14,7 +14,7 @@ from typing import Any, Callable
 from compare import files, schema
 from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
 from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
-from compare.process import shutdown
+from compare.process import shutdown, warm
 
 MODULES = {"tf": "tf_impl.train", "torch": "torch_impl.train"}
 REQUIRES = {"tf": ("tensorflow", "keras"), "torch": ("torch", "torchvision")}
@@ -123,9 +123,11 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
     if on_line is None:
         process = subprocess.Popen(argv, env=child_environment(), stderr=subprocess.PIPE, text=True)
         stream = process.stderr
-    else:
-        process = subprocess.Popen(argv, env=child_environment(), stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
+    else:  # from the framework's fork server inside compare and sweep (compare.process.warm)
+        env = child_environment()
+        process = ((warm.start(argv, config.framework, env) if directory is None else None)
+                   or subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True))
         stream = process.stdout
     interrupted = False
     with shutdown.watching(process), open(own.log, "a") as log:

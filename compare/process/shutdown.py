@@ -76,7 +76,7 @@ def install_trainer(parent_pid: int | None = None) -> None:
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
             signal.signal(signum, _on_trainer_signal)
-    _set_parent_death_signal(signal.SIGTERM)
+    set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != _state.parent_pid:  # the parent ended before prctl could take effect
         stop(signal.SIGTERM, f"the parent process {_state.parent_pid} ended")
     sys.stdout = GuardedStream(sys.stdout, _output_lost)
@@ -176,7 +176,7 @@ def _output_lost(exc: OSError) -> None:
         _thread.interrupt_main(signal.SIGTERM)
 
 
-def _set_parent_death_signal(signum: int) -> None:
+def set_parent_death_signal(signum: int) -> None:
     """Ask Linux to send `signum` when the parent process ends (nothing elsewhere)."""
     if not sys.platform.startswith("linux"):
         return

@@ -19,7 +19,7 @@ from compare.experiment import settings
 from compare.experiment.config import RunConfig
 from compare.experiment.validate import check_against_data, check_config
 from compare.machine import devices
-from compare.process import runner
+from compare.process import runner, warm
 from compare.process.queue import QueuedRun, run_queue
 from compare.report import sweep as sweep_report
 
@@ -74,7 +74,8 @@ def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks
         queue.append(QueuedRun(f"{framework} " + " ".join(f"{k}={v}" for k, v in chosen.items()),
                                run_config.replace(out=str(run_dir.path),
                                                   tensorboard_dir=str(run_dir.tensorboard))))
-    done = run_queue(queue, "sweep", config.quiet, console)
+    with warm.fork_servers():  # each framework imported once for the whole sweep
+        done = run_queue(queue, "sweep", config.quiet, console)
     rows = [_row(framework, chosen, outcome)
             for (framework, chosen, _), (_, outcome) in zip(todo, done.outcomes)]
     for path in sweep_report.write(out, rows, varies, command):

@@ -1,0 +1,98 @@
+"""A command pays each framework's import once (compare.process.warm): its runs are forked
+from a server that imported the framework, and each still trains exactly as a process of its
+own would, bit for bit; a child that dies is reported as one would be, and the next goes on."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import tiny_config
+
+from compare import files, schema
+from compare.process import runner, warm
+
+
+def _losses(out: Path) -> list[str]:
+    """Every step's loss as written (the text, so that equal means bit for bit)."""
+    with open(files.RunDir(out).path / "steps.csv") as f:
+        return [row["loss"] for row in csv.DictReader(f)]
+
+
+def _weights(out: Path, framework: str) -> dict[str, np.ndarray]:
+    """The trained weights the run saved, read without building the network."""
+    if framework == "torch":
+        import torch
+        state = torch.load(out / "model.pt", weights_only=False)["state_dict"]
+        return {name: value.numpy() for name, value in state.items()}
+    import io
+
+    import h5py
+    found = {}
+    with zipfile.ZipFile(out / "model.keras") as archive, \
+            h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as weights:
+        weights.visititems(lambda name, item: found.__setitem__(name, item[()])
+                           if isinstance(item, h5py.Dataset) else None)
+    return found
+
+
+@pytest.mark.parametrize("framework", ["tf", "torch"])
+def test_runs_forked_from_one_server_match_fresh_processes_bit_for_bit(tmp_path, framework):
+    """Two seeds in turn from one fork server (the second in a child of a server that has
+    already forked one run) against each seed in a process of its own: every step's loss,
+    the epochs' figures and every trained weight are identical."""
+    configs = {(how, seed): tiny_config(tmp_path, framework=framework, seed=seed, epochs=2,
+                                        out=str(tmp_path / f"{how}-{seed}"))
+               for how in ("fresh", "forked") for seed in (0, 1)}
+    with warm.fork_servers() as pool:
+        forked = [runner.run_framework(configs["forked", seed], on_line=lambda line: None)
+                  for seed in (0, 1)]
+        assert [s.forked for s in pool.servers.values()] == [2]  # one import, two runs
+    fresh = [runner.run_framework(configs["fresh", seed], on_line=lambda line: None)
+             for seed in (0, 1)]
+    assert [o.status for o in forked + fresh] == ["completed"] * 4
+    for seed in (0, 1):
+        a, b = Path(configs["fresh", seed].out), Path(configs["forked", seed].out)
+        assert _losses(a) == _losses(b) and len(_losses(a)) == 16
+        epochs = [schema.read_result(files.RunDir(p).result)["epochs"] for p in (a, b)]
+        assert ([(e["train_loss"], e["test_loss"], e["test_accuracy"]) for e in epochs[0]]
+                == [(e["train_loss"], e["test_loss"], e["test_accuracy"]) for e in epochs[1]])
+        fresh_weights, forked_weights = _weights(a, framework), _weights(b, framework)
+        assert sorted(fresh_weights) == sorted(forked_weights) and fresh_weights
+        for name, value in fresh_weights.items():
+            assert np.array_equal(value, forked_weights[name]), name
+    # the seeds differ, so equal figures above are not two copies of one run
+    assert _losses(Path(configs["fresh", 0].out)) != _losses(Path(configs["fresh", 1].out))
+
+
+def test_a_forked_run_killed_mid_run_is_reported_and_the_next_one_runs(tmp_path, monkeypatch):
+    """A child dies by SIGKILL after its first epoch: its outcome and result say so, as for
+    a process of its own (tests/test_reliability.py), and the same server forks the next."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    with warm.fork_servers() as pool:
+        monkeypatch.setitem(runner.MODULES, "torch", "dies_mid_run")
+        dead = runner.run_framework(tiny_config(tmp_path, epochs=2, framework="torch"),
+                                    on_line=lambda line: None)
+        monkeypatch.setitem(runner.MODULES, "torch", "torch_impl.train")
+        after = runner.run_framework(tiny_config(tmp_path, framework="torch",
+                                                 out=str(tmp_path / "after")),
+                                     on_line=lambda line: None)
+        assert [s.forked for s in pool.servers.values()] == [2]
+    assert dead.code == -signal.SIGKILL and dead.status == "failed"
+    assert "killed by SIGKILL" in dead.error
+    result = schema.read_result(dead.result_path)
+    assert result["summary"]["status"] == "failed" and len(result["epochs"]) == 1
+    assert "dies_mid_run: SIGKILL" in result["exit"]["log_tail"]
+    assert after.status == "completed"
+
+
+def test_without_a_server_runs_start_afresh(tmp_path, monkeypatch):
+    """CNNCOMPARE_FORK_SERVER=0 turns the servers off: no pool, every run its own process."""
+    monkeypatch.setenv(warm.DISABLE_ENV, "0")
+    with warm.fork_servers() as pool:
+        assert pool is None
+        assert warm.start(["python", "-m", "torch_impl.train"], "torch", {}) is None
