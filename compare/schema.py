@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from compare import files
+from compare.experiment.frameworks import FRAMEWORKS
 
 RESULT_VERSION = 2  # 2: fairness.strategy and fairness.precision are records
 SUMMARY_VERSION = 4  # 4: own_loops; 3: intervals as low/high (v1: ci95_low/high), order_note
@@ -269,7 +270,7 @@ MEASUREMENT = {
 def validate_result(result: dict[str, Any], where: str = "result") -> dict[str, Any]:
     """`result` if it follows Result, else SchemaError saying what is wrong."""
     _require(result, Result, where)
-    if result["framework"] not in ("tf", "torch"):
+    if result["framework"] not in FRAMEWORKS:
         raise SchemaError(f"{where}: unknown framework {result['framework']!r}")
     for i, epoch in enumerate(result["epochs"]):
         _require(epoch, Epoch, f"{where}: epoch {i + 1}")

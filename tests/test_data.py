@@ -311,5 +311,3 @@ def test_tfds_source_through_tensorflow_datasets(monkeypatch, tmp_path):
 def test_check_arrays_rejects_the_wrong_image_size():
     with pytest.raises(DataError, match=r"\(N, 32, 32, 3\)"):
         datasets.check_arrays(np.zeros((2, 28, 28, 3), np.uint8), np.zeros(2, np.int64), 10, "x")
-
-

@@ -303,5 +303,3 @@ def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     changes = [abs(b - a) / abs(a) for a, b in zip(expected, expected[1:])]
     assert max(differences) <= 1e-4, differences
     assert min(changes) >= 1e-3, changes  # the bound tells one step from the next
-
-

@@ -186,5 +186,3 @@ def test_tf_model_parallel_stages_on_two_logical_gpus_carved_from_one(tmp_path, 
     assert split["fairness"]["weights_on"] == ["/gpu:0", "/gpu:1"]
     assert split["environment"]["hardware"]["shared_chip"] is True
     assert _epoch_losses(split) == pytest.approx(_epoch_losses(whole), rel=1e-3)
-
-

@@ -298,5 +298,3 @@ def test_multi_worker_docs_slurm_script_trains_on_two_nodes(tmp_path, framework)
     assert result["summary"]["status"] == "completed"
     assert result["fairness"]["processes"] == 2 and result["fairness"]["replicas"] == 2
     assert (tmp_path / "runs" / f"{framework}-42" / "workers" / "rank-1" / "log.txt").exists()
-
-

@@ -35,7 +35,6 @@ from compare.run.interface import DeviceChoice
 pytestmark = pytest.mark.machine_sensitive
 
 
-
 class FakeTrainer:
     """A trainer that misbehaves on cue; the loop and recorder are the real ones."""
 

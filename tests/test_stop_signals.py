@@ -31,9 +31,6 @@ from compare.process import shutdown
 pytestmark = pytest.mark.machine_sensitive
 
 
-
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, workers", [pytest.param(signal.SIGTERM, "0", id="SIGTERM"),
                                              pytest.param(signal.SIGHUP, "2", id="SIGHUP")])

@@ -54,8 +54,7 @@ def describe(trainer) -> dict:
         "compile": "XLA jit_compile (forward+backward)" if trainer.config.compile else "off",
         "channels_last": True,  # Keras convolutions compute NHWC; not switchable here
         "pipeline": tf_data.pipeline_settings(trainer.config, trainer.choice),
-        "placement": (None if trainer.placement is None else
-                      [f"stage {i}: {d}" for i, d in enumerate(trainer.placement)]),
+        "placement": trainer.placement,  # each stage's device (None: one piece)
         "weights_on": weights_on(trainer),
         "default_init": "Keras default initialisers",
         # What Keras itself does differently; no setting changes it.

@@ -53,8 +53,7 @@ def describe(trainer) -> dict:
                     "torch.compile" if trainer.config.compile else "off"),
         "channels_last": trainer.memory_format == torch.channels_last,
         "pipeline": torch_data.pipeline_settings(trainer.config, trainer.choice),
-        "placement": (None if trainer.placement is None else
-                      [f"stage {i}: {d}" for i, d in enumerate(trainer.placement)]),
+        "placement": trainer.placement,  # each stage's device (None: one piece)
         "weights_on": weights_on(trainer),
         "default_init": "PyTorch default initialisers",
         # What PyTorch itself does differently; no setting changes it.

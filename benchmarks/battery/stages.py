@@ -253,7 +253,8 @@ def doctor_commands(framework: str, ctx: Context) -> list[list[str]]:
 
 
 def test_commands(framework: str, ctx: Context) -> list[list[str]]:
-    # GPU tests are named test_torch_*, test_tf_* or test_both_* (tests/test_gpu.py, tests/test_gpu_features.py)
+    # GPU tests are named test_torch_*, test_tf_* or test_both_* (tests/test_gpu.py and
+    # tests/test_gpu_features.py)
     chosen = "test_torch_" if framework == "torch" else "test_tf_ or test_both_"
     return [[sys.executable, "-m", "pytest", "-m", "gpu", "-k", chosen, "-q", "-rs",
              "-p", "no:cacheprovider", "--junitxml", str(ctx.out / f"pytest-gpu-{framework}.xml")]]

@@ -8,9 +8,7 @@ import click
 
 from compare.cli.options import CONTEXT
 from compare.experiment import networks, specs
-from compare.experiment.config import FRAMEWORKS, recipe_config
-
-FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
+from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, recipe_config
 
 
 def catalog(frameworks: tuple[str, ...] = FRAMEWORKS) -> list[dict]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compare.experiment.config import PipelineConfig, RunConfig
+from compare.experiment.frameworks import FRAMEWORKS
 
 
 @dataclass(frozen=True)
@@ -71,4 +72,4 @@ def advice_rows(device_kind: str) -> list[dict[str, str]]:
     """What each framework's best runs changed, and why: framework, setting, value, source."""
     return [{"framework": framework, "setting": a.setting, "value": str(a.value),
              "source": a.source}
-            for framework in ("tf", "torch") for a in BEST[(framework, device_kind)]]
+            for framework in FRAMEWORKS for a in BEST[(framework, device_kind)]]

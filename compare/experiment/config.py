@@ -29,14 +29,12 @@ from compare.experiment.checks import (
     path,
     strategy_check,
 )
+from compare.experiment.frameworks import FRAMEWORK_NAMES, FRAMEWORKS  # noqa: F401 - re-exported
 from compare.experiment.precision import CHOICES as PRECISIONS  # auto is resolved there
 
-FRAMEWORKS = ("tf", "torch")
-FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")
-STRATEGIES = ("auto", "none", "mirrored")  # both frameworks' wrapper (compare...strategy)
 PARALLEL = ("data", "model")  # --parallel: replicas, or the network cut into stages
 DATASETS = ("cifar10", "tfds", "torchvision", "folder", "synthetic")
 # Training steps per call of a framework's step function when --steps-per-call is not given

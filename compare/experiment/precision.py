@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from compare.experiment.frameworks import FRAMEWORK_NAMES, FRAMEWORK_PACKAGES
 from compare.machine import gpu_metrics
 from compare.machine.cpu import (  # noqa: F401 - FLAGS_ENV and cpu_flags: the rule's inputs
     FLAGS_ENV,
@@ -62,8 +63,6 @@ class Resolved:
 
 
 MEASURED_FILE = "precision-measured.json"  # under $CNNCOMPARE_HOME, written by doctor
-FRAMEWORK_PACKAGES = {"tf": "tensorflow", "torch": "torch"}
-SHOWN = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
 # auto picks mixed on a CPU only where doctor measured its step under this share of float32's
 # in both frameworks: doctor times three steps, and a smaller gain is within their spread
 MIXED_FASTER = 0.95
@@ -124,7 +123,7 @@ def measurement(model: str | None) -> dict | None:
 def _figures(entry: dict) -> str:
     """'TensorFlow/Keras 20 -> 16 ms, PyTorch 21 -> 27 ms a step (float32 -> mixed)'."""
     step = entry["step_ms"]
-    return (", ".join(f"{SHOWN[fw]} {step[fw]['fp32']:.3g} -> {step[fw]['mixed']:.3g} ms"
+    return (", ".join(f"{FRAMEWORK_NAMES[fw]} {step[fw]['fp32']:.3g} -> {step[fw]['mixed']:.3g} ms"
                       for fw in FRAMEWORK_PACKAGES)
             + f" a step (float32 -> mixed; cnncompare doctor, {entry['measured_at']})")
 
@@ -156,8 +155,9 @@ def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = N
     native = native_bfloat16(flags)
     measured = measurement(model)
     steps = ((measured or {}).get("step_ms") or {}).items()
-    slower = [SHOWN[fw] for fw, step in steps if step["mixed"] > step["fp32"]]
-    not_faster = [SHOWN[fw] for fw, step in steps if step["mixed"] > MIXED_FASTER * step["fp32"]]
+    slower = [FRAMEWORK_NAMES[fw] for fw, step in steps if step["mixed"] > step["fp32"]]
+    not_faster = [FRAMEWORK_NAMES[fw] for fw, step in steps
+                  if step["mixed"] > MIXED_FASTER * step["fp32"]]
     if requested == "mixed":
         handicap = (f"mixed was slower than float32 here in {' and '.join(slower)}: "
                     f"{_figures(measured)}" if measured and slower else None)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CHOICES = ("auto", "none", "mirrored")
-FRAMEWORKS = ("tf", "torch")
+from compare.experiment.frameworks import FRAMEWORKS
+
+CHOICES = ("auto", "none", "mirrored")  # --strategy
 WRAPPERS = {"tf": "MirroredStrategy", "torch": "DistributedDataParallel"}
 
 

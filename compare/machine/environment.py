@@ -6,6 +6,7 @@ import os
 import platform
 from typing import Any
 
+from compare.experiment.frameworks import FRAMEWORKS
 from compare.machine import gpu_metrics
 from compare.process import runner
 
@@ -70,7 +71,7 @@ def machine() -> dict[str, Any]:
 
 def collect() -> dict[str, Any]:
     return {"machine": machine(),
-            "frameworks": {fw: runner.framework_environment(fw) for fw in ("tf", "torch")}}
+            "frameworks": {fw: runner.framework_environment(fw) for fw in FRAMEWORKS}}
 
 
 def print_table(info: dict[str, Any]) -> None:

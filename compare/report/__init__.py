@@ -11,10 +11,10 @@ from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
 from compare.report.plots import smooth, window_step_ms
 from compare.report.tables import fairness_rows, fmt, verdict_rows
 from compare.report.verdict import (
-                                    behaviour_notes,
-                                    fairness_caveats,
-                                    phase_clocks_differ,
-                                    verdict_sentences,
+    behaviour_notes,
+    fairness_caveats,
+    phase_clocks_differ,
+    verdict_sentences,
 )
 
 __all__ = ["MACHINE_IDENTITY", "Built", "behaviour_notes", "build", "fairness_caveats",

@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable
 
 from compare import schema
+from compare.experiment.frameworks import FRAMEWORKS
 from compare.report import best, own_loops, stats
 from compare.report.labels import machine_of, seed_of
 
@@ -84,7 +85,7 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
         return {seed_of(r): _safe(AGGREGATES[key][0], r["summary"]) for r in completed(fw)}
 
     first = {fw: next((r for r in by_framework.get(fw, []) if r.get("environment")), None)
-             for fw in ("tf", "torch")}
+             for fw in FRAMEWORKS}
     base_config = next((r["config"] for r in runs if r.get("config")), {})
     environment = {fw: (r or {}).get("environment") for fw, r in first.items()}
     accuracy = (per_seed("tf", "final_test_accuracy"), per_seed("torch", "final_test_accuracy"))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from compare import files, schema
 from compare.experiment import best as best_advice
+from compare.experiment.frameworks import FRAMEWORKS
 from compare.report import words
 from compare.report.labels import plain
 
@@ -36,7 +37,7 @@ def summarise(best: dict | None) -> dict | None:
     return {"time_ratio": (best.get("ratios") or {}).get("train_time_s"),
             "accuracy_difference": best.get("accuracy_difference"),
             "completed": {fw: (best.get("frameworks") or {}).get(fw, {}).get("completed", 0)
-                          for fw in ("tf", "torch")},
+                          for fw in FRAMEWORKS},
             "settings_differ": differ, "advice": best_advice.advice_rows(kind),
             "report": "best/report.html"}
 

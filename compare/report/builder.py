@@ -12,6 +12,7 @@ from typing import Any
 
 from compare import files, schema
 from compare.errors import UserError
+from compare.experiment.frameworks import FRAMEWORKS
 from compare.report import best, own_loops, stats
 from compare.report.aggregate import summarise
 from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
@@ -106,7 +107,7 @@ def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
     pooled: dict[tuple, list[dict]] = {}
     for key, unit in units.items():
         environment = {fw: next((r.get("environment") for r in unit if r["framework"] == fw
-                                 and r.get("environment")), None) for fw in ("tf", "torch")}
+                                 and r.get("environment")), None) for fw in FRAMEWORKS}
         pooled.setdefault((machine_of(environment)["id"], *key[1:-1]), []).append(unit)
     groups = []
     for units_of_group in pooled.values():

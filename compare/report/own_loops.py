@@ -69,7 +69,7 @@ def summarise(runs: list[dict], records: list[dict]) -> dict | None:
     summary["own_ratio"] = stats.paired_ratio(own_times["tf"], own_times["torch"])
     seeds = set(summary["own_ratio"]["seeds"])
     summary["shared_ratio"] = stats.paired_ratio(
-        *({s: t for s, t in shared_steady[fw].items() if s in seeds} for fw in ("tf", "torch")))
+        *({s: t for s, t in shared_steady[fw].items() if s in seeds} for fw in FRAMEWORKS))
     return summary
 
 

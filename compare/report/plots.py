@@ -10,6 +10,7 @@ import numpy as np
 
 from compare import files
 from compare.experiment.config import FRAMEWORK_NAMES
+from compare.experiment.frameworks import FRAMEWORKS
 from compare.report.labels import seed_of
 
 COLOURS = {"tf": "#e8710a", "torch": "#1f5fbf"}
@@ -145,8 +146,8 @@ def _step_time_figure(runs: list[dict]):
     import matplotlib.ticker
     fig, ax = plt.subplots(figsize=(8, 2.8))
     samples = {fw: np.concatenate([window_step_ms(r) for r in runs if r["framework"] == fw]
-                                  or [np.array([])]) for fw in ("tf", "torch")}
-    present = [fw for fw in ("tf", "torch") if len(samples[fw])]
+                                  or [np.array([])]) for fw in FRAMEWORKS}
+    present = [fw for fw in FRAMEWORKS if len(samples[fw])]
     scale_note = ""
     if present:
         boxes = ax.boxplot([samples[fw] for fw in present], vert=False, widths=0.5,
@@ -183,7 +184,7 @@ def _breakdown_figure(runs: list[dict]):
     colours = ("#bbbbbb", "#4c9a2a", "#d62728", "#9467bd")
     fig, ax = plt.subplots(figsize=(8, 2.6))
     names = []
-    for row, fw in enumerate(("tf", "torch")):
+    for row, fw in enumerate(FRAMEWORKS):
         done = [r for r in runs if r["framework"] == fw and r["epochs"]]
         names.append(FRAMEWORK_NAMES[fw])
         if not done:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from compare.experiment.config import FRAMEWORK_NAMES
+from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.report import plots, tables
 from compare.report.verdict import behaviour_notes, phase_clocks_differ
 from compare.run import phases
@@ -69,7 +69,7 @@ def own_loops(g: dict) -> Section | None:
              tables.fmt(e["own_time_s"], "s"), tables.ratio_text(e["time_ratio"]),
              f"{tables.fmt(e['shared_accuracy'], 'acc')} / "
              f"{tables.fmt(e['own_accuracy'], 'acc')}", _g3(e['loss_difference'])]
-            for fw, e in ((fw, own.get(fw)) for fw in ("tf", "torch")) if e]
+            for fw, e in ((fw, own.get(fw)) for fw in FRAMEWORKS) if e]
     return Section("own-loops", "The shared loop against each framework's own loop",
                    "Each framework also trained every seed with its own loop (Keras compile + "
                    "fit; the plain PyTorch loop) on the same model, initial weights, batches, "

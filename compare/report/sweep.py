@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from compare import files, schema
-from compare.experiment.config import FRAMEWORK_NAMES
+from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.report import plots
 from compare.report.render import environment
 from compare.report.sections import Section
@@ -100,7 +100,7 @@ def framework_ratios(rows: list[dict]) -> list[list[str]]:
     for label in dict.fromkeys(_label(r["settings"]) for r in rows):
         pair = {r["framework"]: r for r in rows if _label(r["settings"]) == label
                 and r["status"] == "completed" and r["summary"]}
-        if set(pair) != {"tf", "torch"}:
+        if set(pair) != set(FRAMEWORKS):
             continue
         tf, torch = pair["tf"]["summary"], pair["torch"]["summary"]
         model = pair["tf"]["settings"].get("model")

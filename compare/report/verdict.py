@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from compare.experiment.config import FRAMEWORK_NAMES
+from compare.experiment.frameworks import FRAMEWORKS
 from compare.report import best, own_loops, stats, words
 from compare.report.labels import machine_of
 
@@ -47,7 +48,7 @@ def timing(summary: dict) -> dict | None:
     frameworks = summary.get("frameworks") or {}
     found: dict = {}
     needed = 1.0  # how many times longer the steady work must be
-    for fw in ("tf", "torch"):
+    for fw in FRAMEWORKS:
         f = frameworks.get(fw) or {}
         steady = (f.get("steady_train_time_s") or {}).get("centre")
         median = (f.get("steady_step_time_ms") or {}).get("centre")
@@ -89,7 +90,7 @@ def _speed_sentence(summary: dict) -> str:
     sentence = headline[0].upper() + headline[1:] + "."
     frameworks = summary.get("frameworks") or {}
     shares = {}
-    for fw in ("tf", "torch"):
+    for fw in FRAMEWORKS:
         first = ((frameworks.get(fw) or {}).get("warmup_time_s") or {}).get("centre")
         total = ((frameworks.get(fw) or {}).get("train_time_s") or {}).get("centre")
         if first and total:
@@ -210,7 +211,7 @@ def fairness_caveats(summary: dict) -> list[str]:
                        "frameworks may not share a device")
     frameworks = summary.get("frameworks") or {}
     pipelines = {fw: tuple(frameworks.get(fw, {}).get("pipelines") or ())
-                 for fw in ("tf", "torch")}
+                 for fw in FRAMEWORKS}
     if all(pipelines.values()) and pipelines["tf"] != pipelines["torch"]:
         caveats.append("different input pipelines (" + ", ".join(
             f"{FRAMEWORK_NAMES[fw]} {'/'.join(p)}" for fw, p in pipelines.items()) + ")")

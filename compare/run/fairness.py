@@ -71,7 +71,9 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "distribution": own.pop("distribution"),
         # --parallel: replicas, or the network cut into stages (compare.experiment.stages)
         "parallel": _parallel(config, spec),
-        "placement": own.pop("placement"),  # each stage's device, in the framework's words
+        # each stage's device, in the framework's words
+        "placement": (None if (stage_devices := own.pop("placement")) is None else
+                      [f"stage {i}: {d}" for i, d in enumerate(stage_devices)]),
         # where each replica's or stage's weights live, read from the framework's variables
         "weights_on": own.pop("weights_on"),
         "strategy": own.pop("strategy"),  # the wrapper --strategy chose (experiment.strategy)
