@@ -96,3 +96,17 @@ def test_without_a_server_runs_start_afresh(tmp_path, monkeypatch):
     with warm.fork_servers() as pool:
         assert pool is None
         assert warm.start(["python", "-m", "torch_impl.train"], "torch", {}) is None
+
+
+def test_a_server_started_from_a_thread_that_ended_still_serves(tmp_path):
+    """The parity check starts its probes from threads that end (runner.concurrently); a
+    server they started must outlive them (Linux's parent-death signal follows the thread
+    that started a process, so the server must not ask for it)."""
+    env = runner.child_environment()
+    with warm.fork_servers() as pool:
+        first = runner.concurrently([lambda: pool.start(
+            [runner.python_for("torch"), "-m", "compare.run.wall_time"], "torch", env).wait()])
+        later = [pool.start([runner.python_for("torch"), "-m", "compare.run.wall_time"],
+                            "torch", env).wait() for _ in range(2)]
+        assert first == [0] and later == [0, 0]
+        assert [s.forked for s in pool.servers.values()] == [3]

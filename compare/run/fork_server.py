@@ -12,8 +12,8 @@ the pipe that came with the request, as a process the command started itself wou
 One child at a time. For each request the server reports the child's pid, then its exit
 status as os.waitpid gives it (a negative signal number for a killed child, as Popen). A
 stop signal (SIGINT, SIGTERM, SIGHUP) is passed on to the running child, and the server
-ends once that child has; when the command's process is gone (it asked Linux for SIGTERM
-then, PR_SET_PDEATHSIG) it ends at once, and its child learns it as from its own parent.
+ends once that child has. When the command's process is gone, the server ends at once (its
+socket closes, or it notices while it waits) and its child learns it as from its parent.
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ import runpy
 import signal
 import socket
 import sys
+import time
 import traceback
 
 from compare.process import shutdown
 
 READY = {"ready": True}  # sent once PRELOAD is imported
+POLL_S = 0.05  # how often a waiting server looks at its child and its parent (s)
 
 
 def main(argv: list[str]) -> None:
@@ -52,9 +54,6 @@ def main(argv: list[str]) -> None:
     for signum, handler in handlers.items():
         if handler is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored, in the children too
             signal.signal(signum, on_stop)
-    shutdown.set_parent_death_signal(signal.SIGTERM)
-    if os.getppid() != parent:
-        os._exit(128 + signal.SIGTERM)
     importlib.import_module(preload)  # the seconds this process exists to pay once
     _send(control, READY)
     while state["stop"] is None:
@@ -72,10 +71,24 @@ def main(argv: list[str]) -> None:
         os.close(fds[0])
         state["child"] = pid
         _send(control, {"pid": pid})
-        _, status = os.waitpid(pid, 0)
+        status = _wait(pid, parent)
         state["child"] = None
         _send(control, {"exit": os.waitstatus_to_exitcode(status)})
     os._exit(0)
+
+
+def _wait(pid: int, parent: int) -> int:
+    """The child's wait status. Should the command's process end meanwhile, the server ends
+    too, and the child learns it as from its own parent (its parent-death signal, which
+    compare.process.shutdown asked for). Polled: Linux's parent-death signal for the server
+    itself would follow the thread of the command that started it, not the process."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if os.getppid() != parent:
+            os._exit(128 + signal.SIGTERM)
+        time.sleep(POLL_S)
 
 
 def _send(control: socket.socket, message: dict) -> None:
@@ -101,6 +114,7 @@ def _child(request: dict, out: int, handlers: dict) -> None:
         os.close(null)
         os.environ[shutdown.PARENT_PID_ENV] = str(os.getppid())
         sys.argv = [request["module"], *request["args"]]
+        sys.modules.pop(request["module"], None)  # as under `python -m`: __main__ alone
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
