@@ -70,8 +70,9 @@ class Tolerances:
 # sizes (docs/measurement.md): logits 2e-12, loss 2e-14; relative to their norms, gradients
 # 4e-10, updates 1e-12, running statistics 7e-11 (mobilenetv2 at 128, the largest: a BatchNorm
 # scale's gradient and a running mean are sums that cancel to near zero). The smallest
-# semantic slips measured (tests/test_parity.py, docs/measurement.md) move a figure by 1e-4
-# and more. Each limit sits over 1000x above the one and 100x below the other.
+# semantic slips measured (tests/test_parity.py, docs/measurement.md) move a figure by 0.15
+# (BatchNorm epsilon 1e-3 for 1e-5: gradients) to 0.9 (momentum 0.01 for 0.1: running
+# statistics). Each limit sits over 1000x above the one and 1e5x below the other.
 FLOAT64 = Tolerances(logits_max_abs_diff=1e-8, loss_abs_diff=1e-9, grad_max_rel_diff=1e-6,
                      params_rel_update_diff_after_steps=1e-6,
                      bn_running_stats_max_rel_diff=1e-6)

@@ -14,7 +14,7 @@ from compare.experiment import parity as parity_module
 from compare.experiment.best import best_config
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
 from compare.machine import devices
-from compare.process import parity_check, runner, shutdown, warm
+from compare.process import parity_check, runner, shutdown, timing, warm
 from compare.process.queue import QueuedRun, replay_command, run_queue, seed_order
 
 
@@ -42,6 +42,7 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
              resume: bool, frameworks: tuple[str, ...]) -> int:
     from compare.console import console as make_console
     console = make_console(stderr=True)
+    started, stages = time.time(), {}  # where the wall time went, with --debug
     selected = tuple(fw for fw in FRAMEWORKS if fw in frameworks)
     command = command or replay_command()
     out.mkdir(parents=True, exist_ok=True)
@@ -70,6 +71,7 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
                       f"then {parity_steps} SGD steps; the timed configuration's drift beside it")
         parity = parity_check.run_parity(config.replace(quiet=True), directory.parity_dir,
                                          parity_steps)
+        stages["checks and parity"] = time.time() - started
         files.write_json(directory.parity, parity)
     else:
         console.print(f"parity check: not run ({_names(selected)} alone in this invocation; "
@@ -101,6 +103,7 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
         return EXIT_FAILED
 
     done = run_queue(queue, "compare", config.quiet, console)
+    reported = time.time()
     best_runs = [o.result_path for q, o in done.outcomes if q.config.variant == "best"
                  and o is not None and o.result_path.exists()]
     if best_runs:  # its own comparison, which the matched report then quotes
@@ -114,6 +117,10 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
                              not_run, order_note=order):
         console.print(f"wrote {path}")
     _print_verdict(out, console)
+    if config.debug:
+        stages["report"] = time.time() - reported
+        console.print(timing.table(timing.queued_rows(done.outcomes), stages,
+                                   time.time() - started))
     return done.exit_code
 
 

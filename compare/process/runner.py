@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -15,6 +16,7 @@ from compare import files, schema
 from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
 from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
 from compare.process import shutdown, warm
+from compare.run import wall_time
 
 MODULES = {"tf": "tf_impl.train", "torch": "torch_impl.train"}
 REQUIRES = {"tf": ("tensorflow", "keras"), "torch": ("torch", "torchvision")}
@@ -28,6 +30,9 @@ class Outcome:
     status: str  # the result's summary.status, or "failed" when there is no valid result
     error: str | None  # the last error line, when the run did not complete
     own_loop: bool = False  # the framework's own loop (own-loop.json), not a run
+    # when it was launched and ended, on time.time()'s clock, and the marks the process
+    # printed (compare.run.wall_time): where its wall time went
+    timing: dict | None = None
 
     @property
     def result_path(self) -> Path:
@@ -120,6 +125,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
     config_path = files.write_atomic(own.config, lambda f: f.write(config.to_json()))
     argv = command(config_path, config.framework, (*extra, *(("--resume",) if resume else ())))
     last_error = None
+    timing = {"launched": time.time()}
     if on_line is None:
         process = subprocess.Popen(argv, env=child_environment(), stderr=subprocess.PIPE, text=True)
         stream = process.stderr
@@ -141,6 +147,9 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
                 break
             log.write(line)
             log.flush()
+            if (marks := wall_time.parse(line)) is not None:
+                timing.update(marks)
+                continue
             if line.startswith("error:"):
                 last_error = line[len("error:"):].strip()
             if _noise(line):
@@ -150,11 +159,13 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
             else:
                 on_line(line.rstrip("\n"))
         code = _wait(process)
+    timing["exited"] = time.time()
     if interrupted and code == 0:
         code = EXIT_INTERRUPTED
     chief = own.path == Path(out)
     if own_loop:
-        return Outcome(config.framework, out, code, own_loop_status(out), last_error, True)
+        return Outcome(config.framework, out, code, own_loop_status(out), last_error, True,
+                       timing)
     status = result_status(out) if chief else "completed" if code == 0 else "failed"
     if code < 0:  # killed by a signal: say which
         last_error = f"{config.framework} process killed by {signal.Signals(-code).name}"
@@ -165,7 +176,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
         status = "failed"
     if shutdown.is_interrupt(code) and (not chief or not files.RunDir(out).result.exists()):
         status = "interrupted"  # stopped while starting up, before its first result
-    return Outcome(config.framework, out, code, status, last_error)
+    return Outcome(config.framework, out, code, status, last_error, timing=timing)
 
 
 LOG_TAIL_LINES = 20  # of a dead trainer's log, kept in its result

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from compare.experiment import settings
 from compare.experiment.config import RunConfig
 from compare.experiment.validate import check_against_data, check_config
 from compare.machine import devices
-from compare.process import runner, warm
+from compare.process import runner, timing, warm
 from compare.process.queue import QueuedRun, run_queue
 from compare.report import sweep as sweep_report
 
@@ -74,8 +75,12 @@ def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks
         queue.append(QueuedRun(f"{framework} " + " ".join(f"{k}={v}" for k, v in chosen.items()),
                                run_config.replace(out=str(run_dir.path),
                                                   tensorboard_dir=str(run_dir.tensorboard))))
+    started = time.time()
     with warm.fork_servers():  # each framework imported once for the whole sweep
         done = run_queue(queue, "sweep", config.quiet, console)
+    if config.debug:  # where the wall time went
+        console.print(timing.table(timing.queued_rows(done.outcomes), {},
+                                   time.time() - started))
     rows = [_row(framework, chosen, outcome)
             for (framework, chosen, _), (_, outcome) in zip(todo, done.outcomes)]
     for path in sweep_report.write(out, rows, varies, command):

@@ -21,6 +21,7 @@ from compare.errors import EXIT_OK, UserError
 from compare.experiment.config import RunConfig, learning_rate
 from compare.experiment.datasets import Dataset
 from compare.process import shutdown
+from compare.run import wall_time
 
 
 def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
@@ -44,6 +45,7 @@ def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
     try:
         with shutdown.interruptible():
             trainer = impl.Trainer(config, dataset, choice)
+            wall_time.mark("built")
             total = trainer.steps_per_epoch * config.epochs
             lrs = [learning_rate(config, step, total) for step in range(total)]
             record.update(steps_per_epoch=trainer.steps_per_epoch,

@@ -21,6 +21,7 @@ from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.experiment.datasets import Dataset
 from compare.process import shutdown
+from compare.run import wall_time
 from compare.run.interface import DeviceChoice
 
 
@@ -54,6 +55,7 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     parser.add_argument("--doctor", metavar="JSON",
                         help="train a few steps per precision and write what happened to JSON")
     args = parser.parse_args(argv)
+    wall_time.mark("imported")  # the interpreter and the framework: before main runs
     shutdown.install_trainer()  # stops are remembered from here on, and act where it is safe
     debug = False
     try:
@@ -77,6 +79,7 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
             files.write_json(Path(args.doctor), found)
             return 0
         dataset = datasets.config_dataset(config)
+        wall_time.mark("data")
         if args.parity:
             with shutdown.interruptible():  # nothing to keep: stop at once
                 probe(impl, config, dataset, Path(args.parity), args.parity_steps, args.perturb,
@@ -133,6 +136,7 @@ def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice:
         if resolved.warning:
             print(f"warning: {resolved.warning}", file=sys.stderr, flush=True)
     trainer = impl.Trainer(config, dataset, choice)
+    wall_time.mark("built")
     environment = {**impl.describe_environment(), "device_used": choice.description}
     return loop.train_and_record(trainer, config, environment, dataset.info(), resume)
 
@@ -153,5 +157,7 @@ def leave(code: int) -> NoReturn:
 
 
 def run(impl: ModuleType) -> NoReturn:
-    """`python -m <package>.train`: `main`, then `leave`."""
-    leave(main(impl))
+    """`python -m <package>.train`: `main`, its wall time's marks, then `leave`."""
+    code = main(impl)
+    wall_time.report()
+    leave(code)
