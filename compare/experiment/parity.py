@@ -200,13 +200,13 @@ def running_stats_in_biased_form(probe: dict[str, np.ndarray], steps: int) -> di
              if k.startswith("param/") and not specs.trainable(k[len("param/"):])}
     if not bool(probe.get("running_variance_unbiased", False)):
         return stats
-    for name in stats:
+    for name, running in list(stats.items()):
         layer, part = name.rsplit(".", 1)
         if part == "running_var" and f"bn/{layer}" in probe:
             momentum, n = probe[f"bn/{layer}"]
             start = probe[f"init/{name}"].astype(np.float64)
             decay = (1.0 - momentum) ** steps
-            stats[name] = decay * start + (n - 1) / n * (stats[name] - decay * start)
+            stats[name] = decay * start + (n - 1) / n * (running - decay * start)
     return stats
 
 
