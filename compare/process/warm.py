@@ -18,8 +18,9 @@ import socket
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Iterator
+from typing import IO
 
 # What each server imports before it forks: the framework's train module, which imports the
 # framework (runner.MODULES may name a stand-in in a test; this stays the framework's).
@@ -33,7 +34,7 @@ class Server:
 
     def __init__(self, python: str, framework: str, env: dict[str, str]):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.log = tempfile.TemporaryFile()  # its own start-up chatter; its error if it fails
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         try:
             self.process = subprocess.Popen(
                 [python, "-m", "compare.run.fork_server", PRELOAD[framework],
