@@ -23,8 +23,10 @@ from contextlib import contextmanager
 from typing import IO
 
 # What each server imports before it forks: the framework's train module, which imports the
-# framework (runner.MODULES may name a stand-in in a test; this stays the framework's).
-PRELOAD = {"tf": "tf_impl.train", "torch": "torch_impl.train"}
+# framework (runner.MODULES may name a stand-in in a test; this stays the framework's), and
+# what every run would import later: torch._dynamo, which torch_impl/manifest.py reads the
+# compile counters from (1-1.5 s a process on a 2-core EPYC). Imports only: no op, no device.
+PRELOAD = {"tf": ("tf_impl.train",), "torch": ("torch_impl.train", "torch._dynamo")}
 DISABLE_ENV = "CNNCOMPARE_FORK_SERVER"  # "0": every framework process started afresh
 SERVER_EXIT_S = 30.0  # how long the command waits for an idle server to end at its close
 
@@ -37,7 +39,7 @@ class Server:
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         try:
             self.process = subprocess.Popen(
-                [python, "-m", "compare.run.fork_server", PRELOAD[framework],
+                [python, "-m", "compare.run.fork_server", ",".join(PRELOAD[framework]),
                  str(theirs.fileno())], pass_fds=[theirs.fileno()], env=env,
                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
         finally:

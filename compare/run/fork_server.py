@@ -1,9 +1,10 @@
-"""A framework's fork server: `python -m compare.run.fork_server PRELOAD FD`.
+"""A framework's fork server: `python -m compare.run.fork_server PRELOAD[,MODULE...] FD`.
 
 Importing TensorFlow or PyTorch takes seconds (4-11 s each on a 2-core CPU) and a comparison
 starts about ten framework processes. This process pays the import once: it imports PRELOAD
-(the framework's train module), touches no device and runs no framework op, then forks one
-child per request that arrives on the socket FD (compare.process.warm sends them). Each
+(the framework's train module, and modules every run imports later), touches no device and
+runs no framework op, then forks one child per request that arrives on the socket FD
+(compare.process.warm sends them). Each
 child is a new process in everything a run can see: its own device initialisation, thread
 pools, allocator, tf.function traces, oneDNN and cuDNN caches, random generators; only the
 imported modules come from the server. It runs `python -m MODULE ARGS` (runpy), writing to
@@ -54,7 +55,8 @@ def main(argv: list[str]) -> None:
     for signum, handler in handlers.items():
         if handler is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored, in the children too
             signal.signal(signum, on_stop)
-    importlib.import_module(preload)  # the seconds this process exists to pay once
+    for module in preload.split(","):  # the seconds this process exists to pay once
+        importlib.import_module(module)
     _send(control, READY)
     while state["stop"] is None:
         try:
