@@ -74,7 +74,7 @@ def _probes(tmp_path, tf_train, model: str, batch_size: int, timed: bool = False
                      "schedule": "onecycle", "lr": 0.4, "epochs": 4}),
     # strided and projection shortcuts, BatchNorm after biased convolutions, depthwise
     # convolutions with average pooling: a small batch of full-size images
-    ("resnet18", 8, {"weight_decay": 5e-4}),
+    pytest.param("resnet18", 8, {"weight_decay": 5e-4}, marks=pytest.mark.slow),  # 70 s
     ("vgg11", 8, {"weight_decay": 5e-4}),
     # 153 layers in both frameworks, float64 depthwise convolutions in PyTorch's slow path
     pytest.param("mobilenetv2", 8, {"weight_decay": 5e-4}, marks=pytest.mark.slow),
