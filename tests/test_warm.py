@@ -5,6 +5,7 @@ own would, bit for bit; a child that dies is reported as one would be, and the n
 from __future__ import annotations
 
 import csv
+import os
 import signal
 import zipfile
 from pathlib import Path
@@ -55,6 +56,13 @@ def test_runs_forked_from_one_server_match_fresh_processes_bit_for_bit(tmp_path,
     fresh = [runner.run_framework(configs["fresh", seed], on_line=lambda line: None)
              for seed in (0, 1)]
     assert [o.status for o in forked + fresh] == ["completed"] * 4
+    tick = 2 / os.sysconf("SC_CLK_TCK")  # a process's start, from /proc, is in clock ticks
+    for outcome in forked + fresh:  # where each process's wall time went, in order
+        marks = ("launched", "imported", "data", "built", "ended", "exited")
+        times = [outcome.timing[mark] for mark in marks]
+        assert times == sorted(times), outcome.timing
+        started = outcome.timing["started"]
+        assert times[0] - tick <= started <= times[1], outcome.timing
     for seed in (0, 1):
         a, b = Path(configs["fresh", seed].out), Path(configs["forked", seed].out)
         assert _losses(a) == _losses(b) and len(_losses(a)) == 16

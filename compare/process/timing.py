@@ -26,7 +26,8 @@ def breakdown(outcome: runner.Outcome) -> dict[str, float | None]:
     def between(start: str, end: str) -> float | None:
         return t[end] - t[start] if t.get(start) and t.get(end) else None
 
-    seconds.update({"start": between("launched", "started"),
+    start = between("launched", "started")  # the process's start is in clock ticks (/proc)
+    seconds.update({"start": None if start is None else max(start, 0.0),
                     "import": between("started", "imported"),
                     "data": between("imported", "data"), "build": between("data", "built"),
                     "process": between("launched", "exited")})

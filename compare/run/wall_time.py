@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -36,10 +37,11 @@ def mark(stage: str) -> None:
 
 
 def report() -> None:
-    """Print the marks in one line for the parent (nothing when none was made)."""
-    if _marks:
+    """Print the marks in one line on stderr for the parent, once the process has loaded a
+    run's data (a query such as --env prints only its answer, on stdout)."""
+    if "data" in _marks:
         print(PREFIX + json.dumps({"started": process_start(), "ended": time.time(),
-                                   **_marks}), flush=True)
+                                   **_marks}), file=sys.stderr, flush=True)
 
 
 def parse(line: str) -> dict | None:
