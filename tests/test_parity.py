@@ -75,7 +75,7 @@ def _probes(tmp_path, tf_train, model: str, batch_size: int, timed: bool = False
     # strided and projection shortcuts, BatchNorm after biased convolutions, depthwise
     # convolutions with average pooling: a small batch of full-size images
     pytest.param("resnet18", 8, {"weight_decay": 5e-4}, marks=pytest.mark.slow),  # 70 s
-    ("vgg11", 8, {"weight_decay": 5e-4}),
+    pytest.param("vgg11", 8, {"weight_decay": 5e-4}, marks=pytest.mark.slow),  # 28 s
     # 153 layers in both frameworks, float64 depthwise convolutions in PyTorch's slow path
     pytest.param("mobilenetv2", 8, {"weight_decay": 5e-4}, marks=pytest.mark.slow),
 ])
