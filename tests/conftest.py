@@ -207,6 +207,7 @@ def trainer_for(module, config: RunConfig):
 
 
 def _torch_cuda() -> bool:
+    """Whether PyTorch (imported above, if installed) sees a CUDA GPU."""
     return torch is not None and torch.cuda.is_available()
 
 
@@ -234,7 +235,7 @@ def _machine_has_gpu() -> bool:
     (CUDA_VISIBLE_DEVICES honoured). Called at collection, before any test hides the GPUs,
     so CUDA in this process starts with them visible for the gpu tests."""
     from compare.machine.devices import nvidia_gpus
-    return (torch is not None and torch.cuda.is_available()) or nvidia_gpus() > 0
+    return _torch_cuda() or nvidia_gpus() > 0
 
 
 def hides_gpus(node) -> bool:
