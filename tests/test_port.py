@@ -194,12 +194,39 @@ def test_assemble_turns_adds_into_residual_blocks_and_refuses_other_graphs():
     layers = porting.assemble(nodes)
     assert layers == (specs.Residual("sum", (conv[0], conv[1]), (conv[2],)), relu,
                       specs.Residual("sum2", (conv[3],), ()))
-    with pytest.raises(Refused, match="adds a tensor to itself"):
+    with pytest.raises(Refused, match="merges a tensor with itself"):
         porting.assemble([Node("x", "input"), Node("s", "add", ("x", "x"), where="s"),
                           Node("o", "output", ("s",))])
     with pytest.raises(Refused, match="does not reach the logits"):
         porting.assemble([Node("x", "input"), Node("a", "layer", ("x",), conv[0], "head"),
                           Node("b", "layer", ("x",), conv[1]), Node("o", "output", ("b",))])
+
+
+def test_assemble_reads_concatenations_and_gates_as_merges():
+    """DenseNet's concatenations (each layer reads cat of all before it; the block's output
+    cats them all), a squeeze-and-excitation gate, a GoogLeNet-like four-way concat; paths
+    that meet after parting with a shared layer are refused."""
+    conv = [specs.Conv(f"c{i}", 4, 4, 1) for i in range(6)]
+    gate = specs.Activation("gate", "sigmoid")
+    nodes = [Node("x", "input"), Node("n1", "layer", ("x",), conv[0]),
+             Node("cat1", "concat", ("x", "n1")), Node("n2", "layer", ("cat1",), conv[1]),
+             Node("cat2", "concat", ("x", "n1", "n2")), Node("g", "layer", ("cat2",), gate),
+             Node("se", "multiply", ("cat2", "g")), Node("out", "output", ("se",))]
+    first = specs.Merge("cat1", "concat", ((), (conv[0],)))
+    second = specs.Merge("cat2", "concat", ((), (conv[1],)))
+    assert porting.assemble(nodes) == (first, second,
+                                       specs.Merge("se", "multiply", ((), (gate,))))
+    four = [Node("x", "input"), *(Node(f"b{i}", "layer", ("x",), conv[i]) for i in range(4)),
+            Node("cat", "concat", ("b0", "b1", "b2", "b3")), Node("out", "output", ("cat",))]
+    assert porting.assemble(four) == (
+        specs.Merge("cat", "concat", tuple((conv[i],) for i in range(4))),)
+    shared = [Node("x", "input"), Node("a", "layer", ("x",), conv[0]),
+              Node("b", "layer", ("x",), conv[1]), Node("m", "add", ("a", "b")),
+              Node("c", "layer", ("m",), conv[2]),
+              Node("m2", "concat", ("c", "a"), where="the second concat"),
+              Node("out", "output", ("m2",))]
+    with pytest.raises(Refused, match="the second concat: its inputs share a layer"):
+        porting.assemble(shared)
 
 
 @pytest.mark.parametrize("name", list(networks.MODELS))

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from compare.experiment import specs, stages, weights
+from compare.experiment.specs.pooling import adaptive_bins, pooled_size
 
 
 def _conv(layer: specs.Conv, x, norm: dict):
@@ -25,6 +26,142 @@ def _conv(layer: specs.Conv, x, norm: dict):
                                groups=layer.groups, use_bias=layer.bias, name=layer.name)(x)
 
 
+@keras.saving.register_keras_serializable(package="cnncompare")
+class Formula(keras.layers.Layer):
+    """An activation by the spec's formula name (specs.FORMULAS), in the layer's dtype."""
+
+    def __init__(self, formula: str, alpha: float | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.formula, self.alpha = formula, alpha
+
+    def call(self, x):
+        return ACTIVATIONS[self.formula](x, self.alpha)
+
+    def get_config(self):
+        return {**super().get_config(), "formula": self.formula, "alpha": self.alpha}
+
+
+def _hard_sigmoid(x):
+    return keras.ops.relu6(x + 3.0) / 6.0
+
+
+# Each activation formula (specs.FORMULAS) in keras.ops: (x, alpha) -> output.
+ACTIVATIONS = {
+    "sigmoid": lambda x, alpha: keras.ops.sigmoid(x),
+    "tanh": lambda x, alpha: keras.ops.tanh(x),
+    "silu": lambda x, alpha: keras.ops.silu(x),
+    "gelu": lambda x, alpha: keras.ops.gelu(x, approximate=False),
+    "gelu_tanh": lambda x, alpha: keras.ops.gelu(x, approximate=True),
+    "hard_sigmoid": lambda x, alpha: _hard_sigmoid(x),
+    "hard_sigmoid_0.2": lambda x, alpha: keras.ops.clip(0.2 * x + 0.5, 0.0, 1.0),
+    "hard_swish": lambda x, alpha: x * _hard_sigmoid(x),
+    "leaky_relu": lambda x, alpha: keras.ops.leaky_relu(x, alpha),
+    "elu": lambda x, alpha: keras.ops.elu(x, alpha),
+}
+
+
+@keras.saving.register_keras_serializable(package="cnncompare")
+class TorchPool(keras.layers.Layer):
+    """PyTorch's max or average pooling (specs.MaxPool, AvgPool) where Keras' own differs:
+    a stride other than the window, padding that never wins a max (-inf) and that the mean
+    counts or not (`count_pad`), ceil mode's last partial window (not counted)."""
+
+    def __init__(self, op: str, size: int, stride: int, padding: int, ceil_mode: bool,
+                 count_pad: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.op, self.size, self.stride, self.padding = op, size, stride, padding
+        self.ceil_mode, self.count_pad = ceil_mode, count_pad
+
+    def _extra(self, n: int) -> int:
+        """Pixels past the bottom (right) padding that ceil mode's last window reaches."""
+        out = pooled_size(n, self.size, self.stride, self.padding,
+                                        self.ceil_mode)
+        return max(0, (out - 1) * self.stride + self.size - (n + 2 * self.padding))
+
+    def call(self, x):
+        h, w = int(x.shape[1]), int(x.shape[2])
+        p, (eh, ew) = self.padding, (self._extra(h), self._extra(w))
+        pads = [[0, 0], [p, p + eh], [p, p + ew], [0, 0]]
+        window, strides = (self.size, self.size), (self.stride, self.stride)
+        if self.op == "max":
+            x = keras.ops.pad(x, pads, constant_values=float("-inf"))
+            return keras.ops.max_pool(x, window, strides, "valid")
+        summed = keras.ops.average_pool(keras.ops.pad(x, pads), window, strides, "valid")
+        counted = np.pad(np.ones((1, h, w, 1)), [[0, 0], [p, p], [p, p], [0, 0]],
+                         constant_values=1.0 if self.count_pad else 0.0)
+        counted = np.pad(counted, [[0, 0], [0, eh], [0, ew], [0, 0]])
+        share = keras.ops.average_pool(keras.ops.convert_to_tensor(counted, x.dtype), window,
+                                       strides, "valid")  # counted pixels / window area
+        return summed / share
+
+    def get_config(self):
+        return {**super().get_config(), "op": self.op, "size": self.size,
+                "stride": self.stride, "padding": self.padding, "ceil_mode": self.ceil_mode,
+                "count_pad": self.count_pad}
+
+
+@keras.saving.register_keras_serializable(package="cnncompare")
+class AdaptivePool(keras.layers.Layer):
+    """PyTorch's adaptive average or max pooling to an `output` map (specs.AdaptivePool's
+    bins), rows then columns: a rectangle's mean or max is one of its rows' means or maxes."""
+
+    def __init__(self, op: str, output: tuple[int, int], **kwargs):
+        super().__init__(**kwargs)
+        self.op, self.output_size = op, tuple(output)
+
+    def call(self, x):
+        reduce = keras.ops.mean if self.op == "avg" else keras.ops.max
+        for axis, out in ((1, self.output_size[0]), (2, self.output_size[1])):
+            n = int(x.shape[axis])
+            parts = [reduce(keras.ops.take(x, list(range(start, end)), axis=axis), axis=axis,
+                            keepdims=True)
+                     for start, end in adaptive_bins(n, out)]
+            x = keras.ops.concatenate(parts, axis=axis) if len(parts) > 1 else parts[0]
+        return x
+
+    def get_config(self):
+        return {**super().get_config(), "op": self.op, "output": list(self.output_size)}
+
+
+@keras.saving.register_keras_serializable(package="cnncompare")
+class ChannelScale(keras.layers.Layer):
+    """Each channel times its learned factor `gamma` (a layer scale)."""
+
+    def build(self, input_shape):
+        self.gamma = self.add_weight(shape=(int(input_shape[-1]),), initializer="ones",
+                                     name="gamma")
+
+    def call(self, x):
+        return x * keras.ops.cast(self.gamma, x.dtype)
+
+
+def _pool(layer: specs.MaxPool, x, norm: dict):
+    average = isinstance(layer, specs.AvgPool)
+    if layer.step == layer.size and not layer.padding and not layer.ceil_mode:
+        kind = keras.layers.AveragePooling2D if average else keras.layers.MaxPooling2D
+        return kind(layer.size, name=layer.name)(x)
+    return TorchPool("avg" if average else "max", layer.size, layer.step, layer.padding,
+                     layer.ceil_mode, getattr(layer, "count_pad", True), name=layer.name)(x)
+
+
+def _dropout(layer: specs.Dropout, x, norm: dict):
+    # per sample: one draw for all of a sample's values (stochastic depth)
+    noise = (None, *([1] * (len(x.shape) - 1))) if layer.per_sample else None
+    return keras.layers.Dropout(layer.rate, noise_shape=noise, name=layer.name)(x)
+
+
+def _affine(layer: specs.Affine, x, norm: dict):
+    scale, offset = layer.per_channel(int(x.shape[-1]))
+    return keras.layers.Rescaling(scale.tolist(), offset.tolist(), name=layer.name)(x)
+
+
+def _merge(layer: specs.Merge, x, norm: dict):
+    found = [_build(path, x, norm) for path in layer.branches]
+    kind = {"add": keras.layers.Add, "multiply": keras.layers.Multiply,
+            "concat": lambda name: keras.layers.Concatenate(axis=-1, name=name)}[layer.op]
+    return kind(name=layer.name)(found)
+
+
 def _residual(layer: specs.Residual, x, norm: dict):
     return keras.layers.Add(name=layer.name)([_build(layer.shortcut, x, norm),
                                               _build(layer.layers, x, norm)])
@@ -37,21 +174,31 @@ KERAS_LAYERS = {
     specs.BatchNorm: lambda layer, x, norm: keras.layers.BatchNormalization(
         momentum=1.0 - layer.settings(norm)[0], epsilon=layer.settings(norm)[1],
         name=layer.name)(x),
+    specs.LayerNorm: lambda layer, x, norm: keras.layers.LayerNormalization(
+        axis=-1, epsilon=layer.epsilon, name=layer.name)(x),
     specs.ReLU: lambda layer, x, norm: keras.layers.ReLU(layer.max_value, name=layer.name)(x),
-    specs.MaxPool: lambda layer, x, norm: keras.layers.MaxPooling2D(layer.size,
-                                                                    name=layer.name)(x),
-    specs.AvgPool: lambda layer, x, norm: keras.layers.AveragePooling2D(layer.size,
-                                                                        name=layer.name)(x),
+    specs.Activation: lambda layer, x, norm: Formula(layer.formula, layer.alpha,
+                                                     name=layer.name)(x),
+    specs.MaxPool: _pool,
+    specs.AvgPool: _pool,
+    specs.AdaptivePool: lambda layer, x, norm: AdaptivePool(layer.op, layer.output,
+                                                            name=layer.name)(x),
     specs.GlobalMaxPool: lambda layer, x, norm: keras.layers.GlobalMaxPooling2D(
         keepdims=True, name=layer.name)(x),
     specs.GlobalAvgPool: lambda layer, x, norm: keras.layers.GlobalAveragePooling2D(
         keepdims=True, name=layer.name)(x),
+    specs.ZeroPad: lambda layer, x, norm: keras.layers.ZeroPadding2D(
+        ((layer.top, layer.bottom), (layer.left, layer.right)), name=layer.name)(x),
     specs.Flatten: lambda layer, x, norm: keras.layers.Flatten(name=layer.name)(x),
     specs.Dense: lambda layer, x, norm: keras.layers.Dense(
         layer.out_features, use_bias=layer.bias, name=layer.name)(x),
+    specs.Dropout: _dropout,
     specs.Scale: lambda layer, x, norm: keras.layers.Rescaling(layer.factor,
                                                                name=layer.name)(x),
+    specs.Affine: _affine,
+    specs.ChannelScale: lambda layer, x, norm: ChannelScale(name=layer.name)(x),
     specs.Residual: _residual,
+    specs.Merge: _merge,
 }
 
 
@@ -142,10 +289,16 @@ def _batchnorm_variables(layer: specs.BatchNorm, k, spec: specs.ModelSpec) -> di
         ("running_var", k.moving_variance))}
 
 
+def _norm_variables(layer: specs.LayerNorm, k, spec: specs.ModelSpec) -> dict[str, tuple]:
+    return {"weight": (k.gamma, _same, _same), "bias": (k.beta, _same, _same)}
+
+
 # Each weighted spec kind's Keras variables by part, with their converters from and to the
 # canonical layout: (spec layer, Keras layer, spec) -> {part: (variable, to Keras, back)}.
 KERAS_VARIABLES = {specs.Conv: _conv_variables, specs.Dense: _dense_variables,
-                   specs.BatchNorm: _batchnorm_variables}
+                   specs.BatchNorm: _batchnorm_variables, specs.LayerNorm: _norm_variables,
+                   specs.ChannelScale: lambda layer, k, spec: {
+                       "weight": (k.gamma, _same, _same)}}
 
 
 def _variables(model: keras.Model, spec: specs.ModelSpec) -> dict[str, tuple]:

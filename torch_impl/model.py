@@ -39,6 +39,102 @@ class GlobalAvgPool(nn.Module):
         return torch.mean(x, dim=(2, 3), keepdim=True)
 
 
+class Merge(nn.Module):
+    """Paths from one input combined: summed, concatenated along the channels, or
+    multiplied (a (N, C, 1, 1) gate broadcasts over the map)."""
+
+    def __init__(self, op: str, paths: list[nn.Module]):
+        super().__init__()
+        self.op, self.paths = op, nn.ModuleList(paths)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        found = [path(x) for path in self.paths]
+        if self.op == "concat":
+            return torch.cat(found, dim=1)
+        out = found[0]
+        for other in found[1:]:
+            out = out * other if self.op == "multiply" else out + other
+        return out
+
+
+class ChannelLayerNorm(nn.LayerNorm):
+    """LayerNorm over the channels of an (N, C, H, W) map at each position (or of (N, C))."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            return super().forward(x)
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class ChannelScale(nn.Module):
+    """Each channel times its learned factor."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight.view(-1, *([1] * (x.dim() - 2)))
+
+
+class Affine(nn.Module):
+    """Fixed per-channel x * scale + offset: buffers, not weights, moved with the model."""
+
+    def __init__(self, scale: np.ndarray, offset: np.ndarray):
+        super().__init__()
+        self.register_buffer("scale", torch.from_numpy(scale).float(), persistent=False)
+        self.register_buffer("offset", torch.from_numpy(offset).float(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = (-1, *([1] * (x.dim() - 2)))
+        return x * self.scale.view(shape) + self.offset.view(shape)
+
+
+class HardSigmoid02(nn.Module):
+    """clip(0.2x + 0.5, 0, 1): Keras 2's hard sigmoid."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(0.2 * x + 0.5, 0.0, 1.0)
+
+
+# Each activation formula (specs.FORMULAS) as a torch module: (alpha) -> module.
+ACTIVATIONS = {
+    "sigmoid": lambda alpha: nn.Sigmoid(),
+    "tanh": lambda alpha: nn.Tanh(),
+    "silu": lambda alpha: nn.SiLU(),
+    "gelu": lambda alpha: nn.GELU(),
+    "gelu_tanh": lambda alpha: nn.GELU(approximate="tanh"),
+    "hard_sigmoid": lambda alpha: nn.Hardsigmoid(),
+    "hard_sigmoid_0.2": lambda alpha: HardSigmoid02(),
+    "hard_swish": lambda alpha: nn.Hardswish(),
+    "leaky_relu": lambda alpha: nn.LeakyReLU(alpha),
+    "elu": lambda alpha: nn.ELU(alpha),
+}
+
+
+class SampleDropout(nn.Module):
+    """Dropout of a whole sample's tensor at `rate`, the kept ones scaled by 1 / (1 - rate)
+    (stochastic depth, torchvision.ops.StochasticDepth's "row" mode; torchvision.ops is not
+    imported for it: it pulls in the compiler stack)."""
+
+    def __init__(self, rate: float):
+        super().__init__()
+        self.rate = rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or not self.rate:
+            return x
+        keep = x.new_empty((x.shape[0], *([1] * (x.dim() - 1)))).bernoulli_(1.0 - self.rate)
+        return x * keep / (1.0 - self.rate)
+
+
+def _pool(layer: specs.MaxPool) -> nn.Module:
+    if isinstance(layer, specs.AvgPool):
+        return nn.AvgPool2d(layer.size, layer.step, layer.padding, layer.ceil_mode,
+                            count_include_pad=layer.count_pad)
+    return nn.MaxPool2d(layer.size, layer.step, layer.padding, ceil_mode=layer.ceil_mode)
+
+
 class SpecNet(nn.Module):
     """The spec's layers in order; `named_layers` maps spec names to modules. With
     `placement` (a device per stage, --parallel model) `body` holds one Sequential per stage
@@ -50,6 +146,8 @@ class SpecNet(nn.Module):
         super().__init__()
         self.spec = spec
         self.named_layers: dict[str, nn.Module] = {}
+        self.channels_in = {name: shapes[0][0] for name, shapes in
+                            specs.layer_shapes(spec).items()}  # for the per-channel constants
         self.placement = tuple(placement) if placement and len(placement) > 1 else None
         body = self._build(spec.layers, {"momentum": bn_momentum, "epsilon": bn_epsilon})
         if self.placement is not None:
@@ -95,18 +193,31 @@ TORCH_LAYERS = {
         padding=layer.padding, groups=layer.groups, bias=layer.bias),
     specs.BatchNorm: lambda layer, norm, net: nn.BatchNorm2d(
         layer.channels, momentum=layer.settings(norm)[0], eps=layer.settings(norm)[1]),
+    specs.LayerNorm: lambda layer, norm, net: ChannelLayerNorm(layer.channels, layer.epsilon),
     specs.ReLU: lambda layer, norm, net: (nn.ReLU(inplace=True) if layer.max_value is None
                                           else nn.ReLU6(inplace=True)),
-    specs.MaxPool: lambda layer, norm, net: nn.MaxPool2d(layer.size),
-    specs.AvgPool: lambda layer, norm, net: nn.AvgPool2d(layer.size),
+    specs.Activation: lambda layer, norm, net: ACTIVATIONS[layer.formula](layer.alpha),
+    specs.MaxPool: lambda layer, norm, net: _pool(layer),
+    specs.AvgPool: lambda layer, norm, net: _pool(layer),
+    specs.AdaptivePool: lambda layer, norm, net: (
+        nn.AdaptiveAvgPool2d if layer.op == "avg" else nn.AdaptiveMaxPool2d)(layer.output),
     specs.GlobalMaxPool: lambda layer, norm, net: GlobalMaxPool(),
     specs.GlobalAvgPool: lambda layer, norm, net: GlobalAvgPool(),
+    specs.ZeroPad: lambda layer, norm, net: nn.ZeroPad2d((layer.left, layer.right, layer.top,
+                                                         layer.bottom)),
     specs.Flatten: lambda layer, norm, net: nn.Flatten(),
     specs.Dense: lambda layer, norm, net: nn.Linear(layer.in_features, layer.out_features,
                                                     bias=layer.bias),
+    specs.Dropout: lambda layer, norm, net: (SampleDropout(layer.rate) if layer.per_sample
+                                             else nn.Dropout(layer.rate)),
     specs.Scale: lambda layer, norm, net: Scale(layer.factor),
+    specs.Affine: lambda layer, norm, net: Affine(*layer.per_channel(
+        net.channels_in[layer.name])),
+    specs.ChannelScale: lambda layer, norm, net: ChannelScale(layer.channels),
     specs.Residual: lambda layer, norm, net: Residual(net._build(layer.layers, norm),
                                                       net._build(layer.shortcut, norm)),
+    specs.Merge: lambda layer, norm, net: Merge(layer.op, [net._build(path, norm)
+                                                           for path in layer.branches]),
 }
 
 

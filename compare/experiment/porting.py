@@ -45,8 +45,9 @@ class Reading:
 @dataclass(frozen=True)
 class Node:
     """One tensor of the source's graph. `op`: "input" (the images), "layer" (`layer` of its
-    one input), "same" (its input unchanged: an identity, a dropout of rate 0), "add" (the
-    sum of its two inputs) or "output" (the logits: its one input)."""
+    one input), "same" (its input unchanged: an identity, a dropout of rate 0), one of the
+    merges (specs.MERGES: "add", "concat" along the channels in input order, "multiply")
+    of its inputs, or "output" (the logits: its one input)."""
 
     name: str
     op: str
@@ -55,37 +56,42 @@ class Node:
     where: str = ""  # the source's words for it, for refusals ("layer1.0.conv1 (Conv2d)")
 
 
-def assemble(nodes: list[Node]) -> tuple[specs.LayerSpec, ...]:
+Chain = tuple[specs.LayerSpec, ...]
+
+
+def assemble(nodes: list[Node]) -> Chain:
     """The spec's layers computing the graph's output: each tensor as the chain of layers
-    from the input to it; an add of two chains becomes a Residual of their parts after the
-    longest prefix they share (the longer part the branch, the other the shortcut). Refused
-    where a layer does not reach the output, or an add has nothing to add."""
-    chains: dict[str, tuple[specs.LayerSpec, ...]] = {}
-    output: tuple[specs.LayerSpec, ...] | None = None
+    from the input to it. A merge of chains becomes a block of their parts after the longest
+    prefix they all share: an add of two a Residual (the longer part the branch, the other
+    the shortcut), any other a Merge with its paths in input order. A concatenation that
+    extends an earlier one (DenseNet's: cat(x, a, b) after cat(x, a)) is read as that one
+    concatenated with the rest. Refused where paths meet otherwise, a layer does not reach
+    the output, or a merge has nothing to merge."""
+    chains: dict[str, Chain] = {}
+    concatenations: dict[tuple[str, ...], str] = {}  # inputs -> the concat node of them
+    output: Chain | None = None
     made: list[tuple[specs.LayerSpec, Node]] = []
     for node in nodes:
-        found = [chains[name] for name in node.inputs]
         if node.op == "input":
             chains[node.name] = ()
         elif node.op == "same":
-            chains[node.name] = found[0]
+            chains[node.name] = chains[node.inputs[0]]
         elif node.op == "layer":
-            chains[node.name] = found[0] + (node.layer,)
+            chains[node.name] = chains[node.inputs[0]] + (node.layer,)
             made.append((node.layer, node))
-        elif node.op == "add":
-            first, second = found
-            shared = 0
-            while (shared < min(len(first), len(second))
-                   and first[shared] is second[shared]):
-                shared += 1
-            parts = sorted((first[shared:], second[shared:]), key=len, reverse=True)
-            if not parts[0]:
-                raise Refused(f"{node.where or node.name}: adds a tensor to itself")
-            block = specs.Residual(node.name, parts[0], parts[1])
-            chains[node.name] = first[:shared] + (block,)
-            made.append((block, node))
+        elif node.op in specs.MERGES:
+            inputs = node.inputs
+            if node.op == "concat":
+                concatenations[inputs] = node.name
+                earlier = next((inputs[:n] for n in range(len(inputs) - 1, 1, -1)
+                                if inputs[:n] in concatenations), None)
+                if earlier:
+                    inputs = (concatenations[earlier], *inputs[len(earlier):])
+            block = _merge(node, [chains[name] for name in inputs])
+            chains[node.name] = block[0] + (block[1],)
+            made.append((block[1], node))
         elif node.op == "output":
-            output = found[0]
+            output = chains[node.inputs[0]]
         else:
             raise ValueError(f"{node.name}: unknown op {node.op!r}")
     if output is None:
@@ -94,8 +100,34 @@ def assemble(nodes: list[Node]) -> tuple[specs.LayerSpec, ...]:
     for layer, node in made:
         if id(layer) not in used:
             raise Refused(f"{node.where or node.name}: its output does not reach the logits "
-                          f"(the spec computes one chain of layers and residual adds)")
+                          f"(the spec computes one chain of layers and merges of paths "
+                          f"from one tensor)")
     return output
+
+
+def _merge(node: Node, found: list[Chain]) -> tuple[Chain, specs.LayerSpec]:
+    """(the prefix every chain shares, the block of their parts after it)."""
+    where = node.where or node.name
+    if len(found) < 2:
+        raise Refused(f"{where}: merges {len(found)} tensor; a merge takes two or more")
+    shared = 0
+    while (shared < min(map(len, found))
+           and all(chain[shared] is found[0][shared] for chain in found)):
+        shared += 1
+    parts = [chain[shared:] for chain in found]
+    seen: set[int] = set()
+    for part in parts:
+        ids = {id(layer) for layer in _blocks_and_layers(part)}
+        if ids & seen:
+            raise Refused(f"{where}: its inputs share a layer after they part; the spec's "
+                          f"paths leave one tensor and meet once")
+        seen |= ids
+    if not any(parts):
+        raise Refused(f"{where}: merges a tensor with itself")
+    if node.op == "add" and len(parts) == 2:
+        branch, shortcut = sorted(parts, key=len, reverse=True)
+        return found[0][:shared], specs.Residual(node.name, branch, shortcut)
+    return found[0][:shared], specs.Merge(node.name, node.op, tuple(parts))
 
 
 def _blocks_and_layers(layers: tuple[specs.LayerSpec, ...]) -> Iterator[specs.LayerSpec]:
@@ -162,6 +194,14 @@ def _layer_lines(layers: tuple[specs.LayerSpec, ...], indent: int) -> list[str]:
             if layer.shortcut:
                 lines.append(f"{pad}), shortcut=(")
                 lines += _layer_lines(layer.shortcut, indent + 4)
+            lines.append(f"{pad})),")
+            continue
+        if isinstance(layer, specs.Merge):
+            lines.append(f"{pad}Merge({layer.name!r}, {layer.op!r}, (")
+            for path in layer.branches:
+                lines.append(f"{pad}    (")
+                lines += _layer_lines(path, indent + 8)
+                lines.append(f"{pad}    ),")
             lines.append(f"{pad})),")
             continue
         args = []

@@ -95,7 +95,16 @@ def flatten_input_shape(spec: specs.ModelSpec, dense_name: str) -> tuple[int, in
     """The (C, H, W) map flattened into `dense_name`, or None if it is not after a flatten."""
     layers = list(specs.walk(spec.layers))
     for i, layer in enumerate(layers):
-        if layer.name == dense_name and i > 0 and isinstance(layers[i - 1], specs.Flatten):
-            shape = specs.input_shape_of(spec, layers[i - 1].name)
+        if layer.name != dense_name:
+            continue
+        before = i - 1  # past what acts on each value alone: it keeps the order
+        while before >= 0 and isinstance(layers[before], ELEMENTWISE):
+            before -= 1
+        if before >= 0 and isinstance(layers[before], specs.Flatten):
+            shape = specs.input_shape_of(spec, layers[before].name)
             return shape if len(shape) == 3 and shape[1:] != (1, 1) else None
     return None
+
+
+# Kinds that act on each value alone, so a flatten's order passes through them.
+ELEMENTWISE = (specs.Dropout, specs.ReLU, specs.Activation, specs.Scale)
