@@ -1,16 +1,18 @@
 """docs/commands.md from the command line itself: every command's help and options, and the
-table of the run settings (compare.experiment.settings). `python -m compare.cli.docs`
-rewrites it; tests/test_settings.py fails when the committed page is stale.
+table of the run settings (compare.experiment.settings); and the table of layer kinds in
+docs/models.md from the kinds themselves (compare.experiment.specs.KINDS).
+`python -m compare.cli.docs` rewrites both; tests fail when a committed page is stale.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import click
 
-from compare.experiment import settings
+from compare.experiment import settings, specs
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
 INTRO = """# Commands and options
@@ -44,10 +46,41 @@ def page() -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
+MODELS_PAGE = PAGE.parent / "models.md"
+KINDS_BEGIN = "<!-- the layer kinds: written by python -m compare.cli.docs -->"
+KINDS_END = "<!-- end of the layer kinds -->"
+
+
+def _signature(kind: type) -> str:
+    """`Conv(name, in_channels, ..., padding=0)`: the kind's fields, defaults shown."""
+    found = [field.name if field.default is dataclasses.MISSING
+             else f"{field.name}={field.default!r}" for field in dataclasses.fields(kind)]
+    return f"`{kind.__name__}({', '.join(found)})`"
+
+
+def kinds_table() -> str:
+    """Each layer kind: its signature and the first line of its docstring."""
+    rows = ["| kind | what it is |", "|---|---|"]
+    for kind in specs.KINDS:
+        said = " ".join((kind.__doc__ or "").split("\n\n")[0].split())
+        rows.append(f"| {_signature(kind)} | {said.replace('|', '/')} |")
+    rows += ["", "| `Activation` formula | computes |", "|---|---|"]
+    rows += [f"| `{name}` | {said} |" for name, (said, _) in specs.FORMULAS.items()]
+    return "\n".join(rows)
+
+
+def models_page(text: str) -> str:
+    """docs/models.md `text` with its kinds table rewritten between the markers."""
+    before, rest = text.split(KINDS_BEGIN)
+    after = rest.split(KINDS_END)[1]
+    return f"{before}{KINDS_BEGIN}\n{kinds_table()}\n{KINDS_END}{after}"
+
+
 def main() -> int:
     PAGE.parent.mkdir(exist_ok=True)
     PAGE.write_text(page())
-    print(f"wrote {PAGE}")
+    MODELS_PAGE.write_text(models_page(MODELS_PAGE.read_text()))
+    print(f"wrote {PAGE} and the layer kinds of {MODELS_PAGE}")
     return 0
 
 

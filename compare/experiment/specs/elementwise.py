@@ -29,8 +29,9 @@ class ReLU(LayerSpec):
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    erf = np.vectorize(math.erf, otypes=[np.float64])
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    # 1 + erf(z) as erfc(-z): no cancellation far below 0
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
+    return 0.5 * x * erfc(-x / math.sqrt(2.0))
 
 
 def _relu6(x: np.ndarray) -> np.ndarray:
@@ -60,8 +61,8 @@ NEEDS_ALPHA = ("leaky_relu", "elu")  # formulas whose alpha has no one default
 
 @dataclass(frozen=True)
 class Activation(LayerSpec):
-    """An activation by formula (FORMULAS): sigmoid, tanh, silu, gelu (exact), gelu_tanh,
-    hard_sigmoid, hard_swish, leaky_relu and elu with their `alpha`."""
+    """An activation by the name of its formula (the formulas below); `alpha` for those
+    whose constant differs between libraries (leaky_relu's slope, elu's scale)."""
 
     name: str
     formula: str
