@@ -129,8 +129,9 @@ class AdaptivePool(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="cnncompare")
-class ChannelScale(keras.layers.Layer):
-    """Each channel times its learned factor `gamma` (a layer scale)."""
+class LayerScale(keras.layers.Layer):
+    """Each channel times its learned factor `gamma` (specs.ChannelScale; Keras' ConvNeXt
+    names it a layer scale)."""
 
     def build(self, input_shape):
         self.gamma = self.add_weight(shape=(int(input_shape[-1]),), initializer="ones",
@@ -201,7 +202,7 @@ KERAS_LAYERS = {
     specs.Scale: lambda layer, x, norm: keras.layers.Rescaling(layer.factor,
                                                                name=layer.name)(x),
     specs.Affine: _affine,
-    specs.ChannelScale: lambda layer, x, norm: ChannelScale(name=layer.name)(x),
+    specs.ChannelScale: lambda layer, x, norm: LayerScale(name=layer.name)(x),
     specs.Residual: _residual,
     specs.Merge: _merge,
 }

@@ -81,7 +81,6 @@ class AdaptivePool(LayerSpec):
         return (feature_map(self.name, shape)[0], *self.output)
 
 
-
 @dataclass(frozen=True)
 class GlobalMaxPool(LayerSpec):
     """One value per channel: its map's max."""
