@@ -127,7 +127,7 @@ def test_each_kind_is_the_same_function_in_both_twins(tf_two_cpus, kind):
     """Float32 on the CPU, the shared weights: eval logits within 1e-4 of each other, the loss
     within 1e-5 and every gradient within 1e-3 of its norm (dropout at rate 0: one function,
     not two frameworks' masks; the masks are the last test's)."""
-    spec = porting.without_dropout(_spec(kind))
+    spec = specs.without_dropout(_spec(kind))
     specs.check(spec)
     rng = np.random.default_rng(7)
     images = rng.standard_normal((4, 3, 13, 13)).astype(np.float32)

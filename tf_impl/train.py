@@ -56,7 +56,7 @@ class Trainer:
         keras.utils.set_random_seed(config.seed)
         self.replicas = self.strategy.num_replicas_in_sync
         self.steps_per_call = steps_per_call(config, choice.on_gpu)
-        self.spec = networks.get_spec(config.model, len(dataset.classes))
+        self.spec = networks.run_spec(config, len(dataset.classes))
         self.initial = weights.for_run(self.spec, config)  # None: the framework's own
         with self.strategy.scope():  # build, load and compile inside the scope (Keras guide)
             self.placement = stages.placement(config, choice.names)  # None: not split

@@ -67,7 +67,7 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.replicas = choice.processes
         self.steps_per_call = steps_per_call(config, choice.on_gpu)
-        self.spec = networks.get_spec(config.model, len(dataset.classes))
+        self.spec = networks.run_spec(config, len(dataset.classes))
         self.initial = weights.for_run(self.spec, config)  # None: the framework's own
         # --parallel model: a device per stage (on a CPU the stages share the one device)
         self.placement = stages.placement(config, choice.names)

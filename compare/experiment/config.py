@@ -146,6 +146,9 @@ class RunConfig:
     label_smoothing: float = field(default=0.0, metadata=option(
         "--label-smoothing", "Label smoothing of the cross-entropy.",
         number(0, 1, high_open=True)))
+    dropout: bool = field(default=True, metadata=option(
+        "--dropout/--no-dropout", "Train with the network's dropout layers, each framework "
+        "drawing its own masks (off: every rate 0, as the parity check runs).", flag()))
     bn_momentum: float = 0.1  # PyTorch convention: new = (1 - m) * old + m * batch
     bn_epsilon: float = 1e-5
     augment: bool = field(default=True, metadata=option(

@@ -268,6 +268,13 @@ def get_spec(name: str, num_classes: int = 10) -> ModelSpec:
                      f"FILE.py[:NAME] or package.module:NAME")
 
 
+def run_spec(config: Any, num_classes: int = 10) -> ModelSpec:
+    """The network a run trains (RunConfig `config`): its --model, with every dropout rate 0
+    under --no-dropout (the parity check's probes)."""
+    spec = get_spec(config.model, num_classes)
+    return spec if config.dropout else specs.without_dropout(spec)
+
+
 def batchnorm_settings(spec: specs.ModelSpec, momentum: float, epsilon: float) -> dict:
     """What the network's BatchNorm layers use, given the run's `momentum` (PyTorch's
     convention) and `epsilon`: {"momentum", "epsilon", "set_by"}, where set_by says whether

@@ -94,17 +94,20 @@ def probe_config(config: RunConfig, compute: str = precision.PROBE_ONLY) -> RunC
     """The run's config as the gate's probe runs it: float64 (`compute` fp32: the fallback)
     on the CPU, TF32 off, one replica (its stages share the CPU under --parallel model),
     whole batches (micro-batches change BatchNorm's batch statistics), no compiler, shared
-    initial weights, the naive pipeline."""
+    initial weights, the naive pipeline, dropout off (one function, not two frameworks'
+    random masks)."""
     return config.replace(precision=compute, device="cpu", devices=_probe_devices(config),
                           tf32=False, compile=False, cuda_graphs=False, shared_init=True,
-                          micro_batches=1, pipeline=PipelineConfig.preset("naive"))
+                          micro_batches=1, pipeline=PipelineConfig.preset("naive"),
+                          dropout=False)
 
 
 def timed_config(config: RunConfig) -> RunConfig:
     """The run's config as the timed comparison runs it (precision, TF32, compiler), probed
-    in one process on one replica with the shared initial weights and the naive pipeline."""
+    in one process on one replica with the shared initial weights and the naive pipeline,
+    dropout off."""
     return config.replace(devices=_probe_devices(config), shared_init=True, micro_batches=1,
-                          pipeline=PipelineConfig.preset("naive"))
+                          pipeline=PipelineConfig.preset("naive"), dropout=False)
 
 
 def _probe_devices(config: RunConfig) -> int:

@@ -215,22 +215,7 @@ def _layer_lines(layers: tuple[specs.LayerSpec, ...], indent: int) -> list[str]:
     return lines
 
 
-def without_dropout(spec: specs.ModelSpec) -> specs.ModelSpec:
-    """`spec` with every Dropout's rate 0: the proof's training step compares one function,
-    not two frameworks' random masks (port.json says so)."""
-    def off(layers: tuple[specs.LayerSpec, ...]) -> tuple[specs.LayerSpec, ...]:
-        found = []
-        for layer in layers:
-            if isinstance(layer, specs.Dropout):
-                layer = dataclasses.replace(layer, rate=0.0)
-            elif isinstance(layer, specs.Residual):
-                layer = dataclasses.replace(layer, layers=off(layer.layers),
-                                            shortcut=off(layer.shortcut))
-            elif isinstance(layer, specs.Merge):
-                layer = dataclasses.replace(layer, branches=tuple(map(off, layer.branches)))
-            found.append(layer)
-        return tuple(found)
-    return dataclasses.replace(spec, layers=off(spec.layers))
+without_dropout = specs.without_dropout  # the twin's proof runs with dropout off
 
 
 def dropout_rates(spec: specs.ModelSpec) -> dict[str, float]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compare.experiment import networks, plan, stages, weights
+from compare.experiment import networks, plan, specs, stages, weights
 from compare.experiment.config import (
     RunConfig,
     stage_count,
@@ -55,6 +55,8 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
                         "as_set": own.pop("bn_momentum_as_set"),
                         "set_by": batchnorm["set_by"]},
         "bn_epsilon": batchnorm["epsilon"],
+        # the network's dropout and stochastic depth (--no-dropout: none)
+        "dropout": specs.dropout_text(spec or networks.run_spec(config)),
         "bn_running_variance": own.pop("bn_running_variance"),
         "bn_statistics": "per replica" if replicas > 1 else "single replica",
         "update_rule": update_rule(config),

@@ -87,7 +87,7 @@ def twin(impl: ModuleType, staging: Path) -> None:
     images, labels = porting.proof_batch(spec.input_shape, spec.num_classes)
     builds = impl.framework_model
     # in float64, as the source's outputs; dropout off, as the source's is in the proof
-    model = impl.build_twin(porting.without_dropout(spec))
+    model = impl.build_twin(specs.without_dropout(spec))
     builds.load_weights(model, weights, spec)
     logits, loss, grads = impl.outputs(model, images, labels)
     outputs = {"logits": logits, "loss": loss, **{

@@ -10,6 +10,7 @@ one builder per kind (tf_impl/model.py, torch_impl/model.py) and one reader per 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -193,3 +194,37 @@ def describe(spec: ModelSpec) -> dict:
             "num_classes": spec.num_classes,
             "parameters": parameter_count(spec), "forward_flops_per_image": forward_flops(spec),
             "train_flops_per_image": train_flops(spec), "flops_by_kind": flops_by_kind(spec)}
+
+
+def without_dropout(spec: ModelSpec) -> ModelSpec:
+    """`spec` with every Dropout's rate 0 (--no-dropout, the parity check's and the port's
+    proofs: one function, not two frameworks' random masks)."""
+    def off(layers: tuple[Layer, ...]) -> tuple[Layer, ...]:
+        found = []
+        for layer in layers:
+            if isinstance(layer, Dropout):
+                layer = dataclasses.replace(layer, rate=0.0)
+            elif isinstance(layer, Residual):
+                layer = dataclasses.replace(layer, layers=off(layer.layers),
+                                            shortcut=off(layer.shortcut))
+            elif isinstance(layer, Merge):
+                layer = dataclasses.replace(layer, branches=tuple(map(off, layer.branches)))
+            found.append(layer)
+        return tuple(found)
+    return dataclasses.replace(spec, layers=off(spec.layers))
+
+
+def dropout_text(spec: ModelSpec) -> str:
+    """The network's dropout in words, for the fairness manifest: none, or the rates and
+    layers, each framework drawing its own masks."""
+    found = [layer for layer in walk(spec.layers) if isinstance(layer, Dropout) and layer.rate]
+    if not found:
+        return "none"
+    kinds = []
+    for per_sample, what in ((False, "dropout"), (True, "stochastic depth")):
+        rates = sorted({layer.rate for layer in found if layer.per_sample == per_sample})
+        count = sum(layer.per_sample == per_sample for layer in found)
+        if count:
+            kinds.append(f"{what} at {count} layer{'s' if count > 1 else ''}, rate "
+                         f"{rates[0]:g}" + (f" to {rates[-1]:g}" if len(rates) > 1 else ""))
+    return "; ".join(kinds) + "; each framework draws its own random masks"
