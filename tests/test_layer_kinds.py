@@ -188,3 +188,28 @@ def test_dropout_drops_in_training_only_in_both_twins(tf_two_cpus):
         assert np.array_equal(built.eval()(torch.from_numpy(ones)).numpy(), ones)
         assert np.array_equal(np.asarray(model(ones.transpose(0, 2, 3, 1), training=False)),
                               ones.transpose(0, 2, 3, 1))
+
+
+def test_no_dropout_zeroes_every_rate_and_the_manifest_says_which_dropout_ran(tmp_path):
+    """--no-dropout (and the parity probes) train the network with every rate 0, blocks'
+    paths included; the fairness manifest's line names the rates and whose masks."""
+    from compare.experiment import networks
+    from compare.experiment.config import RunConfig, recipe_config
+    from compare.experiment.parity import probe_config
+    spec = _spec(S.Dropout)
+    path = tmp_path / "net.py"
+    path.write_text(porting.spec_source(specs.ModelSpec(
+        "drops", spec.input_shape, 10, spec.layers[:1] + (
+            S.Merge("m", "add", ((S.Dropout("inner", 0.3),), (S.Dropout("path", 0.1, True),))),
+            *spec.layers[1:])), "dropout in blocks"))
+    config = RunConfig(model=str(path))
+    trained = networks.run_spec(config)
+    assert porting.dropout_rates(trained) == {"inner": 0.3, "path": 0.1, "drop": 0.5,
+                                              "depth": 0.5}
+    assert specs.dropout_text(trained) == (
+        "dropout at 2 layers, rate 0.3 to 0.5; stochastic depth at 2 layers, rate 0.1 to 0.5; "
+        "each framework draws its own random masks")
+    for off in (config.replace(dropout=False), probe_config(config)):
+        assert set(porting.dropout_rates(networks.run_spec(off)).values()) == {0.0}
+        assert specs.dropout_text(networks.run_spec(off)) == "none"
+    assert specs.dropout_text(networks.run_spec(recipe_config("resnet9"))) == "none"
