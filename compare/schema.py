@@ -158,6 +158,7 @@ class PortRecord(TypedDict):
     spec: dict  # file, name, input_shape, num_classes, parameters, layers (spec layer count)
     weights: dict  # file, sha256, tensors
     proof: dict  # passed, figures, tolerances, per-layer gradient differences, method
+    dropout: dict  # rates: each Dropout layer's rate as read; proof: how the proof ran them
     compare_command: str  # the comparison of the two from the source's weights
     created_at: str
 

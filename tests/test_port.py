@@ -118,16 +118,15 @@ def test_a_keras_model_ports_to_pytorch_with_its_weights_and_proof(tmp_path, bui
 
 
 @pytest.mark.parametrize("args, said", [
-    (["torch", f"{TORCH_MODELS}:WithSigmoid"], "layer 'gate' (Sigmoid): Sigmoid is not a spec "
-                                               "layer kind"),
-    (["torch", f"{TORCH_MODELS}:WithConcat"], "cat in forward (node 'cat'): the spec cannot "
-                                              "express it"),
-    (["torch", f"{TORCH_MODELS}:WithDropout"], "layer 'drop' (Dropout): dropout (p=0.5)"),
-    (["torch", f"{TORCH_MODELS}:WithOverlappingPool"], "layer 'pool' (MaxPool2d): the spec "
-                                                       "pools size x size windows"),
-    (["torch", f"{TORCH_MODELS}:WithFullFlatten"], "reshapes to (-1,); the spec flattens all "
-                                                   "but the batch"),
-    (["torch", f"{TORCH_MODELS}:NoSuchNet"], "has no nn.Module class NoSuchNet"),
+    (["torch", f"{TORCH_MODELS}:WithPReLU"], "layer 'gate' (PReLU): PReLU is not a spec "
+                                             "layer kind"),
+    (["torch", f"{TORCH_MODELS}:WithChunk"], "chunk in WithChunk.forward (node 'chunk'): the "
+                                             "spec cannot express it"),
+    (["torch", f"{TORCH_MODELS}:WithFunctionalDropout"], "dropout as a function (p=0.5)"),
+    (["torch", f"{TORCH_MODELS}:WithDilatedPool"], "layer 'pool' (MaxPool2d): dilated pooling"),
+    (["torch", f"{TORCH_MODELS}:WithFullFlatten"], "reshapes to a 1-dimensional tensor; "
+                                                   "the spec flattens all but the batch"),
+    (["torch", f"{TORCH_MODELS}:NoSuchNet"], "has no nn.Module class or function NoSuchNet"),
     (["torch", f"{TORCH_MODELS}:ResidualNet", "--kwargs", '{"depth": 3}'],
      "ResidualNet(**{\"depth\": 3}) did not build: TypeError"),
 ])

@@ -1,7 +1,7 @@
 """`cnncompare port`, PyTorch's side: read an nn.Module through torch.fx into the spec's layer
 kinds, and give a model's logits, loss and gradients on the proof batch.
 
-    python -m torch_impl.port read FILE.py:CLASS --dir STAGING   (started by `cnncompare port`)
+    python -m torch_impl.port read FILE.py:NAME --dir STAGING   (started by `cnncompare port`)
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import operator
 import sys
 from pathlib import Path
 
@@ -26,257 +25,191 @@ from torch import nn  # noqa: E402
 from compare.experiment import porting, specs  # noqa: E402
 from compare.experiment.porting import Node, Refused  # noqa: E402
 from torch_impl import model as framework_model  # noqa: E402 - the protocol's too
+from torch_impl import port_kinds as kinds  # noqa: E402
 
 FRAMEWORK = "torch"
-SOURCE_KIND = "a PyTorch nn.Module class in FILE.py:CLASS"
+SOURCE_KIND = ("an nn.Module: FILE.py:NAME or package.module:NAME, a module class or a "
+               "function returning a module")
 
 
 def load(reference: str, kwargs: dict) -> nn.Module:
-    """The module class FILE.py:CLASS built with `kwargs`, or Refused in one line."""
+    """The module that FILE.py:NAME or package.module:NAME builds with `kwargs` (NAME a module
+    class or a function returning a module, torchvision.models:resnet18), or Refused in one
+    line."""
     where, _, name = reference.rpartition(":")
-    if not where.endswith(".py") or not name.isidentifier():
-        raise Refused(f"{reference}: name a module class as FILE.py:CLASS")
-    path = Path(where).expanduser().resolve()
-    if not path.is_file():
-        raise Refused(f"{where}: no such file")
+    if not name.isidentifier() or not (
+            where.endswith(".py") or all(part.isidentifier() for part in where.split("."))):
+        raise Refused(f"{reference}: name a module class or function as FILE.py:NAME or "
+                      f"package.module:NAME")
     try:
-        loader = importlib.util.spec_from_file_location(f"cnncompare_port_{path.stem}", path)
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[loader.name] = module  # torch.fx and dataclasses look classes up here
-        loader.loader.exec_module(module)
+        if where.endswith(".py"):
+            path = Path(where).expanduser().resolve()
+            if not path.is_file():
+                raise Refused(f"{where}: no such file")
+            loader = importlib.util.spec_from_file_location(f"cnncompare_port_{path.stem}",
+                                                            path)
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[loader.name] = module  # torch.fx and dataclasses look classes up here
+            loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except Refused:
+        raise
     except Exception as exc:  # noqa: BLE001 - the user's code: any failure is one line
         raise Refused(f"{where} did not load: {type(exc).__name__}: {exc}") from None
     found = getattr(module, name, None)
-    if not (isinstance(found, type) and issubclass(found, nn.Module)):
-        raise Refused(f"{where} has no nn.Module class {name}")
+    if not (isinstance(found, type) and issubclass(found, nn.Module)
+            or callable(found) and not isinstance(found, type)):
+        raise Refused(f"{where} has no nn.Module class or function {name}")
     try:
-        return found(**kwargs)
+        built = found(**kwargs)
     except Exception as exc:  # noqa: BLE001 - the user's code
         raise Refused(f"{name}(**{json.dumps(kwargs)}) did not build: "
                       f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(built, nn.Module):
+        raise Refused(f"{name}(**{json.dumps(kwargs)}) gives a {type(built).__name__}, not an "
+                      f"nn.Module")
+    return built
 
 
-def _conv(m: nn.Conv2d, name: str, where: str) -> specs.Conv:
-    kernel = porting.square(m.kernel_size, "kernel", where)
-    stride = porting.square(m.stride, "stride", where)
-    if porting.square(m.dilation, "dilation", where) != 1 or m.padding_mode != "zeros":
-        raise Refused(f"{where}: dilated or {m.padding_mode}-padded convolutions are not "
-                      f"in the spec")
-    if m.padding == "same":
-        if stride != 1 or kernel % 2 == 0:
-            raise Refused(f"{where}: padding 'same' with an even kernel pads unevenly")
-        padding = kernel // 2
-    else:
-        padding = 0 if m.padding == "valid" else porting.square(m.padding, "padding", where)
-    return specs.Conv(name, m.in_channels, m.out_channels, kernel, padding, m.bias is not None,
-                      stride, m.groups)
+class _Tracer(torch.fx.Tracer):
+    """torch.fx's tracer, calling every module kind the reader knows as one node (torch.nn's
+    own, torchvision's and torch_impl/model.py's), tracing into the rest (containers)."""
+
+    def is_leaf_module(self, m: nn.Module, qualified_name: str) -> bool:
+        return kinds.kind_of(m) is not None or super().is_leaf_module(m, qualified_name)
 
 
-def _batchnorm(m: nn.BatchNorm2d, name: str, where: str) -> specs.BatchNorm:
-    if not (m.affine and m.track_running_stats) or m.momentum is None:
-        raise Refused(f"{where}: BatchNorm without scale and shift, running statistics or "
-                      f"a momentum is not in the spec")
-    return specs.BatchNorm(name, m.num_features, epsilon=float(m.eps),
-                           momentum=float(m.momentum))
+def _is_size(node: torch.fx.Node, sizes: set[str]) -> bool:
+    """A node computing a size for a reshape (x.size(0), x.shape[0], n // 2), not a tensor."""
+    if node.op == "call_method" and node.target in ("size", "dim"):
+        return True
+    if node.op == "call_function" and node.target is getattr:
+        return node.args[1] in ("shape", "ndim")
+    found = [a for a in _flat(node) if isinstance(a, torch.fx.Node)]
+    return node.op in ("call_function", "call_method") and bool(found) and all(
+        a.name in sizes for a in found)
 
 
-def _pool(kind: type, kernel, stride, padding, where: str, name: str,
-          ceil_mode: bool = False, dilation=1) -> specs.MaxPool:
-    size = porting.square(kernel, "window", where)
-    if (porting.square(stride if stride not in (None, ()) else kernel, "stride", where) != size
-            or porting.square(padding, "padding", where) or ceil_mode
-            or porting.square(dilation, "dilation", where) != 1):
-        raise Refused(f"{where}: the spec pools size x size windows at stride size, unpadded "
-                      f"(here window {kernel}, stride {stride}, padding {padding})")
-    return kind(name, size)
+def _flat(node: torch.fx.Node) -> list:
+    """The node's arguments in order, lists and tuples among them (torch.cat's) opened."""
+    found = []
+    for a in (*node.args, *node.kwargs.values()):
+        found += list(a) if isinstance(a, (list, tuple)) else [a]
+    return found
 
 
-def _global(kind: type, output_size, where: str, name: str) -> specs.LayerSpec:
-    if porting.square(output_size, "output size", where) != 1:
-        raise Refused(f"{where}: adaptive pooling to {output_size} is not in the spec "
-                      f"(to 1: global pooling)")
-    return kind(name)
-
-
-def _linear(m: nn.Linear, name: str, where: str) -> specs.Dense:
-    return specs.Dense(name, m.in_features, m.out_features, m.bias is not None)
-
-
-def _dropout(rate: float, where: str) -> None:
-    if rate:
-        raise Refused(f"{where}: dropout (p={rate}) changes training; the spec has none "
-                      f"(remove it, or set p=0, to port)")
-    return None  # the identity
-
-
-def _flatten(start: int, end: int, where: str, name: str) -> specs.Flatten:
-    if start != 1 or end != -1:
-        raise Refused(f"{where}: flattens dimensions {start}..{end}; the spec flattens all "
-                      f"but the batch")
-    return specs.Flatten(name)
-
-
-# Each module kind the spec expresses: (module, spec name, where) -> spec layer, or None for
-# the identity. Weighted kinds are the ones with parameters.
-MODULES = {
-    nn.Conv2d: _conv,
-    nn.BatchNorm2d: _batchnorm,
-    nn.ReLU: lambda m, name, where: specs.ReLU(name),
-    nn.ReLU6: lambda m, name, where: specs.ReLU(name, 6.0),
-    nn.MaxPool2d: lambda m, name, where: _pool(specs.MaxPool, m.kernel_size, m.stride,
-                                               m.padding, where, name, m.ceil_mode,
-                                               m.dilation),
-    nn.AvgPool2d: lambda m, name, where: _pool(specs.AvgPool, m.kernel_size, m.stride,
-                                               m.padding, where, name, m.ceil_mode),
-    nn.AdaptiveAvgPool2d: lambda m, name, where: _global(specs.GlobalAvgPool, m.output_size,
-                                                         where, name),
-    nn.AdaptiveMaxPool2d: lambda m, name, where: _global(specs.GlobalMaxPool, m.output_size,
-                                                         where, name),
-    nn.Flatten: lambda m, name, where: _flatten(m.start_dim, m.end_dim, where, name),
-    nn.Linear: _linear,
-    nn.Identity: lambda m, name, where: None,
-    nn.Dropout: lambda m, name, where: _dropout(m.p, where),
-}
-
-
-def _arg(node: torch.fx.Node, index: int, key: str, default=None):
-    return node.args[index] if len(node.args) > index else node.kwargs.get(key, default)
-
-
-# Each function or tensor method the spec expresses: (fx node, spec name, where) -> spec
-# layer, None for the identity, or "add".
-FUNCTIONS = {
-    F.relu: lambda n, name, where: specs.ReLU(name),
-    torch.relu: lambda n, name, where: specs.ReLU(name),
-    "relu": lambda n, name, where: specs.ReLU(name),
-    "relu_": lambda n, name, where: specs.ReLU(name),
-    F.relu6: lambda n, name, where: specs.ReLU(name, 6.0),
-    F.max_pool2d: lambda n, name, where: _pool(
-        specs.MaxPool, _arg(n, 1, "kernel_size"), _arg(n, 2, "stride"), _arg(n, 3, "padding", 0),
-        where, name, _arg(n, 5, "ceil_mode", False), _arg(n, 4, "dilation", 1)),
-    F.avg_pool2d: lambda n, name, where: _pool(
-        specs.AvgPool, _arg(n, 1, "kernel_size"), _arg(n, 2, "stride"), _arg(n, 3, "padding", 0),
-        where, name, _arg(n, 4, "ceil_mode", False)),
-    F.adaptive_avg_pool2d: lambda n, name, where: _global(
-        specs.GlobalAvgPool, _arg(n, 1, "output_size"), where, name),
-    F.adaptive_max_pool2d: lambda n, name, where: _global(
-        specs.GlobalMaxPool, _arg(n, 1, "output_size"), where, name),
-    torch.flatten: lambda n, name, where: _flatten(_arg(n, 1, "start_dim", 0),
-                                                   _arg(n, 2, "end_dim", -1), where, name),
-    "flatten": lambda n, name, where: _flatten(_arg(n, 1, "start_dim", 0),
-                                               _arg(n, 2, "end_dim", -1), where, name),
-    "view": lambda n, name, where: _reshape(n, name, where),
-    "reshape": lambda n, name, where: _reshape(n, name, where),
-    torch.reshape: lambda n, name, where: _reshape(n, name, where),
-    "contiguous": lambda n, name, where: None,
-    operator.add: lambda n, name, where: "add",
-    operator.iadd: lambda n, name, where: "add",
-    torch.add: lambda n, name, where: "add",
-    "add": lambda n, name, where: "add",
-    "add_": lambda n, name, where: "add",
-    F.dropout: lambda n, name, where: _dropout(
-        _arg(n, 1, "p", 0.5) if _arg(n, 2, "training", True) else 0.0, where),
-}
-
-
-def _reshape(node: torch.fx.Node, name: str, where: str) -> specs.Flatten:
-    """x.view(x.size(0), -1), x.view(-1, N) and the like: a flatten of all but the batch (a
-    wrong N shows as the next layer's misfit)."""
-    sizes = node.args[1:] or (node.kwargs.get("shape", ()),)
-    shape = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) \
-        else tuple(sizes)
-    if len(shape) != 2 or -1 not in shape:
-        raise Refused(f"{where}: reshapes to {shape}; the spec flattens all but the batch "
-                      f"(x.view(x.size(0), -1))")
-    return specs.Flatten(name)
-
-
-def _is_size(node: torch.fx.Node) -> bool:
-    """A node computing a size for a reshape (x.size(0), x.shape[0]), not a tensor."""
-    return ((node.op == "call_method" and node.target == "size")
-            or (node.op == "call_function" and node.target in (getattr, operator.getitem)))
-
-
-def _tensor_inputs(node: torch.fx.Node) -> list[torch.fx.Node]:
-    return [a for a in (*node.args, *node.kwargs.values())
-            if isinstance(a, torch.fx.Node) and not _is_size(a)]
+def _where(node: torch.fx.Node, model: nn.Module) -> str:
+    """The source's words for a function node: what it calls and in which module."""
+    label = getattr(node.target, "__name__", str(node.target))
+    stack = list(node.meta.get("nn_module_stack", {}).values())
+    inside = (f"{stack[-1][0]} ({getattr(stack[-1][1], '__name__', stack[-1][1])})" if stack
+              else f"{type(model).__name__}.forward")
+    return f"{label} in {inside} (node {node.name!r})"
 
 
 def _graph(model: nn.Module) -> tuple[list[Node], dict[str, str]]:
-    """The traced graph as porting Nodes, and each weighted spec layer's module path."""
+    """The traced graph as porting Nodes, and each weighted spec layer's source: its module
+    path, or the path of the parameter forward reads."""
     try:
-        traced = torch.fx.symbolic_trace(model)
+        graph = _Tracer().trace(model)
     except Exception as exc:  # noqa: BLE001 - data-dependent forwards cannot be traced
         raise Refused(f"torch.fx cannot trace {type(model).__name__}.forward: "
                       f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
-    modules = dict(traced.named_modules())
-    nodes, sources, called = [], {}, set()
-    for n in traced.graph.nodes:
-        inputs = tuple(a.name for a in _tensor_inputs(n))
+    modules = dict(model.named_modules())
+    nodes, sources, called, sizes = [], {}, set(), set()
+    layouts: dict[str, str] = {}  # each tensor's (kinds.CHANNELS_FIRST...)
+    for n in graph.nodes:
         if n.op == "placeholder":
             nodes.append(Node(n.name, "input"))
+            layouts[n.name] = kinds.CHANNELS_FIRST
             continue
+        if n.op == "get_attr":
+            continue  # a tensor forward reads: the node using it says what it is
         if n.op == "output":
             if not isinstance(n.args[0], torch.fx.Node):
                 raise Refused(f"{type(model).__name__}.forward returns "
                               f"{type(n.args[0]).__name__}, not one tensor of logits")
             nodes.append(Node(n.name, "output", (n.args[0].name,)))
             continue
-        if _is_size(n):
-            continue  # a size for a reshape
-        if n.op == "get_attr":
-            raise Refused(f"node {n.name!r}: forward reads the tensor self.{n.target} "
-                          f"directly; the spec's weights belong to layers")
+        if _is_size(n, sizes):
+            sizes.add(n.name)
+            continue
+        found = [a for a in _flat(n) if isinstance(a, torch.fx.Node) and a.name not in sizes]
+        inputs = tuple(a.name for a in found if a.op != "get_attr")
+        read = [a.target for a in found if a.op == "get_attr"]
         if n.op == "call_module":
             module = modules[n.target]
             where = f"layer {n.target!r} ({type(module).__name__})"
-            build = MODULES.get(type(module))
+            build = kinds.MODULES.get(kinds.kind_of(module))
             if build is None:
                 raise Refused(f"{where}: {type(module).__name__} is not a spec layer kind "
-                              f"(supported: {', '.join(k.__name__ for k in MODULES)})")
+                              f"(supported: {kinds.supported(kinds.MODULES)})")
             if any(True for _ in module.parameters(recurse=False)):
-                if n.target in called:
-                    raise Refused(f"{where} is called twice: each spec layer has its own "
-                                  f"weights")
-                called.add(n.target)
-                sources[n.name] = n.target
-            layer = build(module, n.name, where)
+                read = [n.target]
         else:
-            label = getattr(n.target, "__name__", str(n.target))
-            where = f"{label} in forward (node {n.name!r})"
-            build = FUNCTIONS.get(n.target)
+            where = _where(n, model)
+            build = kinds.FUNCTIONS.get(n.target)
             if build is None:
                 raise Refused(f"{where}: the spec cannot express it (supported in forward: "
-                              f"relu, relu6, max/avg/adaptive pooling, flatten, view(n, -1), "
-                              f"residual +)")
-            layer = build(n, n.name, where)
-        if layer == "add":
-            if len(inputs) != 2:
-                raise Refused(f"{where}: adds {len(inputs)} tensors; a residual adds two")
-            nodes.append(Node(n.name, "add", inputs, where=where))
-        elif layer is None:
+                              f"{kinds.supported(kinds.FUNCTIONS)})")
+        if len({layouts[name] for name in inputs}) > 1:
+            raise Refused(f"{where}: combines channels-first and channels-last tensors")
+        at = kinds.Site(n.name, where, layouts[inputs[0]] if inputs else kinds.CHANNELS_FIRST,
+                        model)
+        layer = build(module if n.op == "call_module" else n, at)
+        if read:
+            if not isinstance(layer, specs.LayerSpec) or not layer.parameter_shapes():
+                raise Refused(f"{where}: forward reads the tensor self.{read[0]} directly; "
+                              f"the spec's weights belong to layers (a per-channel factor "
+                              f"times the map reads as a ChannelScale)")
+            if read[0] in called:
+                raise Refused(f"{where} is called twice: each spec layer has its own weights")
+            called.add(read[0])
+            sources[n.name] = read[0]
+        layouts[n.name] = at.layout
+        if layer in specs.MERGES:
+            if len(inputs) < 2 or (layer != "concat" and len(inputs) != 2):
+                raise Refused(f"{where}: takes {len(inputs)} tensors; a merge here takes two")
+            nodes.append(Node(n.name, layer, inputs, where=where))
+        elif layer is None or isinstance(layer, kinds.Relayout):
             nodes.append(Node(n.name, "same", inputs[:1], where=where))
+            layouts[n.name] = layer.layout if layer else at.layout
         else:
             if len(inputs) != 1:
                 raise Refused(f"{where}: takes {len(inputs)} tensors; spec layers take one")
-            nodes.append(Node(n.name, "layer", inputs, layer, where))
+            chain = layer if isinstance(layer, tuple) else (layer,)
+            names = [*(f"{n.name}.{i}" for i in range(len(chain) - 1)), n.name]
+            for before, part, name in zip((inputs[0], *names), chain, names):
+                nodes.append(Node(name, "layer", (before,), part, where))
+            if isinstance(chain[-1], specs.Flatten):
+                layouts[n.name] = kinds.VECTOR
     return nodes, sources
+
+
+def _path(model: nn.Module, source: str, part: str) -> str:
+    """The named parameter (or buffer) holding a spec layer's `part`: `source` is a module's
+    path, or a parameter's that forward reads itself."""
+    return f"{source}.{part}" if source in dict(model.named_modules()) else source
 
 
 def read(model: nn.Module, input_shape: tuple[int, int, int] | None,
          name: str) -> porting.Reading:
     """`model` as a spec named `name` (input `input_shape`, (C, H, W); CIFAR-10's when None)
-    with its weights in the canonical layout (PyTorch's own), checked by the spec's shapes."""
+    with its weights in the canonical layout (PyTorch's own, reshaped where the spec's kind
+    holds them so: a Linear read as a 1x1 convolution, a (C, 1, 1) layer scale as (C,)),
+    checked by the spec's shapes."""
     nodes, sources = _graph(model)
     layers = porting.assemble(nodes)
     shape = tuple(input_shape or (3, 32, 32))
     spec = porting.spec_of(name, shape, layers, type(model).__name__)
-    modules = dict(model.named_modules())
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     weights = {}
     for layer in specs.walk(spec.layers):
-        for part in layer.parameter_shapes():
-            value = getattr(modules[sources[layer.name]], part)
-            weights[f"{layer.name}.{part}"] = value.detach().float().cpu().numpy().copy()
+        for part, wanted in layer.parameter_shapes().items():
+            value = tensors[_path(model, sources[layer.name], part)]
+            weights[f"{layer.name}.{part}"] = (value.detach().float().cpu().numpy()
+                                               .reshape(wanted).copy())
     return porting.Reading(spec, weights, framework_model.count_parameters(model), sources)
 
 
@@ -295,16 +228,31 @@ def outputs(model: nn.Module, images: np.ndarray,
             {name: p.grad for name, p in model.named_parameters() if p.grad is not None})
 
 
+def _without_dropout(model: nn.Module) -> nn.Module:
+    """`model` with every dropout the reader reads at rate 0, as the twin's in the proof
+    (porting.without_dropout): one function compared, not two frameworks' random masks."""
+    for module in model.modules():
+        kind = kinds.kind_of(module)
+        if kind in (nn.Dropout, kinds.STOCHASTIC_DEPTH):
+            module.p = 0.0
+        elif kind is framework_model.SampleDropout:
+            module.rate = 0.0
+    return model
+
+
 def source_outputs(model: nn.Module, reading: porting.Reading, images: np.ndarray,
                    labels: np.ndarray) -> dict[str, np.ndarray]:
-    """`outputs` of the source (a copy: the step moves BatchNorm's statistics), gradients in
-    the canonical layout: PyTorch's own, renamed from module paths to spec names."""
-    logits, loss, grads = outputs(copy.deepcopy(model).cpu(), images, labels)
+    """`outputs` of the source (a copy: the step moves BatchNorm's statistics), dropout off,
+    gradients in the canonical layout: PyTorch's own, renamed from parameter paths to spec
+    names and reshaped as `read` reshapes the weights."""
+    source = _without_dropout(copy.deepcopy(model).cpu())
+    logits, loss, grads = outputs(source, images, labels)
     found = {"logits": logits, "loss": loss}
-    for name in reading.weights:
+    for name, value in reading.weights.items():
         layer, part = name.rsplit(".", 1)
         if specs.trainable(name):
-            found[f"grad/{name}"] = grads[f"{reading.sources[layer]}.{part}"].numpy().copy()
+            grad = grads[_path(model, reading.sources[layer], part)]
+            found[f"grad/{name}"] = grad.numpy().reshape(value.shape).copy()
     return found
 
 

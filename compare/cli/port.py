@@ -43,7 +43,8 @@ def _shape(ctx, param, value: str | None) -> tuple[int, int, int] | None:
               help="A new (or empty) directory for spec.py, weights.npz and port.json; "
                    "written whole or not at all.")
 @click.option("--kwargs", default="{}", callback=_json_object,
-              help="torch: the class's keyword arguments as a JSON object. [default: none]")
+              help="torch: the class's or function's keyword arguments as a JSON object. "
+                   "[default: none]")
 @click.option("--input-shape", callback=_shape, metavar="C,H,W",
               help="torch: one image's shape. Keras models carry theirs. [default: 3,32,32]")
 @click.option("--name", help="The spec's name. [default: the class's, or the file's]")
@@ -51,19 +52,22 @@ def _shape(ctx, param, value: str | None) -> tuple[int, int, int] | None:
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 def port(kind: str, source: str, out: str, kwargs: dict, input_shape, name: str | None,
          quiet: bool, debug: bool):
-    """Port a CNN to the other framework: read KIND SOURCE (torch FILE.py:CLASS, or keras
+    """Port a CNN to the other framework: read KIND SOURCE (torch FILE.py:NAME or
+    package.module:NAME, NAME a module class or a function returning a module; or keras
     MODEL.keras), map every layer onto the spec's layer kinds, build the twin in the other
     framework with the same weights, and prove on one batch (float64, CPU) that both give
-    the same logits, and the same loss and gradients in a training step.
+    the same logits, and the same loss and gradients in a training step (dropout at rate 0
+    in both; port.json records the rates read).
 
-    What the spec cannot express (an unsupported layer or function, a graph other than a
-    chain with residual adds, dropout, padding the other framework cannot express) is
-    refused in one line naming the layer, with nothing written.
+    What the spec cannot express (an unsupported layer or function, paths that meet other
+    than by an add, concatenation or product, padding the other framework cannot express)
+    is refused in one line naming the layer, with nothing written.
 
     \b
     Examples:
       cnncompare port torch my_model.py:Net --out ported/net
       cnncompare port torch my_model.py:ResNet --kwargs '{"width": 32}' --out ported/resnet
+      cnncompare port torch torchvision.models:resnet18 --kwargs '{"num_classes": 10}' --out r18
       cnncompare port keras model.keras --out ported/keras-cnn
       cnncompare compare --model ported/net/spec.py --init-weights ported/net/weights.npz
     """

@@ -102,6 +102,9 @@ def _record(kind: str, source: str, staging: Path, out: Path) -> dict:
                     "sha256": weights.digest(staging / saved.weights.name),
                     "tensors": len(specs.parameter_shapes(spec))},
         "proof": proof,
+        "dropout": {"rates": porting.dropout_rates(spec),
+                    "proof": "each at rate 0 in the source and the twin: one function "
+                             "compared, not two frameworks' random masks"},
         "compare_command": shlex.join(command),
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     }
