@@ -22,7 +22,7 @@ from typing import NoReturn
 import numpy as np
 
 from compare import errors, files
-from compare.experiment import networks, porting
+from compare.experiment import networks, porting, specs
 from compare.process import shutdown
 from compare.run.worker import leave, quiet_framework_logs
 
