@@ -44,16 +44,17 @@ def sequential(classes: int = 10) -> keras.Model:
     ], name="keras_sequential")
 
 
-def with_softmax() -> keras.Model:
-    """A classifier that ends in softmax: the spec's networks give logits."""
+def with_softmax_inside() -> keras.Model:
+    """A softmax before the classifier: the spec leaves out only a final one."""
     images = keras.Input((32, 32, 3))
     x = layers.GlobalAveragePooling2D()(layers.Conv2D(4, 3, name="conv")(images))
-    return keras.Model(images, layers.Dense(10, activation="softmax", name="probs")(x))
+    x = layers.Dense(8, activation="softmax", name="probs")(x)
+    return keras.Model(images, layers.Dense(10, name="fc")(x))
 
 
-def with_same_strided() -> keras.Model:
-    """'same' padding at stride 2: Keras pads the bottom and right only."""
+def with_cropping() -> keras.Model:
+    """Cropping2D: no spec layer kind crops."""
     images = keras.Input((32, 32, 3))
-    x = layers.Conv2D(4, 3, strides=2, padding="same", name="down")(images)
+    x = layers.Cropping2D(1, name="crop")(layers.Conv2D(4, 3, name="conv")(images))
     x = layers.GlobalAveragePooling2D()(x)
     return keras.Model(images, layers.Dense(10, name="fc")(x))

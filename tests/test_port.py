@@ -140,8 +140,8 @@ def test_what_the_spec_cannot_express_is_one_line_and_nothing_written(tmp_path, 
 
 
 @pytest.mark.parametrize("build, said", [
-    ("with_softmax", "layer 'probs' (Dense): activation 'softmax' is not in the spec"),
-    ("with_same_strided", "layer 'down' (Conv2D): padding 'same' at stride 2"),
+    ("with_softmax_inside", "layer 'probs' (Dense): activation 'softmax' before the output"),
+    ("with_cropping", "layer 'crop' (Cropping2D): Cropping2D is not a spec layer kind"),
 ])
 def test_a_keras_model_the_spec_cannot_express_is_refused(tmp_path, build, said):
     outcome = _port(["keras", _keras_file(tmp_path, build), "--out", str(tmp_path / "out")])

@@ -21,6 +21,7 @@ import tensorflow as tf  # noqa: E402
 from compare.experiment import porting, specs  # noqa: E402
 from compare.experiment.porting import Node, Refused  # noqa: E402
 from tf_impl import model as framework_model  # noqa: E402 - the protocol's too
+from tf_impl import port_kinds as kinds  # noqa: E402
 
 # The proof is float64 on the CPU (porting.compare_outputs), as PyTorch's side computes it: on
 # a GPU host TensorFlow would otherwise compute it there, in TF32 convolutions by default.
@@ -44,207 +45,186 @@ def load(reference: str, kwargs: dict) -> keras.Model:
                       f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
 
 
-def _padding(layer, kernel: int, stride: int, where: str) -> int:
-    """Keras' padding as the spec's pixels on each side."""
-    if layer.padding == "valid":
-        return 0
-    if stride != 1 or kernel % 2 == 0:
-        raise Refused(f"{where}: padding 'same' at stride {stride} with a {kernel}x{kernel} "
-                      f"kernel pads the bottom and right only, which PyTorch cannot express "
-                      f"(pad with ZeroPadding2D and use padding='valid')")
-    return kernel // 2
+class _Graph:
+    """A Keras model's graph as porting Nodes, read through Keras' public API: a functional
+    model's config (each layer's inbound tensors) and `operations`, a Sequential's `layers`;
+    a model inside the model read as its layers. Each layer by its reader (port_kinds)."""
 
+    def __init__(self, model: keras.Model):
+        self.nodes: list[Node] = [Node("images", "input")]
+        self.sources: dict[str, str] = {}  # each weighted spec layer -> its Keras layer's name
+        self.layers: dict[str, keras.layers.Layer] = _layers_by_name(model)
+        self.changes: list[str] = []  # what the twin leaves out, in words (port.json)
+        self.taken = set(self.layers) | {"images"}
+        self.pads: dict[str, tuple[int, str]] = {}  # a lone even padding: (pixels, input)
+        self.flattened: dict[str, str] = {}  # a global pool's implicit flatten -> the pool
+        self.optional: set[str] = set()  # nodes dropped where nothing reads them
+        if len(model.inputs) != 1 or len(model.outputs) != 1:
+            raise Refused(f"{model.name}: {len(model.inputs)} inputs and {len(model.outputs)} "
+                          f"outputs; the spec takes one image and gives one output")
+        shape = tuple(int(n) if n else 0 for n in model.inputs[0].shape[1:])
+        out = self.model(model, "images", shape, final=True)
+        read = {name for node in self.nodes for name in node.inputs} | {out}
+        self.nodes = [n for n in self.nodes if n.name not in self.optional or n.name in read]
+        self.nodes.append(Node("logits", "output", (out,)))
 
-def _conv(layer, name: str, where: str, padding: int) -> specs.Conv:
-    kernel = porting.square(layer.kernel_size, "kernel", where)
-    stride = porting.square(layer.strides, "stride", where)
-    if porting.square(layer.dilation_rate, "dilation", where) != 1:
-        raise Refused(f"{where}: dilated convolutions are not in the spec")
-    if layer.data_format != "channels_last":
-        raise Refused(f"{where}: {layer.data_format}; the spec reads Keras channels_last")
-    own = _padding(layer, kernel, stride, where)
-    if own and padding:
-        raise Refused(f"{where}: padded twice (ZeroPadding2D and 'same')")
-    channels = int(layer.kernel.shape[-2])
-    if isinstance(layer, keras.layers.DepthwiseConv2D):
-        if layer.depth_multiplier != 1:
-            raise Refused(f"{where}: depth multiplier {layer.depth_multiplier}; the spec's "
-                          f"depthwise convolutions keep the channels")
-        return specs.Conv(name, channels, channels, kernel, padding + own, layer.use_bias,
-                          stride, channels)
-    groups = getattr(layer, "groups", 1)
-    return specs.Conv(name, channels * groups, layer.filters, kernel, padding + own,
-                      layer.use_bias, stride, groups)
-
-
-def _batchnorm(layer, name: str, where: str) -> specs.BatchNorm:
-    if layer.axis not in (-1, 3, [3], [-1]) or not (layer.center and layer.scale):
-        raise Refused(f"{where}: BatchNormalization over axis {layer.axis} or without its "
-                      f"scale and shift is not in the spec")
-    # Keras' momentum is the share kept from the old statistic: 1 - PyTorch's
-    return specs.BatchNorm(name, int(layer.gamma.shape[0]), epsilon=float(layer.epsilon),
-                           momentum=round(1.0 - float(layer.momentum), 12))
-
-
-def _activation(name: str, function: str, where: str) -> specs.LayerSpec | None:
-    """An activation by name: ReLU, ReLU6 or none (linear); anything else refused."""
-    if function in ("relu", "relu6"):
-        return specs.ReLU(name, 6.0 if function == "relu6" else None)
-    if function == "linear":
-        return None
-    hint = (": the spec's networks end in logits (save the model without its final "
-            "softmax; the loss applies it)" if function == "softmax" else "")
-    raise Refused(f"{where}: activation {function!r} is not in the spec{hint}")
-
-
-def _function_name(layer) -> str:
-    found = keras.activations.serialize(layer.activation)
-    return found if isinstance(found, str) else found.get("config", found.get("class_name"))
-
-
-def _relu(layer, name: str, where: str) -> specs.ReLU:
-    if layer.negative_slope or layer.threshold or layer.max_value not in (None, 6.0):
-        raise Refused(f"{where}: a leaky, thresholded or capped (other than at 6) ReLU is "
-                      f"not in the spec")
-    return specs.ReLU(name, None if layer.max_value is None else 6.0)
-
-
-def _pool(kind: type, layer, name: str, where: str) -> specs.MaxPool:
-    size = porting.square(layer.pool_size, "window", where)
-    if porting.square(layer.strides, "stride", where) != size or layer.padding != "valid":
-        raise Refused(f"{where}: the spec pools size x size windows at stride size, unpadded "
-                      f"(here window {layer.pool_size}, strides {layer.strides}, padding "
-                      f"{layer.padding!r})")
-    return kind(name, size)
-
-
-def _global(kind: type, layer, name: str, where: str) -> tuple[specs.LayerSpec, ...]:
-    pooled = kind(name)  # keeps (C, 1, 1): without keepdims Keras flattens too
-    return (pooled,) if layer.keepdims else (pooled, specs.Flatten(f"{name}_flatten"))
-
-
-def _dropout(layer, name: str, where: str) -> None:
-    if layer.rate:
-        raise Refused(f"{where}: dropout (rate {layer.rate}) changes training; the spec has "
-                      f"none (remove it, or set rate=0, to port)")
-
-
-def _rescaling(layer, name: str, where: str) -> specs.Scale:
-    if layer.offset:
-        raise Refused(f"{where}: a rescaling with an offset is not in the spec")
-    return specs.Scale(name, float(layer.scale))
-
-
-# Each Keras layer class the spec expresses: (layer, spec name, where) -> spec layer(s), or
-# None for the identity. Conv2D and DepthwiseConv2D, Dense and Activation are read apart
-# (their activations, the padding before them).
-LAYERS = {
-    keras.layers.BatchNormalization: _batchnorm,
-    keras.layers.ReLU: _relu,
-    keras.layers.MaxPooling2D: lambda layer, name, where: _pool(specs.MaxPool, layer, name,
-                                                                where),
-    keras.layers.AveragePooling2D: lambda layer, name, where: _pool(specs.AvgPool, layer, name,
-                                                                    where),
-    keras.layers.GlobalAveragePooling2D: lambda layer, name, where: _global(
-        specs.GlobalAvgPool, layer, name, where),
-    keras.layers.GlobalMaxPooling2D: lambda layer, name, where: _global(
-        specs.GlobalMaxPool, layer, name, where),
-    keras.layers.Flatten: lambda layer, name, where: specs.Flatten(name),
-    keras.layers.Activation: lambda layer, name, where: _activation(
-        name, _function_name(layer), where),
-    keras.layers.Dropout: _dropout,
-    keras.layers.Rescaling: _rescaling,
-}
-CONVOLUTIONS = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
-
-
-def _graph(model: keras.Model) -> tuple[list[Node], dict[str, str], int]:
-    """The model's layer graph as porting Nodes, each weighted spec layer's Keras layer name,
-    and the input's channels."""
-    graph = getattr(model, "_functional", None) or model  # a Sequential's own graph
-    if not hasattr(graph, "_nodes_by_depth") or len(graph.inputs) != 1:
-        raise Refused(f"{model.name}: a subclassed Keras model has no layer graph to read "
-                      f"(save a functional or Sequential model with one input)")
-    if len(graph.outputs) != 1:
-        raise Refused(f"{model.name}: {len(graph.outputs)} outputs; the spec gives one")
-    names = {id(graph.inputs[0]): "images"}
-    nodes, sources = [Node("images", "input")], {}
-    taken = {layer.name for layer in model.layers} | {"images"}
-    ours = {id(node) for nodes_at in graph._nodes_by_depth.values() for node in nodes_at}
-    pads: dict[str, tuple[int, str]] = {}  # a ZeroPadding2D's pixels and input, for the conv
-    for depth in sorted(graph._nodes_by_depth, reverse=True):
-        for node in graph._nodes_by_depth[depth]:
-            layer = node.operation
-            if layer is None or node.is_input:
+    def model(self, model: keras.Model, source: str, shape: tuple, final: bool) -> str:
+        """The nodes of `model` called on `source`; the node of its output."""
+        if isinstance(model, keras.Sequential):
+            for i, layer in enumerate(model.layers):
+                last = i == len(model.layers) - 1
+                source = self.operation(layer, layer.name, [source], [shape], [],
+                                        final and last, readers=1)
+                shape = tuple(layer.compute_output_shape((None, *shape))[1:])
+            return source
+        config = model.get_config()
+        if not isinstance(config, dict) or "input_layers" not in config:
+            raise Refused(f"{model.name}: a subclassed Keras model has no layer graph to read "
+                          f"(save a functional or Sequential model)")
+        operations = {op.name: op for op in model.operations}
+        inputs, outputs = (_tensor_keys(config[key]) for key in ("input_layers", "output_layers"))
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise Refused(f"{model.name}: {len(inputs)} inputs, {len(outputs)} outputs; the "
+                          f"spec takes one image and gives one output")
+        names = {inputs[0]: source}
+        entries = [e for e in config["layers"] if e["name"] != inputs[0][0]]
+        readers: dict[str, int] = {}  # how many calls read each layer's output
+        for entry in entries:
+            for node in entry["inbound_nodes"]:
+                for key, _, _ in _tensors(node.get("args", [])):
+                    readers[key[0]] = readers.get(key[0], 0) + 1
+        for entry in entries:
+            name, called = entry["name"], entry["inbound_nodes"]
+            where = f"layer {name!r} ({entry['class_name']})"
+            if len(called) > 1:
+                raise Refused(f"{where} is called {len(called)} times: each spec layer has "
+                              f"its own weights")
+            if not called:
                 continue
-            name, where = layer.name, f"layer {layer.name!r} ({type(layer).__name__})"
-            calls = sum(1 for called in layer._inbound_nodes if id(called) in ours)
-            if calls > 1:
-                raise Refused(f"{where} is called {calls} times: each spec layer has its "
-                              f"own weights")
-            inputs = tuple(names[id(t)] for t in node.input_tensors)
-            if len(node.outputs) != 1:
-                raise Refused(f"{where}: gives {len(node.outputs)} tensors; spec layers one")
-            names[id(node.outputs[0])] = name
-            if isinstance(layer, keras.Model):
-                raise Refused(f"{where}: a model inside the model; save it flattened")
-            if isinstance(layer, keras.layers.Add):
-                if len(inputs) != 2:
-                    raise Refused(f"{where}: adds {len(inputs)} tensors; a residual adds two")
-                nodes.append(Node(name, "add", inputs, where=where))
-                continue
+            found = _tensors(called[0].get("args", [])) + _tensors(called[0].get("kwargs", {}))
+            for key, _, _ in found:
+                if key not in names:
+                    raise Refused(f"{where} reads tensor {key} of another layer's outputs; "
+                                  f"the spec's layers give one each")
+            constants = _constants(called[0].get("args", []))
+            names[(name, 0, 0)] = self.operation(
+                operations[name], name, [names[key] for key, _, _ in found],
+                [shape for _, shape, _ in found], constants, final and (name, 0, 0) in outputs,
+                readers.get(name, 0), first=bool(found) and found[0][2] == 0)
+        return names[outputs[0]]
+
+    def operation(self, op, name: str, inputs: list[str], shapes: list[tuple],
+                  constants: list, final: bool, readers: int, first: bool = True) -> str:
+        """The nodes of one layer or operation reading `inputs`; the node of its output."""
+        where = f"layer {name!r} ({type(op).__name__})"
+        if isinstance(op, keras.Model):
             if len(inputs) != 1:
-                raise Refused(f"{where}: takes {len(inputs)} tensors; spec layers take one")
-            if isinstance(layer, keras.layers.ZeroPadding2D):
-                (top, bottom), (left, right) = layer.padding
-                if len({top, bottom, left, right}) != 1:
-                    raise Refused(f"{where}: pads {layer.padding} unevenly; the spec pads "
-                                  f"every side alike")
-                pads[name] = (top, inputs[0])
-                continue
-            if layer.weights:
-                sources[name] = name
-            source = inputs[0]
-            if isinstance(layer, CONVOLUTIONS + (keras.layers.Dense,)):
-                source, made = _weighted(layer, name, where, source, pads, taken)
-            elif type(layer) in LAYERS:
-                made = LAYERS[type(layer)](layer, name, where)
-                made = (made,) if isinstance(made, specs.LayerSpec) else made or ()
-            else:
-                raise Refused(f"{where}: {type(layer).__name__} is not a spec layer kind "
-                              f"(supported: Conv2D, DepthwiseConv2D, Dense, Add, ZeroPadding2D "
-                              f"before a convolution, "
-                              f"{', '.join(k.__name__ for k in LAYERS)})")
-            if not made:
-                nodes.append(Node(name, "same", (source,), where=where))
-            for i, spec_layer in enumerate(made):  # a layer, then its own activation
-                node_name = name if i == len(made) - 1 else f"{name}/{i}"
-                nodes.append(Node(node_name, "layer", (source,), spec_layer, where))
-                source = node_name
-    unused = sorted(set(pads) - {n for node in nodes for n in node.inputs})
-    if unused:
-        raise Refused(f"layer {unused[0]!r} (ZeroPadding2D): the spec pads only inside a "
-                      f"convolution, and nothing convolves what it pads")
-    nodes.append(Node("logits", "output", (names[id(graph.outputs[0])],)))
-    return nodes, sources, int(graph.inputs[0].shape[-1])
+                raise Refused(f"{where}: a model inside the model takes {len(inputs)} tensors")
+            return self.model(op, inputs[0], shapes[0], final)
+        if type(op) in kinds.MERGES:
+            if type(op) is keras.layers.Concatenate and op.axis not in (-1, len(shapes[0])):
+                raise Refused(f"{where}: concatenates on axis {op.axis}; the spec on the "
+                              f"channels")
+            self.nodes.append(Node(name, kinds.MERGES[type(op)], tuple(inputs), where=where))
+            return name
+        if not isinstance(op, keras.layers.Layer):  # a raw operation: `x + 3.0`, `a + b`
+            return self.raw(op, name, where, inputs, constants, first)
+        if len(inputs) != 1:
+            raise Refused(f"{where}: takes {len(inputs)} tensors; spec layers take one")
+        if type(op) not in kinds.LAYERS:
+            raise Refused(f"{where}: {type(op).__name__} is not a spec layer kind (the reader "
+                          f"reads {kinds.readable()})")
+        site = kinds.Site(name, where, shapes[0], final, self.taken, self.changes,
+                          source=inputs[0], pad=self.pads.get(inputs[0]),
+                          unflatten=self.flattened.get(inputs[0]))
+        made = kinds.LAYERS[type(op)](op, site)
+        if any(layer.parameter_shapes() for layer in made):
+            self.sources[name] = name
+        if isinstance(op, keras.layers.ZeroPadding2D) and readers == 1:
+            (top, bottom), (left, right) = op.padding
+            if len({top, bottom, left, right}) == 1:  # a convolution after it may take it in
+                self.pads[name] = (top, inputs[0])
+                self.optional.add(name)
+        return self.chain(name, site.source, made, site.implicit, where)
+
+    def raw(self, op, name: str, where: str, inputs: list[str], constants: list,
+            first: bool) -> str:
+        merge, scaled = kinds.OPERATIONS.get(type(op).__name__, (None, None))
+        made = None
+        if len(inputs) == 2 and not constants and merge:
+            self.nodes.append(Node(name, merge, tuple(inputs), where=where))
+            return name
+        if len(inputs) == 1 and len(constants) == 1 and scaled:
+            made = scaled(name, float(constants[0]), first)
+        if made is None:
+            raise Refused(f"{where}: the operation {type(op).__name__} of {len(inputs)} "
+                          f"tensors and {len(constants)} numbers is not a spec layer kind "
+                          f"(the reader reads {kinds.readable()})")
+        return self.chain(name, inputs[0], (made,), set(), where)
+
+    def chain(self, name: str, source: str, made: tuple, implicit: set[int], where: str) -> str:
+        """Nodes for `made` in order from `source` (the last named `name`); none: `name` is
+        `source` unchanged."""
+        if not made:
+            self.nodes.append(Node(name, "same", (source,), where=where))
+        for i, spec_layer in enumerate(made):  # e.g. a layer, then its own activation
+            node_name = name if i == len(made) - 1 else f"{name}/{i}"
+            self.nodes.append(Node(node_name, "layer", (source,), spec_layer, where))
+            if id(spec_layer) in implicit:
+                self.optional.add(node_name)
+                self.flattened[node_name] = source
+            source = node_name
+        return name
 
 
-def _weighted(layer, name: str, where: str, source: str, pads: dict,
-              taken: set[str]) -> tuple[str, list[specs.LayerSpec]]:
-    """A convolution (taking in a ZeroPadding2D before it) or a dense layer, then its own
-    activation: (the tensor it reads, its spec layers)."""
-    padding = 0
-    if source in pads:
-        padding, source = pads.pop(source)
-    if isinstance(layer, keras.layers.Dense):
-        if len(layer.kernel.shape) != 2:
-            raise Refused(f"{where}: a dense layer on a map; flatten first")
-        made = specs.Dense(name, int(layer.kernel.shape[0]), layer.units, layer.use_bias)
-    else:
-        made = _conv(layer, name, where, padding)
-    after = _activation(porting.unique_name(f"{name}_activation", taken),
-                        _function_name(layer), where)
-    return source, [made] + ([after] if after else [])
+def _tensors(value, at: int = 0) -> list[tuple[tuple, tuple, int]]:
+    """Each Keras tensor in a serialized call's arguments: (its key (layer, node, index),
+    its per-sample shape, the position of the argument holding it)."""
+    if isinstance(value, dict) and value.get("class_name") == "__keras_tensor__":
+        history = value["config"]["keras_history"]
+        return [((history[0], history[1], history[2]),
+                 tuple(int(n) if n else 0 for n in value["config"]["shape"][1:]), at)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v, at)]
+    if isinstance(value, (list, tuple)):
+        return [t for i, v in enumerate(value) for t in _tensors(v, i if at == 0 else at)]
+    return []
+
+
+def _constants(args: list) -> list:
+    """The plain numbers among a raw operation's arguments (`x + 3.0`: 3.0)."""
+    return [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+
+
+def _tensor_keys(value) -> list[tuple]:
+    """A functional config's input_layers / output_layers as keys: one [name, node, index]
+    or a list of them."""
+    items = [value] if value and isinstance(value[0], str) else value
+    return [(item[0], item[1], item[2]) for item in items]
+
+
+def _layers_by_name(model: keras.Model) -> dict[str, keras.layers.Layer]:
+    """Every layer by name, those of models inside the model too (their names must differ:
+    the spec names layers by them)."""
+    found: dict[str, keras.layers.Layer] = {}
+    for layer in model.layers:
+        inner = _layers_by_name(layer) if isinstance(layer, keras.Model) else {}
+        for name, each in {layer.name: layer, **inner}.items():
+            if name in found:
+                raise Refused(f"two layers are called {name!r}; the spec names layers by "
+                              f"their names")
+            found[name] = each
+    return found
+
+
+def _copy(source: keras.layers.Layer, twin: keras.layers.Layer) -> None:
+    """The source layer's weights into the twin's layer of the same place, each reshaped to
+    the twin's (a Dense on a map is a 1x1 convolution: its kernel gains two axes)."""
+    found = source.get_weights()
+    if len(found) != len(twin.weights):
+        raise RuntimeError(f"{source.name}: {len(found)} weights, its twin "
+                           f"{len(twin.weights)}")
+    twin.set_weights([np.reshape(w, tuple(v.shape)) for w, v in zip(found, twin.weights)])
 
 
 def read(model: keras.Model, input_shape: tuple[int, int, int] | None,
@@ -252,9 +232,9 @@ def read(model: keras.Model, input_shape: tuple[int, int, int] | None,
     """`model` as a spec named `name` (its own input shape; `input_shape` must agree when
     given) with its weights in the canonical layout, taken through a Keras twin built from
     the spec (tf_impl.model: the same layers, so the same variables in the same order)."""
-    nodes, sources, channels = _graph(model)
-    layers = porting.assemble(nodes)
-    height, width = (int(n) if n else 0 for n in model.inputs[0].shape[1:3])
+    graph = _Graph(model)
+    layers = porting.assemble(graph.nodes)
+    height, width, channels = (int(n) if n else 0 for n in model.inputs[0].shape[1:4])
     shape = (channels, height, width)
     if not height or not width:
         shape = tuple(input_shape or (channels, 32, 32))
@@ -262,10 +242,11 @@ def read(model: keras.Model, input_shape: tuple[int, int, int] | None,
         raise Refused(f"--input-shape {input_shape}: the model takes {shape}")
     spec = porting.spec_of(name, shape, layers, model.name)
     twin = framework_model.build_model(spec)
-    for spec_name, layer_name in sources.items():
-        twin.get_layer(spec_name).set_weights(model.get_layer(layer_name).get_weights())
+    for spec_name, layer_name in graph.sources.items():
+        _copy(graph.layers[layer_name], twin.get_layer(spec_name))
     return porting.Reading(spec, framework_model.export_weights(twin, spec),
-                           framework_model.count_parameters(model), sources)
+                           framework_model.count_parameters(model), graph.sources,
+                           tuple(graph.changes))
 
 
 def outputs(model: keras.Model, images: np.ndarray,
@@ -284,33 +265,51 @@ def outputs(model: keras.Model, images: np.ndarray,
 
 def source_outputs(model: keras.Model, reading: porting.Reading, images: np.ndarray,
                    labels: np.ndarray) -> dict[str, np.ndarray]:
-    """`outputs` of the source, gradients in the canonical layout through a twin's
-    converters: each source variable paired with the twin's of the same layer and place."""
-    model = _in_float64(model)
+    """`outputs` of the source as the proof runs it (_for_proof), gradients in the canonical
+    layout through a twin's converters: each source variable paired with the twin's of the
+    same layer and place (reshaped as _copy reshapes the weights)."""
+    model = _for_proof(model)
     logits, loss, grads = outputs(model, images, labels)
     twin = framework_model.build_model(reading.spec)
+    layers = _layers_by_name(model)
     by_twin_path = {}
     for spec_name, layer_name in reading.sources.items():
         for ours, theirs in zip(twin.get_layer(spec_name).trainable_weights,
-                                model.get_layer(layer_name).trainable_weights):
-            by_twin_path[ours.path] = np.asarray(grads[theirs.path])
+                                layers[layer_name].trainable_weights):
+            by_twin_path[ours.path] = np.reshape(grads[theirs.path], tuple(ours.shape))
     found = {"logits": logits, "loss": loss}
     canonical = framework_model.export_gradients(twin, by_twin_path, reading.spec)
     found.update({f"grad/{name}": value for name, value in canonical.items()})
     return found
 
 
-def _in_float64(model: keras.Model) -> keras.Model:
-    """The model rebuilt from its config with every layer's dtype policy float64, its
-    weights copied (the parity check's float64 proof)."""
+# Keras' dropout layers by class name, with the setting of their rate.
+DROPOUT_RATES = {"Dropout": "rate", "StochasticDepth": "drop_path_rate"}
+
+
+def _for_proof(model: keras.Model) -> keras.Model:
+    """The model rebuilt from its config as the proof runs it, its weights copied: every
+    layer's dtype policy float64 (the parity check's float64 proof), every dropout's rate 0
+    (the twin's is: porting.without_dropout), and a final softmax left out (the twin gives
+    logits: port_kinds' activations)."""
+    config = model.get_config()
+    last = ({name for name, _, _ in _tensor_keys(config["output_layers"])}
+            if "output_layers" in config else {config["layers"][-1]["config"]["name"]})
+
     def widen(node):
         if isinstance(node, dict) and node.get("class_name") == "DTypePolicy":
             return "float64"
+        if isinstance(node, dict) and node.get("class_name") in DROPOUT_RATES:
+            node = {**node, "config": {**node["config"],
+                                       DROPOUT_RATES[node["class_name"]]: 0.0}}
+        if (isinstance(node, dict) and node.get("name", node.get("config", {}).get("name"))
+                in last and node.get("config", {}).get("activation") == "softmax"):
+            node = {**node, "config": {**node["config"], "activation": "linear"}}
         if isinstance(node, dict):
             return {k: "float64" if k == "dtype" and v == "float32" else widen(v)
                     for k, v in node.items()}
         return [widen(v) for v in node] if isinstance(node, list) else node
-    wide = model.__class__.from_config(widen(model.get_config()))
+    wide = model.__class__.from_config(widen(config))
     wide.set_weights(model.get_weights())
     return wide
 

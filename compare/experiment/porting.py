@@ -40,6 +40,7 @@ class Reading:
     weights: dict[str, np.ndarray]
     source_parameters: int  # trainable, as the source framework counts them
     sources: dict[str, str]  # each weighted spec layer -> the source's name for it
+    changes: tuple[str, ...] = ()  # what the twin leaves out of the source (a final softmax)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def _record(kind: str, source: str, staging: Path, out: Path) -> dict:
         "schema_version": schema.PORT_VERSION,
         "source": {"kind": kind, "framework": read["framework"], "reference": source,
                    "kwargs": read["kwargs"], "parameters": read["source_parameters"],
-                   "layers": read["layers"]},
+                   "layers": read["layers"], "left_out": read.get("changes", [])},
         "twin": {"framework": built["framework"], "parameters": built["twin_parameters"]},
         "spec": {"file": saved.spec.name, "name": spec.name,
                  "input_shape": list(spec.input_shape), "num_classes": spec.num_classes,

@@ -75,7 +75,7 @@ def read(impl: ModuleType, args: argparse.Namespace) -> None:
     files.write_json(args.dir / "read.json", {
         "framework": impl.FRAMEWORK, "source": args.source, "kwargs": json.loads(args.kwargs),
         "classes": spec.num_classes, "source_parameters": reading.source_parameters,
-        "layers": reading.sources})
+        "layers": reading.sources, "changes": list(reading.changes)})
 
 
 def twin(impl: ModuleType, staging: Path) -> None:
