@@ -186,9 +186,9 @@ MANIFEST: dict[str, ManifestField] = {
     "loss_scaling": ManifestField(_C, "dynamic loss scaling under float16"),
     "bn_momentum": ManifestField(_C, "BatchNorm momentum, compared in PyTorch's convention"),
     "bn_epsilon": ManifestField(_C, "BatchNorm epsilon"),
-    "bn_running_variance": ManifestField(_C, "how the running variance is updated"),
     "dropout": ManifestField(_C, "the network's dropout and stochastic depth (masks: each "
                                  "framework's own)"),
+    "bn_running_variance": ManifestField(_C, "how the running variance is updated"),
     "bn_statistics": ManifestField(_C, "BatchNorm statistics per replica or global"),
     "update_rule": ManifestField(_C, "the SGD update both apply (PyTorch's form)"),
     "optimizer_implementation": ManifestField(_I, "the optimizer's code"),

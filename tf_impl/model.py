@@ -157,8 +157,10 @@ def _dropout(layer: specs.Dropout, x, norm: dict):
 
 
 def _affine(layer: specs.Affine, x, norm: dict):
+    # float64 arrays: Keras would round Python numbers to float32 first, and a
+    # Normalization's 1/std is no float32 number
     scale, offset = layer.per_channel(int(x.shape[-1]))
-    return keras.layers.Rescaling(scale.tolist(), offset.tolist(), name=layer.name)(x)
+    return keras.layers.Rescaling(scale, offset, name=layer.name)(x)
 
 
 def _merge(layer: specs.Merge, x, norm: dict):
@@ -199,7 +201,7 @@ KERAS_LAYERS = {
     specs.Dense: lambda layer, x, norm: keras.layers.Dense(
         layer.out_features, use_bias=layer.bias, name=layer.name)(x),
     specs.Dropout: _dropout,
-    specs.Scale: lambda layer, x, norm: keras.layers.Rescaling(layer.factor,
+    specs.Scale: lambda layer, x, norm: keras.layers.Rescaling(np.float64(layer.factor),
                                                                name=layer.name)(x),
     specs.Affine: _affine,
     specs.ChannelScale: lambda layer, x, norm: LayerScale(name=layer.name)(x),

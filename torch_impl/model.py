@@ -78,16 +78,17 @@ class ChannelScale(nn.Module):
 
 
 class Affine(nn.Module):
-    """Fixed per-channel x * scale + offset: buffers, not weights, moved with the model."""
+    """Fixed per-channel x * scale + offset, the constants kept in float64 (a Normalization's
+    1/std is no float32 number) and cast to the input's dtype where used."""
 
     def __init__(self, scale: np.ndarray, offset: np.ndarray):
         super().__init__()
-        self.register_buffer("scale", torch.from_numpy(scale).float(), persistent=False)
-        self.register_buffer("offset", torch.from_numpy(offset).float(), persistent=False)
+        self.scale, self.offset = (torch.from_numpy(v).double() for v in (scale, offset))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = (-1, *([1] * (x.dim() - 2)))
-        return x * self.scale.view(shape) + self.offset.view(shape)
+        return (x * self.scale.to(x.device, x.dtype).view(shape)
+                + self.offset.to(x.device, x.dtype).view(shape))
 
 
 class HardSigmoid02(nn.Module):
