@@ -14,6 +14,7 @@ import pytest
 from report_runs import fake_result, write_runs
 
 from compare import figures, report, schema
+from compare.cli import docs as cli_docs
 from compare.experiment.config import RunConfig
 from compare.report import tables
 from compare.run import summary as run_summary
@@ -144,3 +145,10 @@ def test_a_figure_shown_only_when_measured_leaves_the_table_without_it(tmp_path)
     for figure in figures.FIGURES:
         assert (figure.label in shown) != figure.only_when_measured, figure.key
 
+
+def test_the_figures_table_in_the_measurement_page_is_current():
+    page = cli_docs.MEASUREMENT_PAGE.read_text()
+    assert page == cli_docs.measurement_page(page), (
+        "docs/measurement.md's table of figures is stale: run python -m compare.cli.docs")
+    for figure in figures.FIGURES:
+        assert f"| {figure.label} | `{figure.key}` | {figure.scale} |" in page
