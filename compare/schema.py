@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
-from compare import files
+from compare import figures, files
 from compare.experiment.frameworks import FRAMEWORKS
 
 RESULT_VERSION = 2  # 2: fairness.strategy and fairness.precision are records
@@ -46,7 +46,8 @@ class Epoch(TypedDict):
 
 
 class RunSummary(TypedDict):
-    """A run's figures (compare.run.summary), recomputed from its epochs and windows."""
+    """A run's figures (compare.run.summary), recomputed from its epochs and windows; each
+    reported figure (compare.figures) reads its fields."""
 
     status: str  # one of STATUSES
     replicas: int
@@ -59,10 +60,13 @@ class RunSummary(TypedDict):
     images_per_s: float | None
     input_wait_fraction: float | None
     peak_device_memory_bytes: int | None
+    host_peak_rss_bytes: NotRequired[int | None]
+    achieved_flops_per_s: NotRequired[float | None]
     epochs_completed: NotRequired[int]
     eval_time_s: NotRequired[float]
     mfu: NotRequired[float | None]
     energy_j: NotRequired[float | None]
+    energy_per_image_j: NotRequired[float | None]
     time_to_target_s: NotRequired[float | None]
 
 
@@ -223,50 +227,12 @@ MANIFEST: dict[str, ManifestField] = {
 }
 
 
-# How each figure is measured; copied into every result so a report can quote it.
+# How each figure and each epoch's record is measured; copied into every result so a report
+# can quote it. The reported figures' definitions are declared with them (compare.figures).
 MEASUREMENT = {
-    "train_time_s": "sum of per-epoch training times; each epoch timed from a device "
-                    "synchronisation before its first step to one after its last step",
-    "eval_time_s": "test-set pass after each epoch, timed apart, synchronised at both ends",
-    "warmup_time_s": "training time of the first epoch (tracing, XLA/torch.compile, cuDNN "
-                     "autotuning, allocator growth all land there)",
-    "steady_train_time_s": "training time of the epochs after the first (train_time_s less "
-                           "warmup_time_s): steady training, start-up apart",
-    "steady_step_time_ms": "median and p90 over synchronised timing windows (time of the "
-                           "window / its steps), epochs after the first (after a resume, "
-                           "also after the first of each session: it warms up again); a "
-                           "one-epoch run uses its windows after the first. A window holds "
-                           "whole calls of `steps_per_call` steps and lasts about "
-                           "`window_target_s` (sized from the first epoch's calls), or "
-                           "`timing_window` steps when that is set; `steps_per_window` is "
-                           "the median steps of the windows used",
-    "images_per_s": "images trained / training time, over all replicas, epochs after the "
-                    "first of each session (the only epoch for a one-epoch run)",
-    "input_wait_fraction": "time the training steps blocked waiting for their next batch / "
-                           "training time, same epochs as images_per_s. Timed where each "
-                           "framework takes its batches: PyTorch on the host clock around "
-                           "next() on its loader; TensorFlow inside its step function "
-                           "(tf.timestamp before and after the iterator's get_next, which "
-                           "runs in the graph: no host next() to time)",
-    "peak_device_memory_bytes": "the framework allocator's peak (tf get_memory_info "
-                                "'peak', torch max_memory_allocated) during training, reset "
-                                "after each epoch's evaluation, highest over the epochs after "
-                                "the first; the first epoch's (initialisation, cuDNN/XLA "
-                                "autotuning) is warmup_peak_device_memory_bytes; null on CPU",
-    "test_accuracy": "fraction of the test set classified correctly (0..1)",
+    **figures.DEFINITIONS,
     "test_loss": "mean cross-entropy on the test set, without label smoothing",
     "train_loss": "mean of the epoch's per-step training losses (with label smoothing)",
-    "host_peak_rss_bytes": "getrusage ru_maxrss of the trainer process",
-    "achieved_flops_per_s": "analytic training FLOPs per image (3 x forward, multiply-add = 2) "
-                            "x images/s",
-    "mfu": "achieved FLOP/s / the device's dense peak for the precision (the table in "
-           "compare/machine/gpu_metrics.py); n/a on CPU or an unknown GPU",
-    "energy_j": "NVML cumulative energy counter (or sampled power where a device refuses it), "
-                "difference over each epoch's training, every GPU of the run on the chief's "
-                "machine; n/a without NVML",
-    "energy_per_image_j": "training energy / images trained",
-    "time_to_target_s": "cumulative training time at the end of the first epoch whose test "
-                        "accuracy reaches --target-accuracy",
 }
 
 

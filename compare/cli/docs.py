@@ -1,7 +1,8 @@
 """docs/commands.md from the command line itself: every command's help and options, and the
-table of the run settings (compare.experiment.settings); and the table of layer kinds in
-docs/models.md from the kinds themselves (compare.experiment.specs.KINDS).
-`python -m compare.cli.docs` rewrites both; tests fail when a committed page is stale.
+table of the run settings (compare.experiment.settings); the table of layer kinds in
+docs/models.md from the kinds themselves (compare.experiment.specs.KINDS); and the table of
+the reported figures in docs/measurement.md from their declarations (compare.figures).
+`python -m compare.cli.docs` rewrites all three; tests fail when a committed page is stale.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from compare import figures
 from compare.experiment import settings, specs
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
@@ -76,11 +78,37 @@ def models_page(text: str) -> str:
     return f"{before}{KINDS_BEGIN}\n{kinds_table()}\n{KINDS_END}{after}"
 
 
+MEASUREMENT_PAGE = PAGE.parent / "measurement.md"
+FIGURES_BEGIN = "<!-- the reported figures: written by python -m compare.cli.docs -->"
+FIGURES_END = "<!-- end of the reported figures -->"
+VERSUS = {"ratio": "ratio TF / PyTorch", "difference": "difference TF - PyTorch", None: ""}
+
+
+def figures_table() -> str:
+    """Every reported figure as declared (compare.figures): its row in the report, its key in
+    summary.json, the scale it is aggregated on, how TF and PyTorch are set side by side, and
+    whether it opens the report."""
+    lines = ["| figure | `summary.json` key | across seeds | TF vs PyTorch | opens the report |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {f.label} | `{f.key}` | {f.scale} | {VERSUS[f.versus]} | "
+              f"{'yes' if f.headline else ''} |" for f in figures.FIGURES]
+    return "\n".join(lines)
+
+
+def measurement_page(text: str) -> str:
+    """docs/measurement.md's `text` with its table of the reported figures rewritten."""
+    before, rest = text.split(FIGURES_BEGIN, 1)
+    _, after = rest.split(FIGURES_END, 1)
+    return f"{before}{FIGURES_BEGIN}\n{figures_table()}\n{FIGURES_END}{after}"
+
+
 def main() -> int:
     PAGE.parent.mkdir(exist_ok=True)
     PAGE.write_text(page())
     MODELS_PAGE.write_text(models_page(MODELS_PAGE.read_text()))
-    print(f"wrote {PAGE} and the layer kinds of {MODELS_PAGE}")
+    MEASUREMENT_PAGE.write_text(measurement_page(MEASUREMENT_PAGE.read_text()))
+    print(f"wrote {PAGE}, the layer kinds of {MODELS_PAGE} and the figures' table in "
+          f"{MEASUREMENT_PAGE}")
     return 0
 
 

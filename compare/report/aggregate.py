@@ -7,42 +7,12 @@ of one model on one dataset. Groups are never pooled."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
-from compare import schema
+from compare import figures, schema
 from compare.experiment.frameworks import FRAMEWORKS
 from compare.report import best, own_loops, stats
 from compare.report.labels import machine_of, seed_of
-
-# Summary fields aggregated over seeds: key -> (how to read it from a result's summary, scale).
-# "positive": log scale (geometric mean); "accuracy": logit scale with the test set's binomial
-# variance; "fraction": logit scale from the seeds alone.
-AGGREGATES: dict[str, tuple[Callable[[dict], Any], str]] = {
-    "final_test_accuracy": (lambda s: s["final_test_accuracy"], "accuracy"),
-    "best_test_accuracy": (lambda s: s["best_test_accuracy"], "accuracy"),
-    "train_time_s": (lambda s: s["train_time_s"] if s.get("epochs_completed") else None,
-                     "positive"),
-    "warmup_time_s": (lambda s: s["warmup_time_s"], "positive"),
-    "steady_train_time_s": (lambda s: s["train_time_s"] - s["warmup_time_s"]
-                            if s.get("epochs_completed", 0) > 1 else None, "positive"),
-    "eval_time_s": (lambda s: s.get("eval_time_s") if s.get("epochs_completed") else None,
-                    "positive"),
-    "images_per_s": (lambda s: s["images_per_s"], "positive"),
-    "steady_step_time_ms": (lambda s: s["steady_step_time_ms"]["median"], "positive"),
-    "steady_step_time_p90_ms": (lambda s: s["steady_step_time_ms"]["p90"], "positive"),
-    "input_wait_fraction": (lambda s: s["input_wait_fraction"], "fraction"),
-    "peak_device_memory_bytes": (lambda s: s["peak_device_memory_bytes"], "positive"),
-    "host_peak_rss_bytes": (lambda s: s.get("host_peak_rss_bytes"), "positive"),
-    "achieved_flops_per_s": (lambda s: s.get("achieved_flops_per_s"), "positive"),
-    "time_to_target_s": (lambda s: s.get("time_to_target_s"), "positive"),
-    "mfu": (lambda s: s.get("mfu"), "fraction"),
-    "energy_j": (lambda s: s.get("energy_j"), "positive"),
-    "energy_per_image_j": (lambda s: s.get("energy_per_image_j"), "positive"),
-}
-
-
-RATIO_KEYS = ("train_time_s", "images_per_s", "steady_step_time_ms", "warmup_time_s",
-              "steady_train_time_s", "peak_device_memory_bytes", "energy_j")
 
 
 def summarise(runs: list[dict], parity: dict | None, command: str | None,
@@ -72,23 +42,23 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
                  "pipelines": sorted({_pipeline_kind(r) for r in fw_runs} - {None}),
                  "device_kinds": sorted({(r.get("fairness") or {}).get("device_kind")
                                          for r in fw_runs} - {None})}
-        for key, (read, scale) in AGGREGATES.items():
-            values = [_safe(read, r["summary"]) for r in completed(fw)]
-            if scale == "positive":
-                entry[key] = stats.positive_interval(values)
+        for figure in figures.FIGURES:  # each on its scale
+            values = [figure.read(r["summary"]) for r in completed(fw)]
+            if figure.scale == "positive":
+                entry[figure.key] = stats.positive_interval(values)
             else:
-                entry[key] = stats.proportion_interval(
-                    values, test_size if scale == "accuracy" else None)
+                entry[figure.key] = stats.proportion_interval(
+                    values, test_size if figure.scale == "accuracy" else None)
         frameworks[fw] = entry
 
     def per_seed(fw: str, key: str) -> dict[int, float | None]:
-        return {seed_of(r): _safe(AGGREGATES[key][0], r["summary"]) for r in completed(fw)}
+        return {seed_of(r): figures.BY_KEY[key].read(r["summary"]) for r in completed(fw)}
 
     first = {fw: next((r for r in by_framework.get(fw, []) if r.get("environment")), None)
              for fw in FRAMEWORKS}
     base_config = next((r["config"] for r in runs if r.get("config")), {})
     environment = {fw: (r or {}).get("environment") for fw, r in first.items()}
-    accuracy = (per_seed("tf", "final_test_accuracy"), per_seed("torch", "final_test_accuracy"))
+    accuracy = (per_seed("tf", figures.DIFFERENCE_KEY), per_seed("torch", figures.DIFFERENCE_KEY))
     summary = {
         "schema_version": schema.SUMMARY_VERSION,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -99,7 +69,7 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
         "parity": parity,
         "frameworks": frameworks,
         "ratios": {key: stats.paired_ratio(per_seed("tf", key), per_seed("torch", key))
-                   for key in RATIO_KEYS},
+                   for key in figures.RATIO_KEYS},
         "accuracy_difference": stats.paired_difference(*accuracy),
         "accuracy_equivalence": stats.equivalence_test(*accuracy, margin=margin),
         "runs": [{"framework": r["framework"], "seed": seed_of(r), "path": r["path"],
@@ -126,9 +96,3 @@ def _pipeline_kind(run: dict) -> str | None:
     pipeline = run.get("config", {}).get("pipeline")
     return pipeline.get("kind") if isinstance(pipeline, dict) else pipeline
 
-
-def _safe(read, summary: dict) -> float | None:
-    try:
-        return read(summary)
-    except (KeyError, TypeError):
-        return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compare import schema
+from compare import figures, schema
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.report.labels import machine_of, plain, precision_label, seed_of
 from compare.run import phases
@@ -73,61 +73,39 @@ def difference_text(diff: dict | None) -> str:
     return text
 
 
-# The figures of the side-by-side table: name, summary key, format, ratio key (or "accuracy"
-# for the paired difference), definition; `headline` rows also open the page.
-FIGURES: tuple[tuple[str, str, str, str | None, str, bool], ...] = (
-    ("Training time", "train_time_s", "s", "train_time_s", "train_time_s", True),
-    ("Throughput", "images_per_s", "ips", "images_per_s", "images_per_s", True),
-    ("Steady step time (median)", "steady_step_time_ms", "ms", "steady_step_time_ms",
-     "steady_step_time_ms", True),
-    ("Steady step time (p90)", "steady_step_time_p90_ms", "ms", None, "steady_step_time_ms",
-     False),
-    ("Start-up (first epoch)", "warmup_time_s", "s", "warmup_time_s", "warmup_time_s", False),
-    ("Steady training (after the first epoch)", "steady_train_time_s", "s",
-     "steady_train_time_s", "steady_train_time_s", False),
-    ("Input wait", "input_wait_fraction", "pct", None, "input_wait_fraction", False),
-    ("Evaluation time", "eval_time_s", "s", None, "eval_time_s", False),
-    ("Final test accuracy", "final_test_accuracy", "acc", "accuracy", "test_accuracy", True),
-    ("Best test accuracy", "best_test_accuracy", "acc", None, "test_accuracy", False),
-    ("Peak device memory", "peak_device_memory_bytes", "mib", "peak_device_memory_bytes",
-     "peak_device_memory_bytes", True),
-    ("Host peak RSS", "host_peak_rss_bytes", "mib", None, "host_peak_rss_bytes", False),
-    ("Achieved FLOP/s", "achieved_flops_per_s", "flops", None, "achieved_flops_per_s", False),
-    ("MFU", "mfu", "pct", None, "mfu", True),
-    ("Energy (training)", "energy_j", "j", "energy_j", "energy_j", True),
-    ("Energy per image", "energy_per_image_j", "j", None, "energy_per_image_j", False),
-    ("Time to target accuracy", "time_to_target_s", "s", None, "time_to_target_s", True),
-)
-
-
 def verdict_rows(summary: dict, headline: bool = False) -> list[dict[str, str]]:
-    """The side-by-side table: figure, TF, PyTorch, TF vs PyTorch, and what the figure is
-    (schema.MEASUREMENT); the headline rows alone with `headline`. Time to target only where
-    a run measured it."""
+    """The side-by-side table, a row per figure (compare.figures): TF, PyTorch, TF vs PyTorch,
+    and what the figure is; the headline rows alone with `headline`. A figure shown only when
+    measured (time to target) only where a run measured it."""
     f = summary["frameworks"]
     tf, torch = f.get("tf", {}), f.get("torch", {})
     rows = []
-    for name, key, kind, versus, meaning, opens in FIGURES:
-        if headline and not opens:
+    for figure in figures.FIGURES:
+        key = figure.key
+        if headline and not figure.headline:
             continue
-        if key == "time_to_target_s" and not any((x.get(key) or {}).get("n")
+        if figure.only_when_measured and not any((x.get(key) or {}).get("n")
                                                  for x in (tf, torch)):
             continue
-        if versus == "accuracy":
+        if figure.versus == "difference":
             versus_text = difference_text(summary.get("accuracy_difference"))
+        elif figure.versus == "ratio":
+            versus_text = ratio_text(summary["ratios"].get(key))
         else:
-            versus_text = ratio_text(summary["ratios"].get(versus)) if versus else ""
-        rows.append({"figure": name, "tf": with_interval(tf.get(key), kind),
-                     "torch": with_interval(torch.get(key), kind), "versus": versus_text,
-                     "how": schema.MEASUREMENT.get(meaning, "")})
+            versus_text = ""
+        rows.append({"figure": figure.label, "tf": with_interval(tf.get(key), figure.unit),
+                     "torch": with_interval(torch.get(key), figure.unit),
+                     "versus": versus_text, "how": figure.how})
     return rows
 
 
 def interval_methods(summary: dict) -> list[str]:
     """How the figures were taken across seeds, each method once: for one framework's
-    figures and for the TF-vs-PyTorch ratios and differences."""
-    entries = [e for fw in (summary.get("frameworks") or {}).values() for e in fw.values()
-               if isinstance(e, dict)]
+    figures (scale by scale, compare.figures.SCALES) and for the TF-vs-PyTorch ratios and
+    differences."""
+    by_scale = sorted(figures.FIGURES, key=lambda f: figures.SCALES.index(f.scale))
+    entries = [e for fw in (summary.get("frameworks") or {}).values()
+               for e in (fw.get(f.key) for f in by_scale) if isinstance(e, dict)]
     found = [e.get("method") for e in entries if e.get("n") and e.get("method")]
     versus = [e.get("method") for e in [*(summary.get("ratios") or {}).values(),
                                         summary.get("accuracy_difference") or {}]

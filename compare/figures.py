@@ -1,0 +1,168 @@
+"""Every figure a comparison reports, declared once: its name in summary.json, its row in the
+report, its unit, what it means and how it is measured, how it is read from a run's summary,
+the scale it is aggregated on across seeds, whether TF and PyTorch are set side by side as a
+ratio or a difference, and whether it opens the report.
+
+The rest is derived: compare.schema files the definitions under MEASUREMENT (copied into
+every result), compare.report.aggregate aggregates each figure on its scale and pairs the
+ratios, compare.report.tables prints the rows, `python -m compare.cli.docs` the table in
+docs/measurement.md. A new figure is one `Figure` in FIGURES plus the code in
+compare/run/summary.py that computes the summary field it reads (a field of RunSummary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+# How a figure is aggregated over seeds (compare.report.stats): "accuracy" on the logit scale
+# with the test set's binomial variance; "positive" on the log scale (geometric mean);
+# "fraction" on the logit scale from the seeds alone. The report names their methods in this
+# order.
+Scale = Literal["accuracy", "positive", "fraction"]
+SCALES: tuple[str, ...] = get_args(Scale)
+# TF against PyTorch: "ratio" (TF / PyTorch, paired by seed, under summary.json's `ratios`),
+# "difference" (TF - PyTorch, paired by seed: `accuracy_difference`), or None (not compared).
+Versus = Literal["ratio", "difference"] | None
+
+
+@dataclass(frozen=True)
+class Read:
+    """Where a figure is in a run's summary (schema.RunSummary): the field `key`, or the entry
+    `part` of it, less the field `less`; None where the run completed fewer than `min_epochs`
+    epochs or a field is missing or null."""
+
+    key: str
+    part: str | None = None
+    less: str | None = None
+    min_epochs: int = 0
+
+    def __call__(self, summary: dict[str, Any]) -> Any:
+        try:
+            if self.min_epochs and (summary.get("epochs_completed") or 0) < self.min_epochs:
+                return None
+            value = summary[self.key]
+            if self.part is not None:
+                value = value[self.part]
+            if self.less is not None:
+                value = value - summary[self.less]
+            return value
+        except (KeyError, TypeError):
+            return None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The summary fields it reads."""
+        return (self.key,) if self.less is None else (self.key, self.less)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One reported figure."""
+
+    key: str  # its name in summary.json: per framework, and under `ratios` when a ratio
+    label: str  # its row in the report's tables
+    unit: str  # how it is printed: a kind of compare.report.tables.FORMATS
+    measured: str  # the name of its definition in MEASUREMENT (figures measured alike share it)
+    how: str  # the definition: what it means and how it is measured
+    read: Read
+    scale: Scale
+    versus: Versus = None
+    headline: bool = False  # also in the table that opens the report
+    only_when_measured: bool = False  # its row appears only where a run measured it
+
+
+STEP_TIME = ("median and p90 over synchronised timing windows (time of the window / its "
+             "steps), epochs after the first (after a resume, also after the first of each "
+             "session: it warms up again); a one-epoch run uses its windows after the first. A "
+             "window holds whole calls of `steps_per_call` steps and lasts about "
+             "`window_target_s` (sized from the first epoch's calls), or `timing_window` steps "
+             "when that is set; `steps_per_window` is the median steps of the windows used")
+TEST_ACCURACY = "fraction of the test set classified correctly (0..1)"
+
+# In the order of the report's table.
+FIGURES: tuple[Figure, ...] = (
+    Figure("train_time_s", "Training time", "s", "train_time_s",
+           "sum of per-epoch training times; each epoch timed from a device synchronisation "
+           "before its first step to one after its last step",
+           Read("train_time_s", min_epochs=1), "positive", "ratio", headline=True),
+    Figure("images_per_s", "Throughput", "ips", "images_per_s",
+           "images trained / training time, over all replicas, epochs after the first of each "
+           "session (the only epoch for a one-epoch run)",
+           Read("images_per_s"), "positive", "ratio", headline=True),
+    Figure("steady_step_time_ms", "Steady step time (median)", "ms", "steady_step_time_ms",
+           STEP_TIME, Read("steady_step_time_ms", part="median"), "positive", "ratio",
+           headline=True),
+    Figure("steady_step_time_p90_ms", "Steady step time (p90)", "ms", "steady_step_time_ms",
+           STEP_TIME, Read("steady_step_time_ms", part="p90"), "positive"),
+    Figure("warmup_time_s", "Start-up (first epoch)", "s", "warmup_time_s",
+           "training time of the first epoch (tracing, XLA/torch.compile, cuDNN autotuning, "
+           "allocator growth all land there)",
+           Read("warmup_time_s"), "positive", "ratio"),
+    Figure("steady_train_time_s", "Steady training (after the first epoch)", "s",
+           "steady_train_time_s",
+           "training time of the epochs after the first (train_time_s less warmup_time_s): "
+           "steady training, start-up apart",
+           Read("train_time_s", less="warmup_time_s", min_epochs=2), "positive", "ratio"),
+    Figure("input_wait_fraction", "Input wait", "pct", "input_wait_fraction",
+           "time the training steps blocked waiting for their next batch / training time, "
+           "same epochs as images_per_s. Timed where each framework takes its batches: "
+           "PyTorch on the host clock around next() on its loader; TensorFlow inside its step "
+           "function (tf.timestamp before and after the iterator's get_next, which runs in the "
+           "graph: no host next() to time)",
+           Read("input_wait_fraction"), "fraction"),
+    Figure("eval_time_s", "Evaluation time", "s", "eval_time_s",
+           "test-set pass after each epoch, timed apart, synchronised at both ends",
+           Read("eval_time_s", min_epochs=1), "positive"),
+    Figure("final_test_accuracy", "Final test accuracy", "acc", "test_accuracy", TEST_ACCURACY,
+           Read("final_test_accuracy"), "accuracy", "difference", headline=True),
+    Figure("best_test_accuracy", "Best test accuracy", "acc", "test_accuracy", TEST_ACCURACY,
+           Read("best_test_accuracy"), "accuracy"),
+    Figure("peak_device_memory_bytes", "Peak device memory", "mib", "peak_device_memory_bytes",
+           "the framework allocator's peak (tf get_memory_info 'peak', torch "
+           "max_memory_allocated) during training, reset after each epoch's evaluation, "
+           "highest over the epochs after the first; the first epoch's (initialisation, "
+           "cuDNN/XLA autotuning) is warmup_peak_device_memory_bytes; null on CPU",
+           Read("peak_device_memory_bytes"), "positive", "ratio", headline=True),
+    Figure("host_peak_rss_bytes", "Host peak RSS", "mib", "host_peak_rss_bytes",
+           "getrusage ru_maxrss of the trainer process",
+           Read("host_peak_rss_bytes"), "positive"),
+    Figure("achieved_flops_per_s", "Achieved FLOP/s", "flops", "achieved_flops_per_s",
+           "analytic training FLOPs per image (3 x forward, multiply-add = 2) x images/s",
+           Read("achieved_flops_per_s"), "positive"),
+    Figure("mfu", "MFU", "pct", "mfu",
+           "achieved FLOP/s / the device's dense peak for the precision (the table in "
+           "compare/machine/gpu_metrics.py); n/a on CPU or an unknown GPU",
+           Read("mfu"), "fraction", headline=True),
+    Figure("energy_j", "Energy (training)", "j", "energy_j",
+           "NVML cumulative energy counter (or sampled power where a device refuses it), "
+           "difference over each epoch's training, every GPU of the run on the chief's "
+           "machine; n/a without NVML",
+           Read("energy_j"), "positive", "ratio", headline=True),
+    Figure("energy_per_image_j", "Energy per image", "j", "energy_per_image_j",
+           "training energy / images trained",
+           Read("energy_per_image_j"), "positive"),
+    Figure("time_to_target_s", "Time to target accuracy", "s", "time_to_target_s",
+           "cumulative training time at the end of the first epoch whose test accuracy "
+           "reaches --target-accuracy",
+           Read("time_to_target_s"), "positive", headline=True, only_when_measured=True),
+)
+
+BY_KEY: dict[str, Figure] = {f.key: f for f in FIGURES}
+RATIO_KEYS: tuple[str, ...] = tuple(f.key for f in FIGURES if f.versus == "ratio")
+# the one figure compared as a paired difference (summary.json's accuracy_difference and
+# its equivalence test)
+DIFFERENCE_KEY: str = next(f.key for f in FIGURES if f.versus == "difference")
+
+
+def _definitions(figures: tuple[Figure, ...]) -> dict[str, str]:
+    """Each definition once, by name; figures that share a name must share its words."""
+    definitions: dict[str, str] = {}
+    for f in figures:
+        if definitions.setdefault(f.measured, f.how) != f.how:
+            raise ValueError(f"{f.key}: '{f.measured}' is defined in other words by another "
+                             "figure")
+    return definitions
+
+
+DEFINITIONS: dict[str, str] = _definitions(FIGURES)  # the figures' part of MEASUREMENT

@@ -1,0 +1,154 @@
+"""Every reported figure is declared once (compare.figures) and reaches every place that
+shows it: the run's summary, the schema, MEASUREMENT, summary.json, the report's table and
+docs/measurement.md."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from report_runs import fake_result, write_runs
+
+from compare import figures, report, schema
+from compare.cli import docs as cli_docs
+from compare.experiment.config import RunConfig
+from compare.report import tables
+from compare.run import summary as run_summary
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _summarised_run() -> dict:
+    """A two-epoch run's summary as compare.run.summary writes it (CPU, a target accuracy)."""
+    epochs = [{"epoch": e, "train_time_s": 2.0, "eval_time_s": 0.5, "test_accuracy": 0.4 * e,
+               "images": 1000, "input_wait_s": 0.1, "peak_device_memory_bytes": None,
+               "gpu": {"energy_j": None, "note": "no NVML"}} for e in (1, 2)]
+    windows = [{"epoch": e, "seconds": 0.5, "steps": 8} for e in (1, 1, 2, 2)]
+    return run_summary.summarise_run(
+        RunConfig(target_accuracy=0.7), epochs, windows, status="completed", replicas=1,
+        train_flops_per_image=100, device_name=None, on_gpu=False, peak_memory_note=None,
+        host_peak_rss_bytes=2**30)
+
+
+def test_each_figure_is_computed_by_the_run_summary_and_declared_in_the_schema():
+    summary = _summarised_run()
+    fields = schema.RunSummary.__required_keys__ | schema.RunSummary.__optional_keys__
+    for figure in figures.FIGURES:
+        for key in figure.read.keys:
+            assert key in summary, f"{figure.key}: compare/run/summary.py never writes {key}"
+            assert key in fields, f"{figure.key}: RunSummary (compare/schema.py) lacks {key}"
+    read = {f.key: f.read(summary) for f in figures.FIGURES}
+    assert read["steady_train_time_s"] == 2.0 and read["train_time_s"] == 4.0
+    assert read["steady_step_time_ms"] == read["steady_step_time_p90_ms"] == 62.5
+    assert read["time_to_target_s"] == 4.0 and read["host_peak_rss_bytes"] == 2**30
+    assert read["mfu"] is None and read["energy_j"] is None  # CPU: no peak, no NVML
+
+
+def test_a_figure_is_read_as_null_where_its_run_cannot_give_it():
+    one_epoch = {"epochs_completed": 1, "train_time_s": 3.0, "warmup_time_s": 3.0,
+                 "steady_step_time_ms": None}
+    assert figures.BY_KEY["steady_train_time_s"].read(one_epoch) is None  # needs two epochs
+    assert figures.BY_KEY["train_time_s"].read(one_epoch) == 3.0
+    assert figures.BY_KEY["train_time_s"].read({"train_time_s": 0.0}) is None  # no epoch
+    assert figures.BY_KEY["steady_step_time_p90_ms"].read(one_epoch) is None
+    assert figures.BY_KEY["mfu"].read(one_epoch) is None  # an older result without it
+
+
+def test_measurement_holds_each_definition_once_with_the_epoch_records():
+    for figure in figures.FIGURES:
+        assert schema.MEASUREMENT[figure.measured] == figure.how, figure.key
+    assert set(schema.MEASUREMENT) == {f.measured for f in figures.FIGURES} | {"test_loss",
+                                                                               "train_loss"}
+    assert set(schema.Epoch.__annotations__) >= {"test_accuracy", "test_loss", "train_loss"}
+
+
+def test_two_figures_cannot_define_one_measurement_in_different_words():
+    p90 = figures.BY_KEY["steady_step_time_p90_ms"]
+    assert figures._definitions(figures.FIGURES) == figures.DEFINITIONS
+    with pytest.raises(ValueError, match="steady_step_time_p90_ms: 'steady_step_time_ms'"):
+        figures._definitions((*figures.FIGURES[:3], replace(p90, how="the 90th percentile")))
+
+
+def test_each_figure_is_declared_whole_and_once():
+    keys = [f.key for f in figures.FIGURES]
+    assert len(set(keys)) == len(keys) and len({f.label for f in figures.FIGURES}) == len(keys)
+    for figure in figures.FIGURES:
+        assert figure.unit in tables.FORMATS, figure.key
+        assert figure.scale in figures.SCALES, figure.key
+        assert figure.versus in ("ratio", "difference", None), figure.key
+        assert figure.how.strip(), figure.key
+    assert figures.RATIO_KEYS == ("train_time_s", "images_per_s", "steady_step_time_ms",
+                                  "warmup_time_s", "steady_train_time_s",
+                                  "peak_device_memory_bytes", "energy_j")
+    assert [f.key for f in figures.FIGURES if f.versus == "difference"] == [
+        figures.DIFFERENCE_KEY] == ["final_test_accuracy"]
+
+
+def test_figures_module_stands_on_the_standard_library_alone():
+    tree = ast.parse((REPO / "compare" / "figures.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def _rich_result(framework: str, seed: int, train_time: float) -> dict:
+    """A result whose summary holds every figure, time to target and energy included."""
+    result = fake_result(framework, seed, train_time, 0.6 + 0.01 * seed)
+    result["summary"].update(host_peak_rss_bytes=2**30, achieved_flops_per_s=1e12 / train_time,
+                             mfu=0.1, energy_j=50.0 * train_time, energy_per_image_j=0.01,
+                             time_to_target_s=train_time / 2,
+                             peak_device_memory_bytes=2**28 * (1 + seed))
+    return result
+
+
+def test_every_figure_is_aggregated_paired_and_in_the_report(tmp_path):
+    write_runs(tmp_path, [_rich_result(fw, seed, t) for fw, times in (("tf", (10, 12, 11)),
+                                                                      ("torch", (8, 9, 8.5)))
+                          for seed, t in enumerate(times)])
+    report.rebuild(tmp_path, [tmp_path])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    markdown = (tmp_path / "report.md").read_text()
+    html = (tmp_path / "report.html").read_text()
+    rows = {r["figure"]: r for r in report.verdict_rows(summary)}
+    assert list(rows) == [f.label for f in figures.FIGURES]
+    for figure in figures.FIGURES:
+        for fw in ("tf", "torch"):
+            assert summary["frameworks"][fw][figure.key]["n"] == 3, (figure.key, fw)
+        row = rows[figure.label]
+        assert row["tf"] != "n/a" and row["torch"] != "n/a" and row["how"] == figure.how
+        if figure.versus == "ratio":
+            assert summary["ratios"][figure.key]["n"] == 3 and row["versus"].endswith("]")
+        elif figure.versus == "difference":
+            assert summary["accuracy_difference"]["n"] == 3 and "pts" in row["versus"]
+        else:
+            assert figure.key not in summary["ratios"] and row["versus"] == ""
+        assert f"| {figure.label} | {row['tf']} | {row['torch']} |" in markdown, figure.key
+        assert f"<td>{figure.label}</td><td>{row['tf']}</td>" in html, figure.key
+    headline = [r["figure"] for r in report.verdict_rows(summary, headline=True)]
+    assert headline == [f.label for f in figures.FIGURES if f.headline]
+    assert summary["measurement"] == schema.MEASUREMENT
+
+
+def test_a_figure_shown_only_when_measured_leaves_the_table_without_it(tmp_path):
+    write_runs(tmp_path, [fake_result(fw, seed, t, 0.6) for fw, t in (("tf", 10.0),
+                                                                      ("torch", 8.0))
+                          for seed in range(2)])
+    report.rebuild(tmp_path, [tmp_path])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    shown = {r["figure"] for r in report.verdict_rows(summary)}
+    for figure in figures.FIGURES:
+        assert (figure.label in shown) != figure.only_when_measured, figure.key
+
+
+def test_the_figures_table_in_the_measurement_page_is_current():
+    page = cli_docs.MEASUREMENT_PAGE.read_text()
+    assert page == cli_docs.measurement_page(page), (
+        "docs/measurement.md's table of figures is stale: run python -m compare.cli.docs")
+    for figure in figures.FIGURES:
+        assert f"| {figure.label} | `{figure.key}` | {figure.scale} |" in page
