@@ -128,16 +128,25 @@ def _row(entry: dict) -> str:
         return f"| {origin} | `{entry['model']}` | refused: {there['line']} | | | |"
     figures = (f"logits {there['logits_max_abs_diff']:.1e}, gradients "
                f"{there['grad_max_rel_diff']:.1e}")
-    back_text = ("back: equal" if back and back["ported"] else
-                 f"back refused: {back['line']}" if back else "")
+    if back and back["ported"]:  # the twin's twin: proven equal, with every parameter
+        back_text = (f"equal, logits {back['logits_max_abs_diff']:.1e}" if _round_trip(entry)
+                     else "proven, but its parameter count differs")
+    else:
+        back_text = f"refused: {back['line']}" if back else ""
     return (f"| {origin} | `{entry['model']}` | ported: {figures} | "
             f"{there['source_parameters']:,} / {there['twin_parameters']:,} | "
             f"{there['seconds']:.0f} s | {back_text} |")
 
 
+def _round_trip(entry: dict) -> bool:
+    """Ported with proof, and its twin ported back with proof and every parameter."""
+    there, back = entry["there"], entry.get("back") or {}
+    return bool(there["ported"] and back.get("ported")
+                and back["twin_parameters"] == there["source_parameters"])
+
+
 def table(entries: list[dict]) -> str:
-    ported = sum(e["there"]["ported"] and (e.get("back") or {}).get("ported", False)
-                 for e in entries)
+    ported = sum(_round_trip(e) for e in entries)
     rows = [f"{ported} of {len(entries)} port with proof and back.", "",
             "| from | model | port (float64 proof: max abs logits, max relative gradient) | "
             "parameters (source / twin) | port time | the twin ported back |",
