@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -165,7 +166,8 @@ def main() -> None:
         text = DOCS.read_text()
         before, rest = text.split(BEGIN)
         note = (f"Measured by `python -m benchmarks.port_coverage` on {found['machine']}, "
-                f"{found['date']}.\n\n")
+                f"{found['date']}: each port once, its time the whole command's (both "
+                f"frameworks' processes; not a benchmark).\n\n")
         DOCS.write_text(f"{before}{BEGIN}\n{note}{table(found['entries'])}\n{END}"
                         f"{rest.split(END)[1]}")
         return
@@ -180,8 +182,8 @@ def main() -> None:
             print(_row(entry), flush=True)
     if not args.models:  # the whole list: the results the docs table is written from
         RESULTS.write_text(json.dumps({
-            "machine": f"{platform.processor() or platform.machine()}, "
-                       f"{_cpu_name()}", "date": time.strftime("%Y-%m-%d"),
+            "machine": f"a 2-core {_cpu_name()}" if os.cpu_count() == 2 else _cpu_name(),
+            "date": time.strftime("%Y-%m-%d"),
             "entries": entries}, indent=1))
     print(table(entries))
 
