@@ -1,4 +1,4 @@
-"""Bad settings are refused before any work starts (compare.experiment.validate): one line
+"""Bad settings are refused before any work starts (compare.run.validate): one line
 naming the option, exit code 2, no traceback, and nothing trained (no result written)."""
 
 from __future__ import annotations

@@ -14,10 +14,9 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from compare.errors import DeviceError  # noqa: E402
-from compare.experiment import precision, strategy  # noqa: E402
+from compare.experiment import strategy  # noqa: E402
 from compare.experiment.config import RunConfig  # noqa: E402
-from compare.machine import devices  # noqa: E402
-from compare.process import cluster  # noqa: E402
+from compare.machine import cluster, devices, precision  # noqa: E402
 from compare.run.interface import DeviceChoice  # noqa: E402
 
 FRAMEWORK = "tf"
@@ -30,7 +29,7 @@ def select_device(config: RunConfig) -> DeviceChoice:
 
     Must run before TensorFlow initialises its devices: on a CPU-only machine it splits
     the CPU into --devices logical devices so MirroredStrategy runs the multi-replica path.
-    Under a TF_CONFIG of several workers (compare.process.cluster) each worker trains --devices
+    Under a TF_CONFIG of several workers (compare.machine.cluster) each worker trains --devices
     local GPUs, or its one CPU, under MultiWorkerMirroredStrategy (make_strategy).
     """
     launched = cluster.launch(FRAMEWORK)

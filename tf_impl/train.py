@@ -21,10 +21,10 @@ import tensorflow as tf  # noqa: E402
 from compare.experiment import networks, stages, weights  # noqa: E402
 from compare.experiment.config import RunConfig, steps_per_call  # noqa: E402
 from compare.experiment.datasets import Dataset  # noqa: E402
-from compare.experiment.validate import check_split  # noqa: E402
 from compare.machine import gpu_metrics  # noqa: E402
 from compare.run.interface import DeviceChoice  # noqa: E402
 from compare.run.phases import Capture, scope  # noqa: E402
+from compare.run.validate import check_split  # noqa: E402
 from tf_impl import data as tf_data  # noqa: E402
 from tf_impl import device as trainer_device  # noqa: E402
 from tf_impl import manifest as trainer_manifest  # noqa: E402

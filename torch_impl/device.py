@@ -12,10 +12,9 @@ import torch
 import torch.distributed as dist
 
 from compare.errors import DeviceError
-from compare.experiment import precision, strategy
+from compare.experiment import strategy
 from compare.experiment.config import RunConfig
-from compare.machine import devices
-from compare.process import cluster
+from compare.machine import cluster, devices, precision
 from compare.run.interface import DeviceChoice
 
 FRAMEWORK = "torch"
@@ -31,7 +30,7 @@ def select_device(config: RunConfig) -> DeviceChoice:
     """Chosen once, from --device and --devices; the GPU when present under `auto`.
 
     Under torchrun (or the DDP processes `train` spawns) the process count comes from
-    WORLD_SIZE, this process's rank from RANK and its GPU from LOCAL_RANK (compare.process.cluster).
+    WORLD_SIZE, this process's rank from RANK and its GPU from LOCAL_RANK (compare.machine.cluster).
     """
     launched = cluster.launch(FRAMEWORK)
     processes, rank, local_rank = launched.processes, launched.rank, launched.local_rank

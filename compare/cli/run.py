@@ -17,7 +17,8 @@ from compare.cli.options import (
     run_options,
 )
 from compare.experiment.config import FRAMEWORKS
-from compare.process import cluster, shutdown
+from compare.machine import cluster
+from compare.run import shutdown
 
 
 @click.command(context_settings=CONTEXT)

@@ -13,9 +13,9 @@ from compare.errors import EXIT_FAILED, UserError
 from compare.experiment import parity as parity_module
 from compare.experiment.best import best_config
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
-from compare.machine import devices
-from compare.process import parity_check, runner, shutdown, timing, warm
+from compare.process import parity_check, runner, same_device, timing, warm
 from compare.process.queue import QueuedRun, replay_command, run_queue, seed_order
+from compare.run import shutdown
 
 
 def compare_frameworks(config: RunConfig, comparison: ComparisonConfig, out: Path,
@@ -48,7 +48,7 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
     out.mkdir(parents=True, exist_ok=True)
     for framework in selected:
         runner.check_installed(framework)
-    kinds = devices.check_same_device([config.replace(framework=fw) for fw in selected])
+    kinds = same_device.check_same_device([config.replace(framework=fw) for fw in selected])
     device_kind = config.device if config.device != "auto" else next(iter(kinds.values()), "cpu")
     directory = files.ComparisonDir(out)
     saved = files.read_json_or_empty(directory.comparison) if resume else {}

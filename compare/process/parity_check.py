@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from compare.experiment import precision
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
 from compare.experiment.parity import (
     AFTER_STEPS,
@@ -22,6 +21,7 @@ from compare.experiment.parity import (
     probe_config,
     timed_config,
 )
+from compare.machine import precision
 from compare.process import runner
 
 # The timed configuration (float32, mixed precision, TF32, a compiler, on the run's device)

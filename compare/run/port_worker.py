@@ -23,7 +23,7 @@ import numpy as np
 
 from compare import errors, files
 from compare.experiment import networks, porting, specs
-from compare.process import shutdown
+from compare.run import shutdown
 from compare.run.worker import leave, quiet_framework_logs
 
 __all__ = ["main", "run", "quiet_framework_logs"]

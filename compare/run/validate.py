@@ -14,7 +14,7 @@ from compare.errors import UserError
 from compare.experiment import networks, settings, stages, strategy, weights
 from compare.experiment.checks import Check, count, optional
 from compare.experiment.config import FRAMEWORKS, RunConfig, data_replicas, stage_count
-from compare.process import cluster
+from compare.machine import cluster
 
 # Fields no option sets (tests and resumed configs carry them): their own checks.
 INTERNAL: tuple[tuple[str, Check], ...] = (
@@ -99,7 +99,7 @@ def check_parallel(config: RunConfig) -> None:
 
 def check_split(config: RunConfig) -> None:
     """The launch must fit the config, and the global batch split evenly over the replicas
-    of all processes (compare.process.cluster: TF_CONFIG workers or torchrun processes)."""
+    of all processes (compare.machine.cluster: TF_CONFIG workers or torchrun processes)."""
     launched = cluster.launch(config.framework)
     cluster.check(config.framework, config.devices, config.device, launched)
     replicas = cluster.replicas(config.framework, data_replicas(config), launched)
