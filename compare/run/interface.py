@@ -189,6 +189,9 @@ class PortModule(Protocol):
     FRAMEWORK: str
     SOURCE_KIND: str  # what `cnncompare port` takes, in words
 
+    # Keep the framework off the GPUs: the proof computes on the CPU. Called where the
+    # port's process starts, never on import.
+    def hide_gpus(self) -> None: ...
     # The source network `reference` names, built with `kwargs` (porting.Refused if not).
     def load(self, reference: str, kwargs: dict) -> Any: ...
     # The source as a porting.Reading: spec named `name`, canonical weights, what it counts.

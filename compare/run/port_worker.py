@@ -42,6 +42,7 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     parser.add_argument("--name", help="read: the spec's name (default: the source's)")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
+    impl.hide_gpus()  # the proof computes on the CPU
     shutdown.install_trainer()
     try:
         with shutdown.interruptible():  # nothing to keep: stop at once
