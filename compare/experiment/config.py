@@ -106,10 +106,10 @@ class RunConfig:
 
     framework: str = "torch"
     model: str = field(default="lenet", metadata=option(
-        "--model", "Network: lenet (the seed's 62k-parameter Net), resnet9 (DAWNBench "
-        "ResNet), resnet18, vgg11 or mobilenetv2 (pytorch-cifar's; `cnncompare models` lists "
-        "them), or your own: a Python file building a spec from the spec's layer kinds "
-        "(FILE.py, its `spec`, or FILE.py:NAME) or package.module:NAME.", model_check(),
+        "--model", f"Network: one of {', '.join(networks.MODELS)} (built in, each with its "
+        "recipe; `cnncompare models` describes them), or your own: a Python file building a "
+        "spec from the spec's layer kinds (FILE.py, its `spec`, or FILE.py:NAME) or "
+        "package.module:NAME.", model_check(),
         vary=True, metavar="NAME|FILE.py[:NAME]|MODULE:NAME"))
     dataset: str = field(default="cifar10", metadata=option(
         "--dataset", "Data source: the official CIFAR-10 archive, tfds, torchvision, an image "
