@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import struct
 import tarfile
@@ -12,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from compare.experiment.frameworks import quiet_framework_logs
+
+quiet_framework_logs()  # the tests import the frameworks themselves: quiet before they do
 
 # The product never holds both frameworks in one process (each runs in its own), but the
 # tests do. TensorFlow (XLA) and torch's compiler stack each bring LLVM; loaded in the order

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import platform
 
-from compare.run import worker
+import keras
+import tensorflow as tf
 
-worker.quiet_framework_logs()  # before TensorFlow is imported
-
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from compare.errors import DeviceError  # noqa: E402
-from compare.experiment import strategy  # noqa: E402
-from compare.experiment.config import RunConfig  # noqa: E402
-from compare.machine import cluster, devices, precision  # noqa: E402
-from compare.run.interface import DeviceChoice  # noqa: E402
+from compare.errors import DeviceError
+from compare.experiment import strategy
+from compare.experiment.config import RunConfig
+from compare.machine import cluster, devices, precision
+from compare.run.interface import DeviceChoice
 
 FRAMEWORK = "tf"
 

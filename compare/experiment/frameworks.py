@@ -17,7 +17,8 @@ REPOSITORY = Path(__file__).resolve().parents[2]  # holds compare, tf_impl and t
 
 def quiet_framework_logs() -> None:
     """Quiet this process's frameworks (before TensorFlow is imported); a setting the user
-    made in the environment stands."""
+    made in the environment stands. For a process that imports a framework itself (the
+    tests'); a process this one starts gets it from process_environment."""
     for name, level in QUIET_LOGS.items():
         os.environ.setdefault(name, level)
 

@@ -24,9 +24,7 @@ import numpy as np
 from compare import errors, files
 from compare.experiment import networks, porting, specs
 from compare.run import shutdown
-from compare.run.worker import leave, quiet_framework_logs
-
-__all__ = ["main", "run", "quiet_framework_logs"]
+from compare.run.worker import leave
 
 SPEC, WEIGHTS = "spec.py", "weights.npz"  # what `--model` and `--init-weights` take
 

@@ -20,7 +20,6 @@ from compare import errors
 from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.experiment.datasets import Dataset
-from compare.experiment.frameworks import quiet_framework_logs  # noqa: F401 - the twins' call
 from compare.run import shutdown, wall_time
 from compare.run.interface import DeviceChoice
 

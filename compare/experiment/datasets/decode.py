@@ -22,7 +22,6 @@ from compare.experiment.datasets.cache import write_cache
 from compare.experiment.datasets.cifar10 import CIFAR10_CLASSES, cifar10_cache_path, offline_message
 from compare.experiment.datasets.dataset import Dataset, check_arrays
 from compare.experiment.datasets.frameworks import MISSING
-from compare.experiment.frameworks import quiet_framework_logs
 
 
 def decode_tfds(root: Path, download: bool) -> Dataset:
@@ -99,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="the .npz to write")
     parser.add_argument("--no-download", action="store_true", help="fail instead of downloading")
     args = parser.parse_args(argv)
-    quiet_framework_logs()  # before TensorFlow is imported
     answer = sys.stdout
     try:
         # torchvision prints its download messages to stdout, which carries only the answer
