@@ -10,9 +10,9 @@ import keras
 import tensorflow as tf
 
 from compare.errors import DeviceError
-from compare.experiment import strategy
+from compare.experiment import precision, strategy
 from compare.experiment.config import RunConfig
-from compare.machine import cluster, devices, precision
+from compare.machine import cluster, devices
 from compare.run.interface import DeviceChoice
 
 FRAMEWORK = "tf"
@@ -117,8 +117,8 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
     tf.config.experimental.enable_tensor_float_32_execution(config.tf32)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
-                                 model=config.model)
+    # as the command resolved it before this process started, for the device it uses
+    resolved = precision.carried(config, choice.kind)
     if resolved.precision == "mixed":
         policy = f"mixed_{resolved.compute_type}"  # mixed_float16 or mixed_bfloat16
     else:

@@ -275,8 +275,17 @@ class RunConfig:
     # "matched": the comparison's one setting for both; "best": compare --best's run with its
     # framework's own advice (compare.experiment.best); reports never pool the two
     variant: str = "matched"
+    # No option: --precision as the command resolved it on this machine before any framework
+    # started (compare.machine.precision.carry), for each device kind the run may train on:
+    # {"cpu" | "gpu": Resolved.to_dict(precision)}. The frameworks read it
+    # (compare.experiment.precision.carried); None: not resolved yet.
+    precision_resolved: dict[str, dict[str, Any]] | None = field(default=None, hash=False)
 
     def replace(self, **changes: Any) -> "RunConfig":
+        """This config with `changes`; a change of what the precision was resolved from
+        (RESOLVED_FROM) drops the resolution, which the changed config must make again."""
+        if changes.keys() & RESOLVED_FROM and "precision_resolved" not in changes:
+            changes["precision_resolved"] = None
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -295,6 +304,10 @@ class RunConfig:
     @classmethod
     def from_json(cls, text: str) -> "RunConfig":
         return cls.from_dict(json.loads(text))
+
+
+# The settings RunConfig.precision_resolved is resolved from, besides the machine
+RESOLVED_FROM = frozenset({"precision", "device", "model"})
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,12 @@ hand (`--precision auto`, the default), with the reason.
 
 `mixed` and `fp32` keep their meaning when asked for; `mixed` on a CPU without native
 bfloat16 runs, with a warning, and where doctor measured it slower than float32 in one
-framework, with that handicap recorded (the report's caveat gives the two figures). Each
-framework process resolves its own precision from the device it actually uses (the same rule
-in both); the parent resolves it from NVML where it needs to know beforehand. This module is
-the rule and its choices; compare.machine.precision reads the machine it is applied to.
+framework, with that handicap recorded (the report's caveat gives the two figures). The
+command resolves it once, before any framework starts, for each device kind the run may
+train on (compare.machine.precision.carry: the GPU from NVML, this CPU's flags), and the run's
+config carries it; each framework reads the one for the device it uses (`carried`), so both
+apply the same resolution. This module is the rule and its choices; compare.machine.precision
+reads the machine it is applied to.
 """
 
 from __future__ import annotations
@@ -49,6 +51,20 @@ class Resolved:
         return {"requested": requested, "precision": self.precision,
                 "compute_type": self.compute_type, "reason": self.reason,
                 "warning": self.warning, "handicap": self.handicap}
+
+
+def carried(config, device_kind: str) -> Resolved:
+    """The precision `config` (a RunConfig) carries for a run on `device_kind` ("cpu" or
+    "gpu"), as the command resolved it before the framework started; a ValueError where it
+    carries none for this --precision and device kind (resolve it first:
+    compare.machine.precision.carry)."""
+    entry = (config.precision_resolved or {}).get(device_kind)
+    if entry is None or entry.get("requested") != config.precision:
+        raise ValueError(f"--precision {config.precision} was not resolved for the "
+                         f"{device_kind.upper()} before this framework process started "
+                         f"(compare.machine.precision.carry)")
+    return Resolved(entry["precision"], entry["compute_type"], entry["reason"],
+                    entry.get("warning"), entry.get("handicap"))
 
 
 # auto picks mixed on a CPU only where doctor measured its step under this share of float32's

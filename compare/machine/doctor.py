@@ -14,6 +14,7 @@ from typing import Any
 
 from compare.experiment import datasets
 from compare.experiment.config import RunConfig
+from compare.machine import precision
 
 TIMED_STEPS = 3  # steps timed after one warm-up step (tracing, autotuning)
 LIBRARY = re.compile(r"/(lib(?:cudart|cublas|cublasLt|cudnn|nccl|cufft|cusparse)"
@@ -60,7 +61,8 @@ def train_steps(impl, config: RunConfig) -> dict[str, Any]:
                               "device_kind": choice.kind, "device_name": choice.name,
                               "model": config.model, "batch_size": batch, "precisions": {}}
     for mode in ("fp32", "mixed"):
-        run_config = config.replace(precision=mode)
+        # each precision in turn: its config is made here, so it is resolved here, once
+        run_config = precision.carry(config.replace(precision=mode))
         try:
             trainer = impl.Trainer(run_config, dataset, choice)
             batches = trainer.batches(0)

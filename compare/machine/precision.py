@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+from compare.experiment.config import RunConfig
 from compare.experiment.frameworks import FRAMEWORK_PACKAGES
 from compare.experiment.precision import PROBE_ONLY, TENSOR_CORES_FROM, Resolved, choose
 from compare.machine import gpu_metrics
@@ -94,6 +95,23 @@ def expected(requested: str, device: str, model: str | None = None) -> Resolved:
     if capability is not None:
         return resolve(requested, True, capability)
     return resolve(requested, False, model=model)
+
+
+def carry(config: RunConfig) -> RunConfig:
+    """`config` carrying its --precision resolved on this machine, made once by the command
+    before any framework starts (and by a framework process started on a config without one,
+    at its entry: compare.run.worker): for the CPU unless --device gpu, and for the GPU NVML
+    shows (or --device gpu asks for) unless --device cpu. Under --device auto a framework that
+    sees no GPU trains on the CPU, so both are carried and each framework reads the one for
+    the device it uses (compare.experiment.precision.carried)."""
+    requested, kinds = config.precision, {}
+    if config.device != "gpu":
+        kinds["cpu"] = resolve(requested, False, model=config.model)
+    capability = nvml_capability() if config.device != "cpu" else None
+    if capability is not None or config.device == "gpu":  # gpu without NVML: cores assumed
+        kinds["gpu"] = resolve(requested, True, capability, model=config.model)
+    return config.replace(precision_resolved={kind: resolved.to_dict(requested)
+                                              for kind, resolved in kinds.items()})
 
 
 def nvml_capability() -> tuple[int, int] | None:

@@ -69,7 +69,7 @@ class Training(Protocol):
     steps_per_call: int  # training steps per train_steps call (config.steps_per_call)
     gpu_indices: list[int] | None  # NVML indices of this run's GPUs; None on CPU
     # What the framework's configure_numerics set: "resolved" is the run's precision
-    # (compare.experiment.precision.Resolved), resolved there once and read by everyone else
+    # (compare.experiment.precision.Resolved), the one its config carries for this device
     numerics: dict[str, Any]
 
     def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice) -> None: ...

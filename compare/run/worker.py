@@ -62,7 +62,7 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
             return 0
         if not args.config:
             parser.error("a config file is needed")
-        config = RunConfig.from_json(Path(args.config).read_text())
+        config = carried_precision(RunConfig.from_json(Path(args.config).read_text()))
         debug = config.debug
         if args.doctor:  # its own small synthetic data: no dataset to load
             from compare import files
@@ -84,6 +84,16 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
         return impl.train(config, dataset, resume=args.resume)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line unless --debug
         return errors.report(exc, debug, where=impl.__name__)
+
+
+def carried_precision(config: RunConfig) -> RunConfig:
+    """The config with the precision its command resolved; one this process was started on
+    without (`python -m tf_impl.train CONFIG.json` by hand, or by a test) is resolved here,
+    once, before the framework sees it: never inside the framework's own modules."""
+    if config.precision_resolved is not None:
+        return config
+    from compare.machine import precision
+    return precision.carry(config)
 
 
 def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, steps: int,
@@ -122,7 +132,7 @@ def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice:
     from compare.run import loop
     trainer = impl.Trainer(config, dataset, choice)
     wall_time.mark("built")
-    resolved = trainer.numerics["resolved"]  # resolved once, where the framework set it
+    resolved = trainer.numerics["resolved"]  # the config's, as the framework applied it
     if choice.is_chief:
         if not config.quiet:
             print(f"{impl.FRAMEWORK}: training on {choice.description}, {resolved.describe()}",
