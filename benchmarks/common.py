@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

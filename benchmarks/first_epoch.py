@@ -6,7 +6,7 @@ hits both, then seed 0 again. A server that leaked a warm cache into its childre
 the later runs' first epochs shorter than the first's, seed 0 again above all (the same data
 and weights); processes of their own show how much the first epoch varies anyway (the noise).
 
-    python benchmarks/first_epoch.py [--seeds 3] [--rounds 3] [--synthetic-size 2000]
+    python -m benchmarks.first_epoch [--seeds 3] [--rounds 3] [--synthetic-size 2000]
 
 Prints, per framework and seed, the median first-epoch seconds of each form over the
 rounds and their min-max, and the later runs' first epoch relative to the first seed's.
@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import machine_label
 from compare import schema

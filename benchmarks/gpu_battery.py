@@ -6,10 +6,10 @@ from the start. So the battery is a list of stages, each run for one framework a
 (PyTorch's core stages first, then TensorFlow's, then the sweeps), each under its own time
 limit, each rewriting the summary when it ends:
 
-    python benchmarks/gpu_battery.py --plan                  # the stages, limits, estimates
-    python benchmarks/gpu_battery.py --framework torch --stage doctor --stage lenet-fp32 \\
+    python -m benchmarks.gpu_battery --plan                  # the stages, limits, estimates
+    python -m benchmarks.gpu_battery --framework torch --stage doctor --stage lenet-fp32 \\
         --dataset folder --data-dir /tmp/cifar10-jpeg --out /tmp/battery --pack "$OUT"
-    python benchmarks/gpu_battery.py --device cpu --tiny --out /tmp/b --pack /tmp/p  # plumbing
+    python -m benchmarks.gpu_battery --device cpu --tiny --out /tmp/b --pack /tmp/p  # plumbing
 
 Stages: `tf-smoke` (TensorFlow's first GPU op: a float16 3x3 convolution forward and
 gradient); `doctor`; `gpu-tests` (pytest -m gpu); the core comparisons `lenet-fp32`,
@@ -57,13 +57,12 @@ import time
 from pathlib import Path
 
 STARTED = time.perf_counter()  # --time-left counts from here: imports and setup included
-sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
-import common  # noqa: E402 - benchmarks/common.py: the machine's name, as every script gives it
-from battery.calls import device_calls, plan, rental_calls  # noqa: E402
-from battery.pack import pack, write_summary  # noqa: E402
-from battery.running import child_environment, read_json, run_stage  # noqa: E402
-from battery.stages import (  # noqa: E402
+from benchmarks import common  # noqa: E402 - after STARTED: its time counts
+from benchmarks.battery.calls import device_calls, plan, rental_calls  # noqa: E402
+from benchmarks.battery.pack import pack, write_summary  # noqa: E402
+from benchmarks.battery.running import child_environment, read_json, run_stage  # noqa: E402
+from benchmarks.battery.stages import (  # noqa: E402
     ASSUMED_HOST_STEP_MS,
     ASSUMED_UTILISATION,
     CALIBRATION,

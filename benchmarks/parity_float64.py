@@ -2,8 +2,8 @@
 frameworks' probes as `cnncompare compare` runs them (each in its own process, float64 on the
 CPU), compared as the check compares them. docs/measurement.md's table comes from it.
 
-    python benchmarks/parity_float64.py lenet resnet9 resnet18 vgg11 mobilenetv2
-    tests/as_avx2_cpu.sh .venv/bin/python benchmarks/parity_float64.py mobilenetv2
+    python -m benchmarks.parity_float64 lenet resnet9 resnet18 vgg11 mobilenetv2
+    tests/as_avx2_cpu.sh .venv/bin/python -m benchmarks.parity_float64 mobilenetv2
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
-
-import common  # noqa: F401 - puts the checkout on sys.path
 
 from compare.experiment import networks, parity
 from compare.experiment.config import recipe_config

@@ -4,18 +4,16 @@ result files, as a small PNG.
 
     python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/cnncompare compare \\
         --dataset synthetic --epochs 2 --seeds 2 --out runs/quickstart      # the quickstart
-    .venv/bin/python benchmarks/readme_picture.py --source runs/quickstart --out docs/report.png
+    .venv/bin/python -m benchmarks.readme_picture --source runs/quickstart --out docs/report.png
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 
 def arguments() -> argparse.Namespace:

@@ -5,12 +5,12 @@ The figure is the training time of the epochs after the first (the first carries
 the pipeline's start), synchronised with the device, as the report's steady figures are; the
 ratio is B's median over A's (above 1: B trained slower).
 
-    python benchmarks/setting_ab.py --setting pipeline --values naive,tuned --repeats 5
-    python benchmarks/setting_ab.py --setting strategy --values none,mirrored --repeats 5
-    python benchmarks/setting_ab.py --setting precision --values fp32,mixed --repeats 3 \\
+    python -m benchmarks.setting_ab --setting pipeline --values naive,tuned --repeats 5
+    python -m benchmarks.setting_ab --setting strategy --values none,mirrored --repeats 5
+    python -m benchmarks.setting_ab --setting precision --values fp32,mixed --repeats 3 \\
         --dataset folder --data-dir /tmp/cifar10-jpeg --epochs 2
     # as on a CPU without AVX-512 or bfloat16 instructions, from any x86-64 machine:
-    tests/as_avx2_cpu.sh python benchmarks/setting_ab.py --setting precision \\
+    tests/as_avx2_cpu.sh python -m benchmarks.setting_ab --setting precision \\
         --values fp32,mixed --model resnet9 --synthetic-size 64 --repeats 3
 """
 
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-import common  # benchmarks/common.py, beside this script
+from benchmarks import common
 
 # The environment that makes a run behave as on another CPU: the CPU flags --precision auto
 # reads, and the frameworks' kernel limits.
@@ -76,7 +76,7 @@ def main() -> int:
                      "ratio": medians[values[1]] / medians[values[0]]})
     # what holds the run to another CPU's instructions, if set (tests/as_avx2_cpu.sh sets all)
     limits = [f"{name}='{os.environ[name]}'" for name in AS_ANOTHER_CPU if name in os.environ]
-    command = " ".join([*limits, "python", *sys.argv])
+    command = " ".join([*limits, "python -m benchmarks.setting_ab", *sys.argv[1:]])
     document = {"command": command, "cpu": common.machine_label(),
                 "date": time.strftime("%Y-%m-%d"), "setting": args.setting, "values": values,
                 "figure": "training time of the epochs after the first; medians of alternated "

@@ -7,8 +7,8 @@ slope in MiB per epoch over the epochs after the first few (which hold the warm-
 caches, allocator pools, the first evaluation). Run it alone: other processes' memory
 pressure does not change RSS, but their CPU load stretches the run.
 
-    python benchmarks/soak.py                       # 100 epochs, 2000 images, both frameworks
-    python benchmarks/soak.py --frameworks tf --epochs 50 --pipeline naive
+    python -m benchmarks.soak                       # 100 epochs, 2000 images, both frameworks
+    python -m benchmarks.soak --frameworks tf --epochs 50 --pipeline naive
 """
 
 from __future__ import annotations

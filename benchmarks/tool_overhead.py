@@ -9,8 +9,8 @@ tracing, compilation and autotuning), synchronised with the device at both ends;
 is the shared loop's median over the own loop's (1.000: the shared loop costs nothing;
 1.050: 5% slower). Writes DIR/overhead.json and DIR/overhead.md.
 
-    python benchmarks/tool_overhead.py --repeats 5 --out benchmarks/results/cpu-xeon-2core
-    python benchmarks/tool_overhead.py --configs lenet:32 --synthetic-size 512 --repeats 1 \\
+    python -m benchmarks.tool_overhead --repeats 5 --out benchmarks/results/cpu-xeon-2core
+    python -m benchmarks.tool_overhead --configs lenet:32 --synthetic-size 512 --repeats 1 \\
         --out /tmp/overhead-smoke                               # a smoke run: does it work?
 """
 
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-import common  # benchmarks/common.py, beside this script
+from benchmarks import common
 
 # The configurations: the seed's batch 4 (the PyTorch tutorial's lr 0.001) and 32 on any
 # device, and the ResNet-9 recipe at batch 512 on a GPU.
@@ -75,7 +75,7 @@ def measure(args: argparse.Namespace) -> dict:
                    device=row["shared"][0]["device"])
     return {"machine": common.machine_label(), "date": time.strftime("%Y-%m-%d"),
             "repeats": args.repeats, "epochs": args.epochs,
-            "command": "python benchmarks/tool_overhead.py " + " ".join(sys.argv[1:]),
+            "command": "python -m benchmarks.tool_overhead " + " ".join(sys.argv[1:]),
             "figure": "training time of the epochs after the first, device-synchronised; "
                       "ratio = shared loop median / own loop median",
             "rows": rows}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import struct
 import tarfile
@@ -12,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from compare.experiment.frameworks import quiet_framework_logs
+
+quiet_framework_logs()  # the tests import the frameworks themselves: quiet before they do
 
 # The product never holds both frameworks in one process (each runs in its own), but the
 # tests do. TensorFlow (XLA) and torch's compiler stack each bring LLVM; loaded in the order
@@ -165,13 +166,15 @@ def tiny_config(tmp_path: Path, **changes) -> RunConfig:
     """A fast run on the CPU (also on a GPU host): tiny synthetic data, float32, no workers,
     one step per call (so windows fall on single steps; tests of step batching set
     steps_per_call themselves, and the CLI tests run the default), no phase profile (tests
-    of --profile set profile_steps)."""
+    of --profile set profile_steps). Its precision is resolved, as a command resolves it
+    before any framework starts (compare.machine.precision.carry)."""
+    from compare.machine import precision
     fields = dict(dataset="synthetic", synthetic_train_size=256, synthetic_test_size=64, epochs=1,
                   batch_size=32, precision="fp32", quiet=True, out=str(tmp_path / "run"),
                   device="cpu", steps_per_call=1, profile_steps=0,
                   pipeline=PipelineConfig(workers=0, persistent_workers=False))
     fields.update(changes)
-    return RunConfig(**fields)
+    return precision.carry(RunConfig(**fields))
 
 
 @pytest.fixture(scope="session")
@@ -201,8 +204,11 @@ def framework(request):
 
 
 def trainer_for(module, config: RunConfig):
-    """A framework's Trainer (module: tf_impl.train or torch_impl.train) for `config`."""
+    """A framework's Trainer (module: tf_impl.train or torch_impl.train) for `config`, its
+    precision resolved where it has none, as a framework process's entry does."""
     from compare.experiment import datasets
+    from compare.run.worker import carried_precision
+    config = carried_precision(config)
     return module.Trainer(config, datasets.config_dataset(config), module.select_device(config))
 
 

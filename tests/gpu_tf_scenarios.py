@@ -2,6 +2,9 @@
 process hides the GPUs from TensorFlow to split the CPU) and prints one JSON line last.
 
     python tests/gpu_tf_scenarios.py SCENARIO OUT_DIR
+
+started by tests/on_gpu.py in the environment of the tool's framework processes
+(compare.process.runner.child_environment: the checkout on PYTHONPATH, TensorFlow quiet).
 """
 
 from __future__ import annotations
@@ -10,19 +13,13 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import tensorflow as tf
 
-from compare.run import worker  # noqa: E402
-
-worker.quiet_framework_logs()
-
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from compare.experiment import datasets  # noqa: E402
-from compare.experiment.config import PipelineConfig, RunConfig  # noqa: E402
-from compare.run import loop  # noqa: E402
-from compare.run import recorder as recorder_module  # noqa: E402
+from compare.experiment import datasets
+from compare.experiment.config import PipelineConfig, RunConfig
+from compare.run import loop
+from compare.run import recorder as recorder_module
 
 
 def _config(out: Path, **changes) -> RunConfig:

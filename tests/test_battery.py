@@ -3,7 +3,6 @@ form, the summary is rewritten after each stage and the pack fits what a rental 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -14,14 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import patience
 
+from benchmarks import gpu_battery as battery
+from benchmarks.battery import calls as battery_calls
+from benchmarks.battery import running
+from benchmarks.battery import stages as battery_stages
+
 REPO = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("gpu_battery", REPO / "benchmarks" / "gpu_battery.py")
-battery = importlib.util.module_from_spec(spec)
-sys.modules["gpu_battery"] = battery  # its dataclasses look their module up there
-spec.loader.exec_module(battery)  # puts benchmarks/ on sys.path: its battery package
-from battery import calls as battery_calls  # noqa: E402
-from battery import running  # noqa: E402
-from battery import stages as battery_stages  # noqa: E402
 
 
 def _plan(*args: str) -> dict:
@@ -144,7 +141,7 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
         if i == first_tf + 1:  # the smoke test failed on the machine's cuDNN, and passed on
             (scratch / "tfgpu" / "cudnn-choice").write_text("fallback\n")  # the fallback
         done = subprocess.run(["bash", "-c", call["bash"].replace(
-            "python benchmarks/gpu_battery.py", f"{sys.executable} -c \"{shown}\"")],
+            "python -m benchmarks.gpu_battery", f"{sys.executable} -c \"{shown}\"")],
             cwd=root, capture_output=True, text=True, timeout=patience(60))
         assert done.returncode == 0, done.stderr
         seen.append((call["framework"], bool(call["stages"]), done.stdout.strip()))
@@ -241,7 +238,7 @@ def test_the_first_call_rehearsed_as_on_a_bare_gpu_host(tmp_path):
     stages = [x for name in first["stages"] for x in ("--stage", name)]
     env = {**os.environ, "PYTHONPATH": f"{bare}:{REPO}"}
     for framework, chosen in (("torch", stages), ("tf", ["--stage", "doctor"])):
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_battery.py"),
+        subprocess.run([sys.executable, "-m", "benchmarks.gpu_battery",
                         "--device", "cpu", "--tiny", "--framework", framework, *chosen,
                         "--out", str(out)], cwd=REPO, env=env, capture_output=True,
                        text=True, timeout=patience(300))
@@ -333,7 +330,7 @@ def test_the_smoke_test_retries_on_the_bundles_fallback_cudnn(tmp_path, monkeypa
     # passes only on the fallback cuDNN, and only without the machine's beside it
     smoke = ("import os, sys; p = os.environ['LD_LIBRARY_PATH']; print(p); "
              "sys.exit(0 if 'cudnn_cu12_fallback' in p and '/machine/' not in p else 1)")
-    from battery.stages import Stage
+    from benchmarks.battery.stages import Stage
     stage = Stage("tf-smoke", True, ("tf",), "a smoke test",
                   lambda fw, ctx: [[sys.executable, "-c", smoke]], lambda fw, ctx: (1.0, "-"),
                   json_out=True)

@@ -13,7 +13,8 @@ import pytest
 from conftest import patience
 
 from compare import report
-from compare.experiment import precision, strategy
+from compare.experiment import strategy
+from compare.machine import precision
 from compare.report import verdict
 
 # precision-, tolerance- or time-sensitive: CI runs these again as on an AVX2-only CPU

@@ -11,10 +11,11 @@ from click.testing import CliRunner
 
 from compare.cli import cli
 from compare.errors import UserError
-from compare.experiment import precision as precision_rule
 from compare.experiment.config import RunConfig
-from compare.machine import devices, doctor
-from compare.process import runner
+from compare.machine import devices
+from compare.machine import doctor as machine_doctor
+from compare.machine import precision as precision_rule
+from compare.process import doctor, runner, same_device
 
 H100 = {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cuda": "13.0"}
 NO_GPU = {"gpus": [], "cuda": "12.5.1"}
@@ -36,7 +37,7 @@ def test_tf_on_cpu_beside_torch_on_gpu_is_refused_with_the_fix(monkeypatch):
     _sees(monkeypatch, NO_GPU, H100)
     configs = [RunConfig(framework=fw) for fw in ("tf", "torch")]
     with pytest.raises(UserError) as info:
-        devices.check_same_device(configs)
+        same_device.check_same_device(configs)
     message = str(info.value)
     assert "TensorFlow/Keras would train on CPU (sees no GPU)" in message
     assert "PyTorch would train on GPU (sees NVIDIA H100 80GB HBM3)" in message
@@ -47,11 +48,11 @@ def test_tf_on_cpu_beside_torch_on_gpu_is_refused_with_the_fix(monkeypatch):
 def test_the_guard_passes_same_kinds_and_explicit_requests_without_asking(monkeypatch):
     asked = _sees(monkeypatch, H100, H100)
     both = [RunConfig(framework=fw) for fw in ("tf", "torch")]
-    assert devices.check_same_device(both) == {"tf": "gpu", "torch": "gpu"}
+    assert same_device.check_same_device(both) == {"tf": "gpu", "torch": "gpu"}
     asked.clear()
-    assert devices.check_same_device([c.replace(device="cpu") for c in both]) == {}
+    assert same_device.check_same_device([c.replace(device="cpu") for c in both]) == {}
     allowed = [c.replace(allow_mixed_devices=True) for c in both]
-    assert devices.check_same_device(allowed) == {} and asked == []
+    assert same_device.check_same_device(allowed) == {} and asked == []
 
 
 def test_without_an_nvidia_gpu_the_guard_asks_no_framework(monkeypatch):
@@ -59,7 +60,7 @@ def test_without_an_nvidia_gpu_the_guard_asks_no_framework(monkeypatch):
     asked = _sees(monkeypatch, NO_GPU, NO_GPU)
     monkeypatch.setattr(devices, "nvidia_gpus", lambda: 0)
     both = [RunConfig(framework=fw) for fw in ("tf", "torch")]
-    assert devices.check_same_device(both) == {"tf": "cpu", "torch": "cpu"} and asked == []
+    assert same_device.check_same_device(both) == {"tf": "cpu", "torch": "cpu"} and asked == []
 
 
 def test_compare_refuses_mixed_devices_in_one_line_before_any_work(monkeypatch, tmp_path):
@@ -124,7 +125,7 @@ def test_loaded_libraries_are_read_from_the_process_maps():
     if not runtime:
         pytest.skip("no CUDA runtime wheel installed (a CPU-only PyTorch build)")
     ctypes.CDLL(runtime[0])
-    found = doctor.loaded_cuda_libraries()
+    found = machine_doctor.loaded_cuda_libraries()
     name = Path(runtime[0]).name
     assert Path(found[name]).resolve() == Path(runtime[0]).resolve(), found
     assert not any(library.startswith("libc.") for library in found)

@@ -15,8 +15,7 @@ from on_gpu import gpu_config, tf_run, tf_scenario, torch_trainer
 
 from compare import schema
 from compare.experiment.config import PipelineConfig
-from compare.machine import devices, doctor
-from compare.process import runner
+from compare.process import doctor, runner, same_device
 from compare.run import loop
 from compare.run import recorder as recorder_module
 
@@ -277,9 +276,9 @@ def test_both_same_device_guard_on_a_gpu_host(torch_gpu, tf_gpus, monkeypatch):
     from compare.errors import UserError
     from compare.experiment.config import RunConfig
     configs = [RunConfig(framework=fw) for fw in ("tf", "torch")]
-    assert devices.check_same_device(configs) == {"tf": "gpu", "torch": "gpu"}
+    assert same_device.check_same_device(configs) == {"tf": "gpu", "torch": "gpu"}
     real = runner.framework_environment
     monkeypatch.setattr(runner, "framework_environment", lambda fw: (
         {**real(fw), "gpus": []} if fw == "tf" else real(fw)))
     with pytest.raises(UserError, match="different devices"):
-        devices.check_same_device(configs)
+        same_device.check_same_device(configs)

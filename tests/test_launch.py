@@ -1,4 +1,4 @@
-"""The launch read from the environment (compare.process.cluster: TF_CONFIG, torchrun's variables),
+"""The launch read from the environment (compare.machine.cluster: TF_CONFIG, torchrun's variables),
 with no process started: ranks, processes and machines, what makes no sense, what compare, sweep
 and doctor do under a launcher, and one window size across processes."""
 
@@ -14,7 +14,7 @@ from test_multi_worker import SMALL, _cli, _env, _tf_config
 
 
 def test_tf_config_gives_rank_processes_and_machines():
-    from compare.process import cluster
+    from compare.machine import cluster
     spec = {"cluster": {"chief": ["a:1"], "worker": ["a:2", "b:1", "c:1"]},
             "task": {"type": "worker", "index": 1}}
     launched = cluster.launch("tf", {"TF_CONFIG": json.dumps(spec)})
@@ -28,7 +28,7 @@ def test_tf_config_gives_rank_processes_and_machines():
 
 
 def test_torchrun_variables_give_rank_processes_and_machines():
-    from compare.process import cluster
+    from compare.machine import cluster
     environ = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
                "TORCHELASTIC_RUN_ID": "job"}
     launched = cluster.launch("torch", environ)
@@ -49,7 +49,7 @@ def test_torchrun_variables_give_rank_processes_and_machines():
 ])
 def test_a_launch_that_makes_no_sense_is_one_clear_line(environ, says):
     from compare.errors import UserError
-    from compare.process import cluster
+    from compare.machine import cluster
     framework = "tf" if "TF_CONFIG" in environ else "torch"
     with pytest.raises(UserError, match=says):
         cluster.launch(framework, environ)
@@ -81,7 +81,7 @@ def test_more_than_one_replica_per_torchrun_process_is_refused(tmp_path):
 
 
 def test_doctor_forgets_the_launch_so_its_framework_processes_wait_for_no_peer(monkeypatch):
-    from compare.process import cluster
+    from compare.machine import cluster
     monkeypatch.setenv("TF_CONFIG", _tf_config([1, 2], 1))
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")

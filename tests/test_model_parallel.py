@@ -14,7 +14,7 @@ from compare import schema
 from compare.cli import cli
 from compare.errors import UserError
 from compare.experiment import networks, specs, stages
-from compare.experiment.validate import check_config
+from compare.run.validate import check_config
 
 
 @pytest.mark.parametrize("model", ["lenet", "resnet9"])

@@ -14,9 +14,10 @@ from click.testing import CliRunner
 
 from compare.cli.app import cli
 from compare.errors import UserError
-from compare.experiment import networks, parity, porting, specs, validate, weights
+from compare.experiment import networks, parity, porting, specs, weights
 from compare.experiment.config import RunConfig
 from compare.experiment.porting import Node, Refused
+from compare.run import validate
 
 TORCH_MODELS = Path(__file__).parent / "port_torch_models.py"
 TUTORIAL_NET = Path(__file__).parent.parent / "examples" / "tutorial_net.py"

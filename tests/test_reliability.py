@@ -24,10 +24,10 @@ from processes import (
 
 from compare import schema
 from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM
-from compare.experiment import networks
+from compare.experiment import networks, precision
 from compare.experiment.config import ComparisonConfig
-from compare.process import comparison, lock, runner, shutdown
-from compare.run import loop
+from compare.process import comparison, lock, runner
+from compare.run import loop, shutdown
 from compare.run import recorder as recorder_module
 from compare.run.interface import DeviceChoice
 
@@ -45,6 +45,7 @@ class FakeTrainer:
     steps_per_epoch = 4
     steps_per_call = 1
     gpu_indices = None
+    numerics = {"resolved": precision.choose("fp32", False)}
 
     def __init__(self, fail_at_epoch: int, failure):
         self.fail_at_epoch, self.failure = fail_at_epoch, failure

@@ -33,7 +33,7 @@ FAKE_NVML = textwrap.dedent("""\
 PROBE = textwrap.dedent("""\
     import json, os, torch
     from compare.machine import devices
-    from compare.experiment import precision
+    from compare.machine import precision
     print(json.dumps({"env": os.environ.get("CUDA_VISIBLE_DEVICES"),
                       "torch": torch.cuda.device_count(), "tool": devices.nvidia_gpus(),
                       "auto": precision.expected("auto", "auto", "lenet").precision}))

@@ -23,7 +23,7 @@ from processes import (
 
 from compare import schema
 from compare.errors import Interrupted
-from compare.process import shutdown
+from compare.run import shutdown
 
 # precision-, tolerance- or time-sensitive: CI runs these again as on an AVX2-only CPU
 

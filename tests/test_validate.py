@@ -1,4 +1,4 @@
-"""Bad settings are refused before any work starts (compare.experiment.validate): one line
+"""Bad settings are refused before any work starts (compare.run.validate): one line
 naming the option, exit code 2, no traceback, and nothing trained (no result written)."""
 
 from __future__ import annotations
@@ -70,3 +70,27 @@ def test_compare_refuses_a_bad_setting_before_the_parity_check(tmp_path):
 ], ids=["lr-nan", "lr-inf", "batch-too-big", "uneven-split", "epochs-0"])
 def test_sweep_refuses_a_bad_combination_before_any_run(tmp_path, args, message):
     _refused(tmp_path, ["sweep", "--framework", "torch", *args], message)
+
+
+def test_a_users_file_is_loaded_once_by_the_checks(tmp_path):
+    """check_config loads a user's FILE.py once and passes its spec to every check that needs
+    it (--init-weights and --parallel model included), for the class count it was given."""
+    import numpy as np
+
+    from compare.experiment import networks, weights
+    from compare.experiment.config import RunConfig
+    from compare.run import validate
+    counted = tmp_path / "loads.txt"
+    model = tmp_path / "counted.py"
+    model.write_text("from pathlib import Path\n"
+                     "from compare.experiment import networks\n"
+                     f"def spec(num_classes):\n"
+                     f"    with Path({str(counted)!r}).open('a') as f:\n"
+                     f"        f.write(f'{{num_classes}}\\n')\n"
+                     f"    return networks.get_spec('lenet', num_classes)\n")
+    init = tmp_path / "init.npz"
+    np.savez(init, **weights.initial_weights(networks.get_spec(str(model)), seed=0))
+    counted.unlink()
+    validate.check_config(RunConfig(model=str(model), init_weights=str(init), parallel="model",
+                                    stages=2, strategy="none", out=str(tmp_path / "out")))
+    assert counted.read_text().split() == ["10"]

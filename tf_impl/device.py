@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import platform
 
-from compare.run import worker
+import keras
+import tensorflow as tf
 
-worker.quiet_framework_logs()  # before TensorFlow is imported
-
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from compare.errors import DeviceError  # noqa: E402
-from compare.experiment import precision, strategy  # noqa: E402
-from compare.experiment.config import RunConfig  # noqa: E402
-from compare.machine import devices  # noqa: E402
-from compare.process import cluster  # noqa: E402
-from compare.run.interface import DeviceChoice  # noqa: E402
+from compare.errors import DeviceError
+from compare.experiment import precision, strategy
+from compare.experiment.config import RunConfig
+from compare.machine import cluster, devices
+from compare.run.interface import DeviceChoice
 
 FRAMEWORK = "tf"
 
@@ -30,7 +25,7 @@ def select_device(config: RunConfig) -> DeviceChoice:
 
     Must run before TensorFlow initialises its devices: on a CPU-only machine it splits
     the CPU into --devices logical devices so MirroredStrategy runs the multi-replica path.
-    Under a TF_CONFIG of several workers (compare.process.cluster) each worker trains --devices
+    Under a TF_CONFIG of several workers (compare.machine.cluster) each worker trains --devices
     local GPUs, or its one CPU, under MultiWorkerMirroredStrategy (make_strategy).
     """
     launched = cluster.launch(FRAMEWORK)
@@ -122,8 +117,8 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
     tf.config.experimental.enable_tensor_float_32_execution(config.tf32)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
-                                 model=config.model)
+    # as the command resolved it before this process started, for the device it uses
+    resolved = precision.carried(config, choice.kind)
     if resolved.precision == "mixed":
         policy = f"mixed_{resolved.compute_type}"  # mixed_float16 or mixed_bfloat16
     else:

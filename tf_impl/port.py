@@ -10,25 +10,25 @@ import json
 import sys
 from pathlib import Path
 
+import keras
+import numpy as np
+import tensorflow as tf
+
+from compare.experiment import porting, specs
+from compare.experiment.porting import Node, Refused
 from compare.run import port_worker
-
-port_worker.quiet_framework_logs()
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from compare.experiment import porting, specs  # noqa: E402
-from compare.experiment.porting import Node, Refused  # noqa: E402
-from tf_impl import model as framework_model  # noqa: E402 - the protocol's too
-from tf_impl import port_kinds as kinds  # noqa: E402
-
-# The proof is float64 on the CPU (porting.compare_outputs), as PyTorch's side computes it: on
-# a GPU host TensorFlow would otherwise compute it there, in TF32 convolutions by default.
-tf.config.set_visible_devices([], "GPU")
+from tf_impl import model as framework_model  # the protocol's too
+from tf_impl import port_kinds as kinds
 
 FRAMEWORK = "tf"
 SOURCE_KIND = "a saved Keras model, MODEL.keras (or .h5)"
+
+
+def hide_gpus() -> None:
+    """The proof is float64 on the CPU (porting.compare_outputs), as PyTorch's side computes it:
+    on a GPU host TensorFlow would otherwise compute it there, in TF32 convolutions by default.
+    Called where the port's process starts, before TensorFlow places anything."""
+    tf.config.set_visible_devices([], "GPU")
 
 
 def load(reference: str, kwargs: dict) -> keras.Model:

@@ -1,7 +1,8 @@
 """TensorFlow/Keras trainer: tf.data, MirroredStrategy, mixed precision.
 
 The loop and its clock are compare.run.loop's; this module supplies the compare.run.interface
-Trainer. Run by the CLI as `python -m tf_impl.train CONFIG.json`.
+Trainer. Run by the CLI as `python -m tf_impl.train CONFIG.json`, in the environment
+compare.experiment.frameworks.process_environment gives it: TensorFlow quiet from its import.
 """
 
 from __future__ import annotations
@@ -10,36 +11,33 @@ import os
 import sys
 from pathlib import Path
 
+import keras
+import numpy as np
+import tensorflow as tf
+
+from compare.experiment import networks, stages, weights
+from compare.experiment.config import RunConfig, steps_per_call
+from compare.experiment.datasets import Dataset
+from compare.machine import gpu_metrics
 from compare.run import worker
-
-worker.quiet_framework_logs()  # before TensorFlow is imported
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from compare.experiment import networks, stages, weights  # noqa: E402
-from compare.experiment.config import RunConfig, steps_per_call  # noqa: E402
-from compare.experiment.datasets import Dataset  # noqa: E402
-from compare.experiment.validate import check_split  # noqa: E402
-from compare.machine import gpu_metrics  # noqa: E402
-from compare.run.interface import DeviceChoice  # noqa: E402
-from compare.run.phases import Capture, scope  # noqa: E402
-from tf_impl import data as tf_data  # noqa: E402
-from tf_impl import device as trainer_device  # noqa: E402
-from tf_impl import manifest as trainer_manifest  # noqa: E402
-from tf_impl import profile as tf_profile  # noqa: E402
-from tf_impl.device import (  # noqa: E402, F401 - the protocol's: compare.run.worker looks here
+from compare.run.interface import DeviceChoice
+from compare.run.phases import Capture, scope
+from compare.run.validate import check_split
+from tf_impl import data as tf_data
+from tf_impl import device as trainer_device
+from tf_impl import manifest as trainer_manifest
+from tf_impl import profile as tf_profile
+from tf_impl.device import (  # noqa: F401 - the protocol's: compare.run.worker looks here
     FRAMEWORK,
     _pci_bus_ids,
     describe_environment,
     float64_missing,
     select_device,
 )
-from tf_impl.model import build_model, export_gradients, export_weights, load_weights  # noqa: E402
-from tf_impl.model import describe_model as describe_model  # noqa: E402, PLC0414 - the protocol's
-from tf_impl.optimizer import make_optimizer  # noqa: E402
-from tf_impl.scalars import ScalarWriter  # noqa: E402
+from tf_impl.model import build_model, export_gradients, export_weights, load_weights
+from tf_impl.model import describe_model as describe_model  # noqa: PLC0414 - the protocol's
+from tf_impl.optimizer import make_optimizer
+from tf_impl.scalars import ScalarWriter
 
 
 class Trainer:

@@ -14,8 +14,7 @@ import torch.distributed as dist
 from compare.errors import DeviceError
 from compare.experiment import precision, strategy
 from compare.experiment.config import RunConfig
-from compare.machine import devices
-from compare.process import cluster
+from compare.machine import cluster, devices
 from compare.run.interface import DeviceChoice
 
 FRAMEWORK = "torch"
@@ -31,7 +30,7 @@ def select_device(config: RunConfig) -> DeviceChoice:
     """Chosen once, from --device and --devices; the GPU when present under `auto`.
 
     Under torchrun (or the DDP processes `train` spawns) the process count comes from
-    WORLD_SIZE, this process's rank from RANK and its GPU from LOCAL_RANK (compare.process.cluster).
+    WORLD_SIZE, this process's rank from RANK and its GPU from LOCAL_RANK (compare.machine.cluster).
     """
     launched = cluster.launch(FRAMEWORK)
     processes, rank, local_rank = launched.processes, launched.rank, launched.local_rank
@@ -93,8 +92,8 @@ def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
     torch.backends.cudnn.benchmark = config.cudnn_benchmark and choice.on_gpu
     if config.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
-                                 model=config.model)
+    # as the command resolved it before this process started, for the device it uses
+    resolved = precision.carried(config, choice.kind)
     dtype, policy = None, resolved.compute_type  # float32, or the parity probe's float64
     if resolved.precision == "mixed":
         dtype = getattr(torch, resolved.compute_type)  # float16 or bfloat16

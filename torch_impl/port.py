@@ -12,24 +12,27 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
+
+from compare.experiment import porting, specs
+from compare.experiment.porting import Node, Refused
 from compare.run import port_worker
-
-port_worker.quiet_framework_logs()
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.fx  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-
-from compare.experiment import porting, specs  # noqa: E402
-from compare.experiment.porting import Node, Refused  # noqa: E402
-from torch_impl import model as framework_model  # noqa: E402 - the protocol's too
-from torch_impl import port_kinds as kinds  # noqa: E402
+from torch_impl import model as framework_model  # the protocol's too
+from torch_impl import port_kinds as kinds
 
 FRAMEWORK = "torch"
 SOURCE_KIND = ("an nn.Module: FILE.py:NAME or package.module:NAME, a module class or a "
                "function returning a module")
+
+
+def hide_gpus() -> None:
+    """The proof is float64 on the CPU (porting.compare_outputs): PyTorch computes where its
+    tensors are, and the port puts every one on the CPU, so it has no GPU to hide (TensorFlow's
+    twin of this call hides them)."""
 
 
 def load(reference: str, kwargs: dict) -> nn.Module:

@@ -23,12 +23,11 @@ from compare.errors import DeviceError
 from compare.experiment import networks, stages, strategy, weights
 from compare.experiment.config import RunConfig, data_replicas, steps_per_call
 from compare.experiment.datasets import Dataset
-from compare.experiment.validate import check_split
-from compare.machine import gpu_metrics
-from compare.process import cluster, shutdown
-from compare.run import worker
+from compare.machine import cluster, gpu_metrics
+from compare.run import shutdown, worker
 from compare.run.interface import DeviceChoice
 from compare.run.phases import Capture, scope
+from compare.run.validate import check_split
 from torch_impl import data as torch_data
 from torch_impl import device as trainer_device
 from torch_impl import manifest as trainer_manifest
@@ -346,7 +345,7 @@ def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
         return _train_process(config, dataset, resume)
     import torch.multiprocessing as mp
     # This process only launches the DDP processes: it passes stop signals on to them and
-    # waits while they write their results (compare.process.shutdown).
+    # waits while they write their results (compare.run.shutdown).
     with shutdown.forwarding() as forwarder:
         context = mp.spawn(_spawned_process, args=(config, _free_port(), resume, os.getpid()),
                            nprocs=config.devices, join=False)

@@ -6,8 +6,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from battery.running import CUDNN_CHOICE
-from battery.stages import FRAMEWORKS, RENTAL_CORE_S, RENTAL_S, STAGE_LIMIT_S, Context, Stage, shown
+from benchmarks.battery.running import CUDNN_CHOICE
+from benchmarks.battery.stages import (
+    FRAMEWORKS,
+    RENTAL_CORE_S,
+    RENTAL_S,
+    STAGE_LIMIT_S,
+    Context,
+    Stage,
+    shown,
+)
 
 
 def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list[dict]:
@@ -56,7 +64,7 @@ def device_calls(rows: list[dict], options: list[str]) -> list[dict]:
         last["stages"].append(row["stage"])
         last["estimate_s"] += row["estimate_s"]
     for call in calls:
-        call["command"] = ("python benchmarks/gpu_battery.py --framework " + call["framework"]
+        call["command"] = ("python -m benchmarks.gpu_battery --framework " + call["framework"]
                            + "".join(f" --stage {s}" for s in call["stages"])
                            + "".join(f" {shown(o)}" for o in options)
                            + f" --time-left {STAGE_LIMIT_S} --out /tmp/battery --pack \"$OUT\"")
@@ -139,7 +147,7 @@ def rental_calls(calls: list[dict], root: Path, bundle: Path | None, data: Path 
             out[first_tf + 1:first_tf + 1] = extra
     for call in out:
         # the checkout first, before the bundle's folder that activate.sh put on PYTHONPATH
-        run = (("PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} python benchmarks/gpu_battery.py "
+        run = (("PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} python -m benchmarks.gpu_battery "
                 "--framework " + call["framework"]
                 + "".join(f" --stage {s}" for s in call["stages"])
                 + "".join(f" {shown(o)}" for o in data_options)

@@ -9,8 +9,8 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from battery.running import run_command
-from battery.stages import CLI, PACK_FILES, PACK_TAR_BYTES
+from benchmarks.battery.running import run_command
+from benchmarks.battery.stages import CLI, PACK_FILES, PACK_TAR_BYTES
 
 
 def markdown(battery: dict) -> str:

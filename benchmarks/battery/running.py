@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from battery.stages import REPO, Context, Stage, shown
+from benchmarks.battery.stages import REPO, Context, Stage, shown
 
 
 def run_command(argv: list[str], log: Path, limit_s: float, stdout: Path | None = None,

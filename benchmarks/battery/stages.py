@@ -280,7 +280,7 @@ def sweep_commands(name: str, varies: list[str], options: list[str],
 def overhead_commands(framework: str, ctx: Context) -> list[list[str]]:
     configs = f"lenet:{TINY.batch}" if ctx.tiny else "lenet:4,lenet:32,resnet9:512"
     data = TINY.data() if ctx.tiny else ctx.data
-    return [[sys.executable, str(REPO / "benchmarks" / "tool_overhead.py"), "--frameworks",
+    return [[sys.executable, "-m", "benchmarks.tool_overhead", "--frameworks",
              framework, "--configs", configs, "--repeats", "1" if ctx.tiny else "2",
              "--epochs", "2" if ctx.tiny else "3", f"--option=--device={ctx.device}", *data,
              "--out", str(ctx.out / "tool-overhead" / framework)]]

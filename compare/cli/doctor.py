@@ -8,10 +8,10 @@ import sys
 import click
 
 from compare.cli.options import CONTEXT, click_option
-from compare.experiment import validate
 from compare.experiment.config import FRAMEWORKS, RunConfig
 from compare.experiment.settings import run_setting
-from compare.process import cluster
+from compare.machine import cluster
+from compare.run import validate
 
 
 @click.command(context_settings=CONTEXT)
@@ -40,7 +40,7 @@ def doctor(model: str | None, device: str | None, as_json: bool,
       cnncompare doctor --device cpu
       cnncompare doctor --model examples/my_cnn.py
     """
-    from compare.machine import doctor as doctor_module
+    from compare.process import doctor as doctor_module
     config = RunConfig(model=model or RunConfig.model, device=device or RunConfig.device)
     validate.check_model(config)  # a user's FILE.py: one line and exit 2 when it cannot build
     dropped = cluster.forget_launch()

@@ -19,8 +19,11 @@ def env(as_json: bool):
       cnncompare env
       cnncompare env --json > env.json
     """
+    from compare.experiment.frameworks import FRAMEWORKS
     from compare.machine import environment
-    info = environment.collect()
+    from compare.process import runner
+    info = {"machine": environment.machine(),
+            "frameworks": {fw: runner.framework_environment(fw) for fw in FRAMEWORKS}}
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

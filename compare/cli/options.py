@@ -14,9 +14,10 @@ import click
 
 from compare import errors
 from compare.errors import UserError
-from compare.experiment import datasets, settings, validate
+from compare.experiment import datasets, settings
 from compare.experiment.config import FRAMEWORKS, RunConfig, recipe_config
-from compare.process import cluster
+from compare.machine import cluster
+from compare.run import validate
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

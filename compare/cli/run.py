@@ -17,7 +17,8 @@ from compare.cli.options import (
     run_options,
 )
 from compare.experiment.config import FRAMEWORKS
-from compare.process import cluster, shutdown
+from compare.machine import cluster, precision
+from compare.run import shutdown
 
 
 @click.command(context_settings=CONTEXT)
@@ -58,6 +59,7 @@ def run(framework: str | None, resume_dir: str | None, own_loop: bool, **options
     else:
         out = options.pop("out") or f"runs/run-{framework}"
         config = build_config(framework, out, options)
+    config = precision.carry(config)  # once, for this command: the framework reads it
     runner.check_installed(config.framework)
     prepare_data(config)
     launched = cluster.launch(config.framework)

@@ -17,7 +17,7 @@ from compare.cli.options import (
 )
 from compare.experiment import settings
 from compare.experiment.config import FRAMEWORKS
-from compare.process import shutdown
+from compare.run import shutdown
 
 
 @click.command(context_settings=CONTEXT)

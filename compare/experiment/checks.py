@@ -76,7 +76,7 @@ def strategy_check() -> Check:
 
 def model_check() -> Check:
     """--model: a built-in network, or a reference to the user's own spec (validated by
-    loading it: compare.experiment.validate.check_model)."""
+    loading it: compare.run.validate.check_model)."""
     from compare.experiment import networks
     return Check(networks.is_reference, f"one of {', '.join(networks.MODELS)}, a file "
                  "FILE.py[:NAME] or package.module:NAME", tuple(networks.MODELS))

@@ -106,10 +106,10 @@ class RunConfig:
 
     framework: str = "torch"
     model: str = field(default="lenet", metadata=option(
-        "--model", "Network: lenet (the seed's 62k-parameter Net), resnet9 (DAWNBench "
-        "ResNet), resnet18, vgg11 or mobilenetv2 (pytorch-cifar's; `cnncompare models` lists "
-        "them), or your own: a Python file building a spec from the spec's layer kinds "
-        "(FILE.py, its `spec`, or FILE.py:NAME) or package.module:NAME.", model_check(),
+        "--model", f"Network: one of {', '.join(networks.MODELS)} (built in, each with its "
+        "recipe; `cnncompare models` describes them), or your own: a Python file building a "
+        "spec from the spec's layer kinds (FILE.py, its `spec`, or FILE.py:NAME) or "
+        "package.module:NAME.", model_check(),
         vary=True, metavar="NAME|FILE.py[:NAME]|MODULE:NAME"))
     dataset: str = field(default="cifar10", metadata=option(
         "--dataset", "Data source: the official CIFAR-10 archive, tfds, torchvision, an image "
@@ -275,8 +275,17 @@ class RunConfig:
     # "matched": the comparison's one setting for both; "best": compare --best's run with its
     # framework's own advice (compare.experiment.best); reports never pool the two
     variant: str = "matched"
+    # No option: --precision as the command resolved it on this machine before any framework
+    # started (compare.machine.precision.carry), for each device kind the run may train on:
+    # {"cpu" | "gpu": Resolved.to_dict(precision)}. The frameworks read it
+    # (compare.experiment.precision.carried); None: not resolved yet.
+    precision_resolved: dict[str, dict[str, Any]] | None = field(default=None, hash=False)
 
     def replace(self, **changes: Any) -> "RunConfig":
+        """This config with `changes`; a change of what the precision was resolved from
+        (RESOLVED_FROM) drops the resolution, which the changed config must make again."""
+        if changes.keys() & RESOLVED_FROM and "precision_resolved" not in changes:
+            changes["precision_resolved"] = None
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -295,6 +304,10 @@ class RunConfig:
     @classmethod
     def from_json(cls, text: str) -> "RunConfig":
         return cls.from_dict(json.loads(text))
+
+
+# The settings RunConfig.precision_resolved is resolved from, besides the machine
+RESOLVED_FROM = frozenset({"precision", "device", "model"})
 
 
 @dataclass(frozen=True)

@@ -13,20 +13,16 @@ layer, the check falls back to float32 and its noise-floor rule, naming the laye
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
-from compare import files
 from compare.experiment import precision, specs
 from compare.experiment.config import (
     PipelineConfig,
     RunConfig,
     learning_rate,
 )
-from compare.run.interface import ProbeTrainer
 
 
 @dataclass(frozen=True)
@@ -131,47 +127,6 @@ def one_ulp_up(weights: np.ndarray, epsilon: float | None) -> np.ndarray:
     if epsilon is None:
         return np.nextafter(weights, np.copysign(np.inf, weights)).astype(np.float32)
     return (weights * np.float32(1.0 + epsilon)).astype(np.float32)
-
-
-def write_probe(trainer: ProbeTrainer, config: RunConfig, path: Path, steps: int,
-                perturb: bool = False) -> None:
-    """Drive a framework's trainer: logits, loss and gradients on the plan's first batch,
-    then the weights after `steps` SGD steps on the plan's first batches; saved as NPZ in
-    the canonical layout, with what mapping the running variance between conventions takes
-    (bn/<layer>: momentum, values per channel in a batch; running_variance_unbiased).
-    `perturb` first moves every initial weight by one ulp of the precision the run computes
-    in (float32, or bfloat16/float16 under mixed precision, where a float32 ulp would vanish
-    in the cast), to measure how far rounding alone carries the same framework."""
-    if perturb:
-        trainer.initial = {name: one_ulp_up(w, compute_epsilon(trainer.manifest()))
-                           for name, w in trainer.initial.items()}
-        trainer.reset_weights()
-    # the plan's batches in order, into the next epoch's where a tiny training set has
-    # fewer batches than the probe takes steps
-    batches = (batch for epoch in itertools.count() for batch in trainer.batches(epoch))
-    first = next(batches)
-    logits, loss, grads = trainer.gradients(first)
-    trainer.reset_weights()  # the probe's forward moved BatchNorm statistics
-    total = trainer.steps_per_epoch * config.epochs
-    for step, batch in zip(range(steps), itertools.chain([first], batches)):
-        trainer.train_step(batch, probe_learning_rate(config, step, total))
-    out = {"logits": logits, "loss": np.float64(loss),
-           "running_variance_unbiased": np.bool_(trainer.unbiased_running_variance)}
-    out.update({f"grad/{k}": v for k, v in grads.items()})
-    out.update({f"param/{k}": v for k, v in trainer.weights().items()})
-    out.update({f"init/{k}": v for k, v in trainer.initial.items()})
-    out.update({f"bn/{k}": v for k, v in _batchnorm_counts(trainer.spec, config,
-                                                           len(logits)).items()})
-    files.write_atomic(path, lambda f: np.savez(f, **out), mode="wb")
-
-
-def _batchnorm_counts(spec: specs.ModelSpec, config: RunConfig,
-                      batch: int) -> dict[str, np.ndarray]:
-    """Each BatchNorm layer's (momentum, values per channel in a batch of `batch`)."""
-    norm = {"momentum": config.bn_momentum, "epsilon": config.bn_epsilon}
-    return {layer.name: np.array([layer.settings(norm)[0],
-                                  batch * int(np.prod(specs.input_shape_of(spec, layer.name)[1:]))])
-            for layer in specs.walk(spec.layers) if isinstance(layer, specs.BatchNorm)}
 
 
 def first_float64_failure(spec: specs.ModelSpec, run_alone) -> str | None:

@@ -1,4 +1,5 @@
-"""`cnncompare env`: the machine, and what each framework sees (each asked in its own process)."""
+"""`cnncompare env`'s view of the machine: NVML's GPUs and driver, the host; and the table that
+shows it beside what each framework sees (asked in its own process by compare.cli.env)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import os
 import platform
 from typing import Any
 
-from compare.experiment.frameworks import FRAMEWORKS
 from compare.machine import gpu_metrics
-from compare.process import runner
 
 
 def nvml_devices() -> dict[str, Any]:
@@ -67,11 +66,6 @@ def machine() -> dict[str, Any]:
     return {"python": platform.python_version(), "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
             "memory_bytes": memory, "nvml": nvml_devices()}
-
-
-def collect() -> dict[str, Any]:
-    return {"machine": machine(),
-            "frameworks": {fw: runner.framework_environment(fw) for fw in FRAMEWORKS}}
 
 
 def print_table(info: dict[str, Any]) -> None:

@@ -13,9 +13,10 @@ from compare.errors import EXIT_FAILED, UserError
 from compare.experiment import parity as parity_module
 from compare.experiment.best import best_config
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
-from compare.machine import devices
-from compare.process import parity_check, runner, shutdown, timing, warm
+from compare.machine import precision
+from compare.process import parity_check, runner, same_device, timing, warm
 from compare.process.queue import QueuedRun, replay_command, run_queue, seed_order
+from compare.run import shutdown
 
 
 def compare_frameworks(config: RunConfig, comparison: ComparisonConfig, out: Path,
@@ -48,7 +49,8 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
     out.mkdir(parents=True, exist_ok=True)
     for framework in selected:
         runner.check_installed(framework)
-    kinds = devices.check_same_device([config.replace(framework=fw) for fw in selected])
+    kinds = same_device.check_same_device([config.replace(framework=fw) for fw in selected])
+    config = precision.carry(config)  # once, for every run of this command (--best: its own)
     device_kind = config.device if config.device != "auto" else next(iter(kinds.values()), "cpu")
     directory = files.ComparisonDir(out)
     saved = files.read_json_or_empty(directory.comparison) if resume else {}
@@ -143,7 +145,7 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
                               tensorboard_dir=None)
             pair.append(QueuedRun(f"{framework} seed {seed} own loop", own, resume, True))
         if comparison.best:
-            best = best_config(run, framework, device_kind).replace(
+            best = precision.carry(best_config(run, framework, device_kind)).replace(
                 out=str(best_directory.run(framework, seed).path),
                 tensorboard_dir=str(best_directory.tensorboard))
             pair.append(QueuedRun(f"{framework} seed {seed} best settings", best, resume))

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from compare.experiment import precision
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
 from compare.experiment.parity import (
     AFTER_STEPS,
@@ -22,6 +21,7 @@ from compare.experiment.parity import (
     probe_config,
     timed_config,
 )
+from compare.machine import precision
 from compare.process import runner
 
 # The timed configuration (float32, mixed precision, TF32, a compiler, on the run's device)
@@ -40,7 +40,7 @@ def run_parity(config: RunConfig, directory: Path,
     against its noise floor (recorded, not gated). Probes run in subprocesses; failures are
     recorded with their cause, not raised."""
     directory.mkdir(parents=True, exist_ok=True)
-    gate = probe_config(config)
+    gate = precision.carry(probe_config(config))
     probes, errors = _probes(gate, directory, steps)
     if errors:
         return _error_record(errors, gate, steps)
@@ -62,7 +62,7 @@ def _float32_gate(config: RunConfig, directory: Path, steps: int,
                   tolerances: Tolerances | None) -> dict:
     """The float32 gate on the CPU: figures after the steps within NOISE_FACTOR x their noise
     floor (PyTorch against itself moved by 1 ulp) pass where logits, loss and gradients agree."""
-    gate = probe_config(config, "fp32")
+    gate = precision.carry(probe_config(config, "fp32"))
     probes, errors = _probes(gate, directory, steps, floors=("torch",))
     if errors:
         return _error_record(errors, gate, steps)
@@ -119,7 +119,7 @@ def _error_record(errors: dict[str, str], config: RunConfig, steps: int) -> dict
 def _timed_record(config: RunConfig, directory: Path, steps: int) -> dict:
     """The timed configuration's TF-vs-PyTorch figures, each framework's noise floor, and
     whether the one is within the other."""
-    timed = timed_config(config)
+    timed = timed_config(config)  # the run's own precision, as the command resolved it
     described = {"precision": timed.precision, "tf32": timed.tf32, "compile": timed.compile,
                  "cuda_graphs": timed.cuda_graphs, "replicas_probed": 1,
                  "device": where(timed)}

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from compare.experiment.config import FRAMEWORKS, RunConfig
-from compare.process import runner, shutdown
+from compare.process import runner
+from compare.run import shutdown
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from typing import Any, Callable
 from compare import files, schema
 from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
 from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
-from compare.process import shutdown, warm
-from compare.run import wall_time
+from compare.experiment.frameworks import process_environment
+from compare.process import warm
+from compare.run import shutdown, wall_time
 
 MODULES = {"tf": "tf_impl.train", "torch": "torch_impl.train"}
 REQUIRES = {"tf": ("tensorflow", "keras"), "torch": ("torch", "torchvision")}
@@ -41,7 +42,7 @@ class Outcome:
 
     @property
     def interrupted(self) -> bool:
-        """It stopped on a stop signal (compare.process.shutdown), so what was queued after it
+        """It stopped on a stop signal (compare.run.shutdown), so what was queued after it
         waits."""
         return shutdown.is_interrupt(self.code)
 
@@ -78,13 +79,9 @@ def check_installed(framework: str) -> None:
 
 
 def child_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
-    env.setdefault("PYTHONUNBUFFERED", "1")  # epoch lines reach the parent as they happen
-    root = str(Path(__file__).resolve().parents[2])  # the repository: compare, tf_impl, torch_impl
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env[shutdown.PARENT_PID_ENV] = str(os.getpid())  # to tell when this process has died
-    return env
+    """A framework process's environment (compare.experiment.frameworks), with this process's
+    id so that it can tell when its parent has died."""
+    return {**process_environment(), shutdown.PARENT_PID_ENV: str(os.getpid())}
 
 
 def command(config_path: Path, framework: str, extra: tuple[str, ...] = ()) -> list[str]:
@@ -104,14 +101,14 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
     """Run `config.framework` in a subprocess, writing into config.out; with `resume`,
     continuing from the checkpoint there (compare.run.checkpoint). `directory` (default
     config.out) takes this process's config and log: a process other than rank 0 of a
-    multi-process launch (compare.process.cluster) writes no result, and its status is its
+    multi-process launch (compare.machine.cluster) writes no result, and its status is its
     exit. With `own_loop`, the framework's own loop trains instead (compare.run.own_loop)
     and writes own-loop.json.
 
     With `on_line` None the child shares the terminal (live progress bar); otherwise its
     output goes line by line to `on_line` and to the log. Ctrl-C reaches the child
     too (same process group); other stop signals are passed on to it under
-    compare.process.shutdown.forwarding(). Either way we wait for it to finish writing.
+    compare.run.shutdown.forwarding(). Either way we wait for it to finish writing.
     """
     out = Path(config.out)
     stop = shutdown.parent_stop()

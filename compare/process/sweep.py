@@ -18,11 +18,11 @@ from compare import files, schema
 from compare.errors import UserError
 from compare.experiment import settings
 from compare.experiment.config import RunConfig
-from compare.experiment.validate import check_against_data, check_config
-from compare.machine import devices
-from compare.process import runner, timing, warm
+from compare.machine import precision
+from compare.process import runner, same_device, timing, warm
 from compare.process.queue import QueuedRun, run_queue
 from compare.report import sweep as sweep_report
+from compare.run.validate import check_against_data, check_config
 
 
 def combinations(config: RunConfig, varies: list[tuple[str, list[Any]]],
@@ -39,6 +39,7 @@ def combinations(config: RunConfig, varies: list[tuple[str, list[Any]]],
         changed = config
         for name, value in chosen.items():
             changed = settings.VARIABLE[name].apply(changed, value)
+        changed = precision.carry(changed)  # once per combination, for both frameworks
         order = frameworks if i % 2 == 0 else frameworks[::-1]
         for framework in order:
             changed = changed.replace(framework=framework)
@@ -67,7 +68,7 @@ def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks
         runner.check_installed(framework)
     todo = combinations(config, varies, frameworks, train_size)  # all valid before any runs
     out.mkdir(parents=True, exist_ok=True)
-    devices.check_same_device([run_config for _, _, run_config in todo])
+    same_device.check_same_device([run_config for _, _, run_config in todo])
     directory = files.SweepDir(out)
     queue = []
     for framework, chosen, run_config in todo:

@@ -94,7 +94,7 @@ class Server:
 
 class ForkedProcess:
     """A fork server's child, as much of subprocess.Popen as the runner and
-    compare.process.shutdown use: pid, stdout, poll, wait, returncode."""
+    compare.run.shutdown use: pid, stdout, poll, wait, returncode."""
 
     def __init__(self, server: Server, pid: int, stdout: IO[str]):
         self.server, self.pid, self.stdout = server, pid, stdout

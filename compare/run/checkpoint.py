@@ -23,7 +23,8 @@ from compare.run.interface import Trainer
 
 SCHEMA_VERSION = 1
 # Settings that do not change what is computed: a resumed run may differ in these.
-NOT_COMPARED = ("out", "quiet", "debug")
+# precision_resolved: each command resolves --precision on its machine again (a resume too)
+NOT_COMPARED = ("out", "quiet", "debug", "precision_resolved")
 
 
 def save(out: Path, trainer: Trainer, config: RunConfig, epochs_done: int,

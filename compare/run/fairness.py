@@ -18,7 +18,7 @@ from compare.experiment.config import (
     steps_per_call_source,
     update_rule,
 )
-from compare.process import cluster
+from compare.machine import cluster
 from compare.run.interface import DeviceChoice
 
 # Keys the framework half must provide (tests check both trainers against this list).

@@ -29,7 +29,7 @@ import sys
 import time
 import traceback
 
-from compare.process import shutdown
+from compare.run import shutdown
 
 READY = {"ready": True}  # sent once PRELOAD is imported
 POLL_S = 0.05  # how often a waiting server looks at its child and its parent (s)
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> None:
 def _wait(pid: int, parent: int) -> int:
     """The child's wait status. Should the command's process end meanwhile, the server ends
     too, and the child learns it as from its own parent (its parent-death signal, which
-    compare.process.shutdown asked for). Polled: Linux's parent-death signal for the server
+    compare.run.shutdown asked for). Polled: Linux's parent-death signal for the server
     itself would follow the thread of the command that started it, not the process."""
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)

@@ -68,6 +68,9 @@ class Training(Protocol):
     steps_per_epoch: int
     steps_per_call: int  # training steps per train_steps call (config.steps_per_call)
     gpu_indices: list[int] | None  # NVML indices of this run's GPUs; None on CPU
+    # What the framework's configure_numerics set: "resolved" is the run's precision
+    # (compare.experiment.precision.Resolved), the one its config carries for this device
+    numerics: dict[str, Any]
 
     def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice) -> None: ...
     def batches(self, epoch: int) -> Iterator[Any]: ...  # epoch is 0-based
@@ -128,7 +131,7 @@ class Collectives(Protocol):
 
 
 class Probing(Protocol):
-    """The parity probe's access to weights and gradients (parity.write_probe)."""
+    """The parity probe's access to weights and gradients (compare.run.parity_probe.write_probe)."""
 
     initial: dict[str, np.ndarray] | None  # the shared initial weights, canonical layout
     spec: Any  # the specs.ModelSpec built
@@ -186,6 +189,9 @@ class PortModule(Protocol):
     FRAMEWORK: str
     SOURCE_KIND: str  # what `cnncompare port` takes, in words
 
+    # Keep the framework off the GPUs: the proof computes on the CPU. Called where the
+    # port's process starts, never on import.
+    def hide_gpus(self) -> None: ...
     # The source network `reference` names, built with `kwargs` (porting.Refused if not).
     def load(self, reference: str, kwargs: dict) -> Any: ...
     # The source as a porting.Reading: spec named `name`, canonical weights, what it counts.

@@ -26,9 +26,8 @@ from compare.errors import (
     OutOfMemory,
 )
 from compare.experiment.config import RunConfig, learning_rate
-from compare.machine import devices, gpu_metrics
-from compare.process import cluster, shutdown
-from compare.run import checkpoint, fairness, phases
+from compare.machine import cluster, devices, gpu_metrics
+from compare.run import checkpoint, fairness, phases, shutdown
 from compare.run.interface import Trainer
 from compare.run.progress import ProgressDisplay
 from compare.run.recorder import Recorder

@@ -20,8 +20,7 @@ from compare import files, schema
 from compare.errors import EXIT_OK, UserError
 from compare.experiment.config import RunConfig, learning_rate
 from compare.experiment.datasets import Dataset
-from compare.process import shutdown
-from compare.run import wall_time
+from compare.run import shutdown, wall_time
 
 
 def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:

@@ -23,10 +23,8 @@ import numpy as np
 
 from compare import errors, files
 from compare.experiment import networks, porting, specs
-from compare.process import shutdown
-from compare.run.worker import leave, quiet_framework_logs
-
-__all__ = ["main", "run", "quiet_framework_logs"]
+from compare.run import shutdown
+from compare.run.worker import leave
 
 SPEC, WEIGHTS = "spec.py", "weights.npz"  # what `--model` and `--init-weights` take
 
@@ -42,6 +40,7 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     parser.add_argument("--name", help="read: the spec's name (default: the source's)")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
+    impl.hide_gpus()  # the proof computes on the CPU
     shutdown.install_trainer()
     try:
         with shutdown.interruptible():  # nothing to keep: stop at once

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from compare import files, schema
-from compare.experiment import precision, specs
+from compare.experiment import specs
 from compare.experiment.config import RunConfig
 from compare.run.interface import Trainer
 from compare.run.summary import summarise_run
@@ -130,7 +130,7 @@ class Recorder:
             self.config, self.epochs, self.windows, status=status, replicas=trainer.replicas,
             train_flops_per_image=self.train_flops_per_image, device_name=trainer.choice.name,
             on_gpu=trainer.choice.on_gpu, peak_memory_note=trainer.peak_memory()[1],
-            precision=resolved_precision(self.config, trainer),
+            precision=resolved_precision(trainer),
             host_peak_rss_bytes=host_peak_rss(), steps_per_call=trainer.steps_per_call)
 
     def finish(self, status: str) -> None:
@@ -154,13 +154,9 @@ class Recorder:
                    [[w[c] for c in WINDOW_COLUMNS] for w in self.windows])
 
 
-def resolved_precision(config: RunConfig, trainer: Trainer) -> str:
-    """The precision the trainer computes in ("mixed" or "fp32"; compare.experiment.precision)."""
-    numerics = getattr(trainer, "numerics", None) or {}
-    if "resolved" in numerics:
-        return numerics["resolved"].precision
-    return precision.resolve(config.precision, trainer.choice.on_gpu,
-                             trainer.choice.capability, model=config.model).precision
+def resolved_precision(trainer: Trainer) -> str:
+    """The precision the trainer computes in ("mixed" or "fp32"), as its framework resolved it."""
+    return trainer.numerics["resolved"].precision
 
 
 def _tail(rows: list, belongs) -> list:

@@ -3,7 +3,7 @@
 The parent (`cnncompare run/compare/sweep`) writes the RunConfig as JSON and starts the
 framework's train module, which calls `main` here with its own implementation module.
 Errors the user can act on print one line and exit non-zero; --debug shows tracebacks.
-Stop signals and the parent's death are handled as compare.process.shutdown describes.
+Stop signals and the parent's death are handled as compare.run.shutdown describes.
 """
 
 from __future__ import annotations
@@ -20,15 +20,8 @@ from compare import errors
 from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.experiment.datasets import Dataset
-from compare.process import shutdown
-from compare.run import wall_time
+from compare.run import shutdown, wall_time
 from compare.run.interface import DeviceChoice
-
-
-def quiet_framework_logs() -> None:
-    """Keep TensorFlow's C++ start-up chatter off the user's terminal (set before import)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "2")
 
 
 def main(impl: ModuleType, argv: list[str] | None = None) -> int:
@@ -69,7 +62,7 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
             return 0
         if not args.config:
             parser.error("a config file is needed")
-        config = RunConfig.from_json(Path(args.config).read_text())
+        config = carried_precision(RunConfig.from_json(Path(args.config).read_text()))
         debug = config.debug
         if args.doctor:  # its own small synthetic data: no dataset to load
             from compare import files
@@ -93,20 +86,31 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
         return errors.report(exc, debug, where=impl.__name__)
 
 
+def carried_precision(config: RunConfig) -> RunConfig:
+    """The config with the precision its command resolved; one this process was started on
+    without (`python -m tf_impl.train CONFIG.json` by hand, or by a test) is resolved here,
+    once, before the framework sees it: never inside the framework's own modules."""
+    if config.precision_resolved is not None:
+        return config
+    from compare.machine import precision
+    return precision.carry(config)
+
+
 def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, steps: int,
           perturb: bool = False, floor: Path | None = None) -> None:
     """This framework's side of the parity check, in the config it is given (the parent
-    chooses: parity.probe_config or timed_config); see compare.experiment.parity.write_probe.
+    chooses: parity.probe_config or timed_config); see compare.run.parity_probe.write_probe.
     With `floor`, a second probe from a new trainer whose initial weights are moved by 1 ulp.
     A float64 probe that fails where the framework has no float64 kernel for a layer writes
     only `float64_unsupported` (the layer, its kind and the framework's line) instead."""
     import numpy as np
 
     from compare import files
-    from compare.experiment import networks, parity, precision
+    from compare.experiment import networks, precision
+    from compare.run import parity_probe
     try:
-        parity.write_probe(impl.Trainer(config, dataset, impl.select_device(config)), config,
-                           path, steps, perturb)
+        parity_probe.write_probe(impl.Trainer(config, dataset, impl.select_device(config)),
+                                 config, path, steps, perturb)
     except Exception:
         if config.precision != precision.PROBE_ONLY:
             raise
@@ -117,26 +121,24 @@ def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, ste
                            mode="wb")
         return
     if floor is not None:
-        parity.write_probe(impl.Trainer(config, dataset, impl.select_device(config)), config,
-                           floor, steps, perturb=True)
+        parity_probe.write_probe(impl.Trainer(config, dataset, impl.select_device(config)),
+                                 config, floor, steps, perturb=True)
 
 
 def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice: DeviceChoice,
                   resume: bool) -> int:
     """Train this process's replicas with `impl`'s Trainer and record the run; an exit code.
     The chief says where it trains and in what precision (and warns of emulated bfloat16)."""
-    from compare.experiment import precision
     from compare.run import loop
-    resolved = precision.resolve(config.precision, choice.on_gpu, choice.capability,
-                                 model=config.model)
+    trainer = impl.Trainer(config, dataset, choice)
+    wall_time.mark("built")
+    resolved = trainer.numerics["resolved"]  # the config's, as the framework applied it
     if choice.is_chief:
         if not config.quiet:
             print(f"{impl.FRAMEWORK}: training on {choice.description}, {resolved.describe()}",
                   flush=True)
         if resolved.warning:
             print(f"warning: {resolved.warning}", file=sys.stderr, flush=True)
-    trainer = impl.Trainer(config, dataset, choice)
-    wall_time.mark("built")
     environment = {**impl.describe_environment(), "device_used": choice.description}
     return loop.train_and_record(trainer, config, environment, dataset.info(), resume)
 

@@ -98,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="the .npz to write")
     parser.add_argument("--no-download", action="store_true", help="fail instead of downloading")
     args = parser.parse_args(argv)
-    from compare.run import worker
-    worker.quiet_framework_logs()  # before TensorFlow is imported
     answer = sys.stdout
     try:
         # torchvision prints its download messages to stdout, which carries only the answer

@@ -22,7 +22,7 @@ from pathlib import Path
 from compare.errors import DataError
 from compare.experiment.datasets.cache import cache_file, home, read_cache
 from compare.experiment.datasets.dataset import Dataset
-from compare.process.runner import child_environment
+from compare.experiment.frameworks import process_environment
 
 log = logging.getLogger("cnncompare.data")
 
@@ -103,7 +103,7 @@ def run_decoder(source: str, root: Path, out: Path, download: bool, progress: bo
         argv.append("--no-download")
     # stdout carries only the decoder's answer; its stderr (download progress, framework
     # warnings) reaches the terminal when progress is wanted, else is kept for the message.
-    proc = subprocess.run(argv, env=child_environment(), stdout=subprocess.PIPE,
+    proc = subprocess.run(argv, env=process_environment(), stdout=subprocess.PIPE,
                           stderr=None if progress else subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise DataError(_failure(source, proc))

@@ -14,7 +14,8 @@ from compare.errors import UserError
 from compare.experiment import networks, settings, stages, strategy, weights
 from compare.experiment.checks import Check, count, optional
 from compare.experiment.config import FRAMEWORKS, RunConfig, data_replicas, stage_count
-from compare.process import cluster
+from compare.experiment.specs import ModelSpec
+from compare.machine import cluster
 
 # Fields no option sets (tests and resumed configs carry them): their own checks.
 INTERNAL: tuple[tuple[str, Check], ...] = (
@@ -28,7 +29,7 @@ def check_config(config: RunConfig) -> RunConfig:
     declared setting's own check (compare.experiment.settings), then the rules between
     settings."""
     settings.check(config)
-    check_model(config)
+    spec = check_model(config)
     for name, valid in INTERNAL:
         value = getattr(config, name)
         if not valid.test(value):
@@ -42,38 +43,39 @@ def check_config(config: RunConfig) -> RunConfig:
                     else f"{launched.processes} processes ({launched.launcher})")
             raise UserError(f"--strategy none trains one replica without a wrapper, not "
                             f"{over}: use --strategy auto or mirrored")
-    check_parallel(config)
+    check_parallel(config, spec)
     check_split(config)
     check_out(config.out)
     return config
 
 
-def check_model(config: RunConfig, classes: int = 10) -> None:
-    """The user's own network (--model FILE.py[:NAME] or package.module:NAME) loads and both
-    frameworks can build it for `classes` classes (CIFAR-10's until the data says), and the
-    weights --init-weights names fit it."""
-    if config.model not in networks.MODELS:
-        try:
-            networks.load_reference(config.model, classes)
-        except ValueError as exc:
-            raise UserError(f"--model {config.model}: {exc}") from None
+def check_model(config: RunConfig, classes: int = 10) -> ModelSpec:
+    """The network's spec for `classes` classes (CIFAR-10's until the data says), loaded once
+    and passed on: the user's own (--model FILE.py[:NAME] or package.module:NAME) must load
+    and both frameworks build it, and the weights --init-weights names must fit it."""
+    try:
+        spec = networks.get_spec(config.model, classes)
+    except ValueError as exc:
+        raise UserError(f"--model {config.model}: {exc}") from None
     if config.init_weights:
-        check_init_weights(config, classes)
+        check_init_weights(config, spec)
+    return spec
 
 
-def check_init_weights(config: RunConfig, classes: int = 10) -> None:
-    """--init-weights: a readable NPZ holding every weight of the network, of its shape."""
+def check_init_weights(config: RunConfig, spec: ModelSpec) -> None:
+    """--init-weights: a readable NPZ holding every weight of the network `spec`, of its shape."""
     if not config.shared_init:
         raise UserError("--init-weights starts both frameworks from one file's weights; "
                         "--no-shared-init lets each draw its own: choose one")
     try:
-        weights.read_file(config.init_weights, networks.get_spec(config.model, classes))
+        weights.read_file(config.init_weights, spec)
     except ValueError as exc:
         raise UserError(f"--init-weights {config.init_weights}: {exc}") from None
 
 
-def check_parallel(config: RunConfig) -> None:
-    """What --parallel model, --stages and --micro-batches cannot be combined with."""
+def check_parallel(config: RunConfig, spec: ModelSpec) -> None:
+    """What --parallel model, --stages and --micro-batches cannot be combined with; `spec`:
+    the network the stages cut."""
     if config.parallel == "data":
         if config.stages is not None:
             raise UserError("--stages cuts the network under --parallel model; with "
@@ -92,14 +94,14 @@ def check_parallel(config: RunConfig) -> None:
         if found:
             raise UserError(f"--parallel model: {why}")
     try:
-        stages.cut(networks.get_spec(config.model), stage_count(config))
+        stages.cut(spec, stage_count(config))
     except ValueError as exc:
         raise UserError(f"--stages {stage_count(config)}: {exc}") from None
 
 
 def check_split(config: RunConfig) -> None:
     """The launch must fit the config, and the global batch split evenly over the replicas
-    of all processes (compare.process.cluster: TF_CONFIG workers or torchrun processes)."""
+    of all processes (compare.machine.cluster: TF_CONFIG workers or torchrun processes)."""
     launched = cluster.launch(config.framework)
     cluster.check(config.framework, config.devices, config.device, launched)
     replicas = cluster.replicas(config.framework, data_replicas(config), launched)

@@ -1,0 +1,133 @@
+"""--precision is resolved once per command, before any framework starts, and carried in the
+run's config: the framework processes read it and never resolve it again."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import patience, tiny_config
+
+from compare.experiment import precision as rule
+from compare.experiment.config import RunConfig
+from compare.machine import precision
+from compare.run import worker
+
+REPO = Path(__file__).resolve().parent.parent
+TWINS = ("tf_impl", "torch_impl")
+# Started before anything else in every Python process of a test (PYTHONPATH): the precision
+# rule, and this machine's reading of it, raise once a framework is imported, that is in a
+# framework process (compare/ itself never imports one, so the command may resolve).
+POISON = """
+import sys
+
+from compare.experiment import precision as rule
+from compare.machine import precision as machine
+
+
+def poisoned(real):
+    def call(*args, **kwargs):
+        if "torch" in sys.modules or "tensorflow" in sys.modules:
+            raise RuntimeError("a framework process resolved --precision again")
+        return real(*args, **kwargs)
+    return call
+
+
+rule.choose = poisoned(rule.choose)
+machine.choose = poisoned(machine.choose)
+machine.resolve = poisoned(machine.resolve)
+"""
+# What the test carries for the CPU: not what this machine resolves `auto` to (float32)
+CARRIED = {"requested": "auto", "precision": "mixed", "compute_type": "bfloat16",
+           "reason": "auto: carried by the test, not this machine's choice", "warning": None,
+           "handicap": None}
+
+
+def _poisoned_environment(tmp_path: Path) -> dict[str, str]:
+    site = tmp_path / "poison"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(POISON)
+    path = os.pathsep.join(p for p in (str(site), str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def test_the_twins_never_read_the_machine_for_their_precision():
+    """Neither framework package imports the machine's precision (compare.machine.precision):
+    configure_numerics applies what the config carries (compare.experiment.precision.carried)."""
+    readers = []
+    for package in TWINS:
+        for path in sorted((REPO / package).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and (
+                        node.module == "compare.machine.precision" or
+                        (node.module == "compare.machine"
+                         and any(a.name == "precision" for a in node.names))):
+                    readers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+                elif isinstance(node, ast.Import) and any(
+                        a.name == "compare.machine.precision" for a in node.names):
+                    readers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert readers == []
+    for package in TWINS:
+        assert "precision.carried(config, choice.kind)" in (REPO / package / "device.py").read_text()
+
+
+def test_a_config_carries_its_resolution_until_what_it_was_resolved_from_changes(tmp_path):
+    config = precision.carry(RunConfig(precision="auto", device="cpu"))
+    assert set(config.precision_resolved) == {"cpu"}  # --device cpu: the CPU alone
+    assert rule.carried(config, "cpu") == precision.resolve("auto", False, model="lenet")
+    assert RunConfig.from_json(config.to_json()) == config  # to the framework and back
+    kept = config.replace(seed=3, out=str(tmp_path), framework="tf")
+    assert kept.precision_resolved == config.precision_resolved
+    for change in ({"precision": "fp32"}, {"device": "auto"}, {"model": "resnet9"}):
+        assert config.replace(**change).precision_resolved is None, change
+    with pytest.raises(ValueError, match="not resolved for the GPU"):
+        rule.carried(config, "gpu")
+    stale = config.replace(precision_resolved={"cpu": {**CARRIED, "requested": "fp32"}})
+    with pytest.raises(ValueError, match="--precision auto was not resolved"):
+        rule.carried(stale, "cpu")
+    # a framework process started on a config without one resolves it at its entry, once
+    assert worker.carried_precision(RunConfig(device="cpu")).precision_resolved == \
+        config.precision_resolved
+    assert worker.carried_precision(stale) is stale  # carried: read, not resolved again
+
+
+@pytest.mark.parametrize("framework", ["tf", "torch"])
+def test_a_framework_process_uses_the_carried_precision_and_resolves_none(tmp_path, framework):
+    """A config carrying mixed bfloat16 for `auto` on the CPU, which this machine would
+    resolve to float32: the framework process, where resolving raises, trains in the carried
+    precision and records it with its reason."""
+    assert precision.resolve("auto", False, model="lenet").compute_type == "float32"
+    config = tiny_config(tmp_path, framework=framework, precision="auto")
+    config = config.replace(precision_resolved={"cpu": CARRIED})
+    path = tmp_path / "config.json"
+    path.write_text(config.to_json())
+    done = subprocess.run([sys.executable, "-m", f"{framework}_impl.train", str(path)], cwd=REPO,
+                          env=_poisoned_environment(tmp_path), capture_output=True, text=True,
+                          timeout=patience(300))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((Path(config.out) / "result.json").read_text())
+    assert result["fairness"]["precision"] == CARRIED
+    assert "bfloat16" in result["fairness"]["precision_policy"]
+    assert result["config"]["precision_resolved"] == {"cpu": CARRIED}
+
+
+def test_a_run_resolves_in_the_command_and_its_framework_reads_it(tmp_path):
+    """`cnncompare run`: the command resolves --precision auto (its framework process, where
+    resolving raises, trains all the same), and result.json's config carries what it chose."""
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-c", "from compare.cli import main; main()", "run", "--framework",
+         "torch", "--dataset", "synthetic", "--synthetic-size", "64", "--epochs", "1",
+         "--profile", "0", "--device", "cpu", "--quiet", "--out", str(out)],
+        cwd=REPO, env=_poisoned_environment(tmp_path), capture_output=True, text=True,
+        timeout=patience(300))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    chosen = precision.resolve("auto", False, model="lenet").to_dict("auto")
+    assert result["fairness"]["precision"] == chosen
+    assert result["config"]["precision_resolved"] == {"cpu": chosen}
