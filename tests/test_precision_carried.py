@@ -73,7 +73,8 @@ def test_the_twins_never_read_the_machine_for_their_precision():
                     readers.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert readers == []
     for package in TWINS:
-        assert "precision.carried(config, choice.kind)" in (REPO / package / "device.py").read_text()
+        device = (REPO / package / "device.py").read_text()
+        assert "precision.carried(config, choice.kind)" in device
 
 
 def test_a_config_carries_its_resolution_until_what_it_was_resolved_from_changes(tmp_path):
