@@ -26,7 +26,10 @@ def _probe(tmp_path, module, name: str, **changes) -> dict:
     """One framework's float64 probe of examples/my_cnn.py (a strided convolution, depthwise
     ones, BatchNorm, residual adds; 16 images) in this process."""
     import keras
-    config = parity.probe_config(tiny_config(tmp_path, model=MY_CNN, batch_size=16, **changes))
+    from compare.machine import precision
+    # resolved as the parity check resolves the probe's config before starting its process
+    config = precision.carry(parity.probe_config(tiny_config(tmp_path, model=MY_CNN,
+                                                             batch_size=16, **changes)))
     path = tmp_path / f"{name}.npz"
     try:
         worker.probe(module, config, datasets.config_dataset(config), path, 3)
