@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import struct
 import tarfile
@@ -14,6 +15,13 @@ import pytest
 from compare.experiment.frameworks import quiet_framework_logs
 
 quiet_framework_logs()  # the tests import the frameworks themselves: quiet before they do
+
+# pytest -n 2 runs two test processes on the machine's cores, each with its framework
+# processes: OpenMP threads that wait spinning starve the other process's work (the quick
+# tier took 4 min 46 s spinning, 4 min 9 s sleeping, on a 2-core Xeon). Sleeping changes
+# when a thread wakes, not what it computes. Set before any framework loads its OpenMP,
+# and inherited by every subprocess a test starts.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The product never holds both frameworks in one process (each runs in its own), but the
 # tests do. TensorFlow (XLA) and torch's compiler stack each bring LLVM; loaded in the order

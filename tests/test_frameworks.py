@@ -247,6 +247,7 @@ def _ddp_against_one_process(tmp_path, **two_changes):
             schema.read_result(tmp_path / "two" / "result.json"))
 
 
+@pytest.mark.slow  # two DDP processes and one (14-16 s under pytest -n 2)
 def test_ddp_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path):
     """Averaged gradients over 2 ranks = the gradient of the global batch: after every step of
     an epoch the weights agree, and so do the recorded global-batch losses."""

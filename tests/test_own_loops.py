@@ -144,6 +144,7 @@ def test_the_best_section_lists_the_settings_that_differ_from_the_two_manifests(
     assert {row[1] for row in section.rows} == {"compile", "channels_last", "pipeline"}
 
 
+@pytest.mark.slow  # a whole comparison with own loops (16-17 s under pytest -n 2)
 def test_compare_reports_each_framework_against_its_own_loop(tmp_path):
     out = tmp_path / "cmp"
     done = CliRunner().invoke(cli, ["compare", "--dataset", "synthetic", "--synthetic-size",

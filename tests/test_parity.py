@@ -73,8 +73,9 @@ def _probes(tmp_path, tf_train, model: str, batch_size: int, timed: bool = False
 
 @pytest.mark.parametrize("model, batch_size, changes", [
     ("lenet", 32, {"momentum": 0.9, "weight_decay": 5e-4}),
-    ("resnet9", 16, {"nesterov": True, "weight_decay": 5e-4, "label_smoothing": 0.2,
-                     "schedule": "onecycle", "lr": 0.4, "epochs": 4}),
+    pytest.param("resnet9", 16, {"nesterov": True, "weight_decay": 5e-4,
+                                 "label_smoothing": 0.2, "schedule": "onecycle", "lr": 0.4,
+                                 "epochs": 4}, marks=pytest.mark.slow),  # 17-19 s
     # strided and projection shortcuts, BatchNorm after biased convolutions, depthwise
     # convolutions with average pooling: a small batch of full-size images
     pytest.param("resnet18", 8, {"weight_decay": 5e-4}, marks=pytest.mark.slow),  # 70 s
@@ -105,7 +106,8 @@ def test_parity_passes_in_float64_on_cpu(tmp_path, tf_two_cpus, model, batch_siz
 # ResNet-9 on 16 images: bfloat16 on a CPU without bfloat16 instructions is emulated, many
 # times float32's step time, and the check's three probes train several steps each.
 @pytest.mark.parametrize(("model", "batch", "mode"), [
-    ("lenet", 32, "mixed"), ("resnet9", 16, "mixed"), ("lenet", 32, "fp16")])
+    ("lenet", 32, "mixed"), pytest.param("resnet9", 16, "mixed", marks=pytest.mark.slow),
+    ("lenet", 32, "fp16")])  # ResNet-9's: 19-25 s under pytest -n 2
 def test_the_timed_mixed_configuration_stays_within_its_noise_floor(tmp_path, tf_two_cpus, model,
                                                                     batch, mode):
     """bfloat16 (mixed) and float16 with loss scaling (fp16) on CPU: TF vs PyTorch against

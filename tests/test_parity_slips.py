@@ -16,7 +16,9 @@ from compare.experiment import datasets, parity
 from compare.run import worker
 
 # precision-sensitive: CI runs these again as on an AVX2-only CPU
-pytestmark = pytest.mark.machine_sensitive
+# Both frameworks' float64 probes of each slip (30-60 s in all under pytest -n 2): the
+# heavy tier, and CI's AVX2 pass
+pytestmark = [pytest.mark.machine_sensitive, pytest.mark.slow]
 
 
 MY_CNN = str(Path(__file__).resolve().parents[1] / "examples" / "my_cnn.py")

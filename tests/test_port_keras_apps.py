@@ -118,7 +118,7 @@ def test_each_reader_kind_is_read_and_proven(tmp_path):
 @pytest.mark.machine_sensitive  # a proof in floating point: its figures depend on the kernels
 @pytest.mark.parametrize("application, kwargs, merges", [
     ("MobileNetV3Small", {"alpha": 0.75}, {"multiply"}),  # its adds: residual blocks
-    ("MobileNetV2", {"alpha": 0.35}, set()),
+    pytest.param("MobileNetV2", {"alpha": 0.35}, set(), marks=pytest.mark.slow),  # 15-25 s
 ])
 def test_a_keras_application_ports_with_its_proof(tmp_path, application, kwargs, merges):
     import keras

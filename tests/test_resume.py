@@ -182,6 +182,7 @@ def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
     assert os.path.exists(out / "report.html")
 
 
+@pytest.mark.slow  # a comparison in two commands (19 s under pytest -n 2)
 def test_one_framework_now_and_the_rest_on_resume(tmp_path):
     """`compare --framework torch` runs PyTorch's seeds alone (no parity check: it needs both)
     and lists TensorFlow's as not run yet; `compare --resume` then runs the parity check and

@@ -41,7 +41,8 @@ def _weights(out: Path, framework: str) -> dict[str, np.ndarray]:
     return found
 
 
-@pytest.mark.parametrize("framework", ["tf", "torch"])
+# TensorFlow's pair (21-26 s under pytest -n 2) in the heavy tier; PyTorch's in both
+@pytest.mark.parametrize("framework", [pytest.param("tf", marks=pytest.mark.slow), "torch"])
 def test_runs_forked_from_one_server_match_fresh_processes_bit_for_bit(tmp_path, framework):
     """Two seeds in turn from one fork server (the second in a child of a server that has
     already forked one run) against each seed in a process of its own: every step's loss,
