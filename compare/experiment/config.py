@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from compare.experiment import networks
+from compare.experiment import networks, strategy
 from compare.experiment.checks import (
     choice,
     count,
@@ -249,7 +249,7 @@ class RunConfig:
         "--strategy", "Both frameworks' distribution wrapper: auto (none for one replica; "
         "MirroredStrategy and DDP for several), none (one replica), mirrored (the wrapper "
         "also on one replica), or tf=CHOICE,torch=CHOICE to set them apart (the report names "
-        "it as a caveat).", strategy_check(), vary=True, metavar="auto|none|mirrored"))
+        "it as a caveat).", strategy_check(), vary=True, metavar="|".join(strategy.CHOICES)))
     # Synchronised timing windows end on call boundaries and last about timing_window_s
     # seconds (the loop sizes them from the first epoch's calls); timing_window, when set,
     # fixes them at that many steps instead (rounded up to whole calls).
