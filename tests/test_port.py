@@ -267,6 +267,26 @@ def _keras_file(tmp_path: Path, build: str) -> str:
     return str(path)
 
 
+def compare_ported(out: Path, runs: Path, record: dict, *options: str) -> dict[str, dict]:
+    """`compare` of the port in `out` from its own weights, one short run each on synthetic
+    data (`options` added): each framework's result, its parity check passed, its runs
+    completed with the spec's parameters and the port's weights."""
+    outcome = CliRunner().invoke(cli, [
+        "compare", "--model", str(out / "spec.py"), "--init-weights", str(out / "weights.npz"),
+        "--dataset", "synthetic", "--synthetic-size", "64", "--epochs", "1", "--seeds", "1",
+        "--no-own-loops", "--device", "cpu", "--quiet", "--out", str(runs), *options])
+    assert outcome.exit_code == 0, outcome.output
+    assert json.loads((runs / "summary.json").read_text())["parity"]["passed"]
+    results = {}
+    for framework in ("tf", "torch"):
+        result = json.loads(next((runs / "runs").glob(f"{framework}-*/result.json")).read_text())
+        assert result["summary"]["status"] == "completed"
+        assert result["model"]["parameters"] == record["spec"]["parameters"]
+        assert record["weights"]["sha256"][:16] in result["fairness"]["init_source"]
+        results[framework] = result
+    return results
+
+
 @pytest.mark.machine_sensitive  # the port's proof and the parity check, in floating point
 @pytest.mark.slow  # a port, then the parity check and one short run in each framework
 @pytest.mark.parametrize("kind", ["torch", "keras"])
@@ -277,19 +297,7 @@ def test_a_ported_network_compares_end_to_end_from_its_own_weights(tmp_path, kin
     ported = _port([kind, source, "--out", str(out), "--quiet"])
     assert ported.exit_code == 0, ported.output
     record = json.loads((out / "port.json").read_text())
-    runs = tmp_path / "runs"
-    outcome = CliRunner().invoke(cli, [
-        "compare", "--model", str(out / "spec.py"), "--init-weights", str(out / "weights.npz"),
-        "--dataset", "synthetic", "--synthetic-size", "64", "--epochs", "1", "--seeds", "1",
-        "--no-own-loops", "--device", "cpu", "--quiet", "--out", str(runs)])
-    assert outcome.exit_code == 0, outcome.output
-    summary = json.loads((runs / "summary.json").read_text())
-    assert summary["parity"]["passed"]
-    for framework in ("tf", "torch"):
-        result = json.loads(next((runs / "runs").glob(f"{framework}-*/result.json")).read_text())
-        assert result["summary"]["status"] == "completed"
-        assert result["model"]["parameters"] == record["spec"]["parameters"]
-        assert record["weights"]["sha256"][:16] in result["fairness"]["init_source"]
+    for framework, result in compare_ported(out, tmp_path / "runs", record).items():
         batchnorm = result["fairness"]["bn_momentum"]
         if kind == "keras":  # Keras' own BatchNorm settings, carried by the spec's layers
             assert batchnorm["torch_convention"] == pytest.approx(0.01)

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from compare.cli import cli
+from test_port import compare_ported
 
 
 def _source(tmp_path: Path, kind: str) -> list[str]:
@@ -40,23 +41,10 @@ def test_a_zoo_network_ports_and_compares_end_to_end(tmp_path, kind):
     record = json.loads((out / "port.json").read_text())
     assert record["proof"]["passed"]
     assert record["dropout"]["rates"]  # the classifier's dropout, read, not refused
-    runs = tmp_path / "runs"
-    outcome = CliRunner().invoke(cli, [
-        "compare", "--model", str(out / "spec.py"), "--init-weights", str(out / "weights.npz"),
-        "--dataset", "synthetic", "--synthetic-size", "32", "--batch-size", "16",
-        "--epochs", "1", "--seeds", "1", "--no-own-loops", "--device", "cpu", "--quiet",
-        "--out", str(runs)])
-    assert outcome.exit_code == 0, outcome.output
-    summary = json.loads((runs / "summary.json").read_text())
-    assert summary["parity"]["passed"]
-    for framework in ("tf", "torch"):
-        result = json.loads(next((runs / "runs").glob(f"{framework}-*/result.json")).read_text())
-        assert result["summary"]["status"] == "completed"
-        assert result["model"]["parameters"] == record["spec"]["parameters"]
-        assert record["weights"]["sha256"][:16] in result["fairness"]["init_source"]
+    for result in compare_ported(out, tmp_path / "runs", record, "--synthetic-size", "32",
+                                 "--batch-size", "16").values():
         assert result["fairness"]["dropout"].endswith("each framework draws its own random "
                                                       "masks")
-
 
 def test_the_coverage_table_in_porting_md_is_the_measured_one():
     """docs/porting.md's table is written from benchmarks/results/port_coverage.json, every
