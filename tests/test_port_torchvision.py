@@ -65,7 +65,7 @@ def _proven(source: nn.Module, input_shape=(3, 8, 8)) -> tuple[porting.Reading, 
     reading = port.read(source, input_shape, "kinds")
     images, labels = porting.proof_batch(reading.spec.input_shape, reading.spec.num_classes, 4)
     found = port.source_outputs(source, reading, images, labels)
-    twin = port.build_twin(porting.without_dropout(reading.spec))
+    twin = port.build_twin(specs.without_dropout(reading.spec))
     built.load_weights(twin, reading.weights, reading.spec)
     logits, loss, grads = port.outputs(twin, images, labels)
     theirs = {"logits": logits, "loss": loss, **{

@@ -290,7 +290,7 @@ DROPOUT_RATES = {"Dropout": "rate", "StochasticDepth": "drop_path_rate"}
 def _for_proof(model: keras.Model) -> keras.Model:
     """The model rebuilt from its config as the proof runs it, its weights copied: every
     layer's dtype policy float64 (the parity check's float64 proof), every dropout's rate 0
-    (the twin's is: porting.without_dropout), and a final softmax left out (the twin gives
+    (the twin's is: specs.without_dropout), and a final softmax left out (the twin gives
     logits: port_kinds' activations)."""
     config = model.get_config()
     last = ({name for name, _, _ in _tensor_keys(config["output_layers"])}

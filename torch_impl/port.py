@@ -233,7 +233,7 @@ def outputs(model: nn.Module, images: np.ndarray,
 
 def _without_dropout(model: nn.Module) -> nn.Module:
     """`model` with every dropout the reader reads at rate 0, as the twin's in the proof
-    (porting.without_dropout): one function compared, not two frameworks' random masks."""
+    (specs.without_dropout): one function compared, not two frameworks' random masks."""
     for module in model.modules():
         kind = kinds.kind_of(module)
         if kind in (nn.Dropout, kinds.STOCHASTIC_DEPTH):

@@ -216,9 +216,6 @@ def _layer_lines(layers: tuple[specs.LayerSpec, ...], indent: int) -> list[str]:
     return lines
 
 
-without_dropout = specs.without_dropout  # the twin's proof runs with dropout off
-
-
 def dropout_rates(spec: specs.ModelSpec) -> dict[str, float]:
     """Each Dropout layer's rate by name (per-sample ones are stochastic depth)."""
     return {layer.name: layer.rate for layer in specs.walk(spec.layers)
