@@ -36,9 +36,12 @@ def read_cache(path: Path, source: str) -> Dataset | None:
         return None
     try:
         with np.load(path, allow_pickle=False) as z:
-            return Dataset(z["train_x"], z["train_y"], z["test_x"], z["test_y"],
-                           tuple(str(c) for c in z["classes"]), source, str(z["origin"]),
-                           str(path), [str(n) for n in z["notes"]])
+            dataset = Dataset(z["train_x"], z["train_y"], z["test_x"], z["test_y"],
+                              tuple(str(c) for c in z["classes"]), source, str(z["origin"]),
+                              str(path), [str(n) for n in z["notes"]])
+            if "channel_mean" in z.files:  # saved with the arrays: not recomputed per process
+                dataset.__dict__["channel_stats"] = (z["channel_mean"], z["channel_std"])
+            return dataset
     except (OSError, ValueError, KeyError):
         log.warning("cache %s is unreadable; rebuilding it", path)
         return None
@@ -49,7 +52,8 @@ def write_cache(path: Path, dataset: Dataset) -> None:
     write_atomic(path, lambda f: np.savez(
         f, train_x=dataset.train_x, train_y=dataset.train_y, test_x=dataset.test_x,
         test_y=dataset.test_y, classes=np.array(dataset.classes),
-        origin=np.array(dataset.origin), notes=np.array(dataset.notes, dtype=str)), mode="wb")
+        origin=np.array(dataset.origin), notes=np.array(dataset.notes, dtype=str),
+        channel_mean=dataset.mean, channel_std=dataset.std), mode="wb")
 
 
 def cached(source: str, fingerprint: str, build: Callable[[], Dataset]) -> Dataset:

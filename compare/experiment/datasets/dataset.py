@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,17 +30,24 @@ class Dataset:
 
     @functools.cached_property
     def channel_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per-channel (mean, std) of the training images on the 0..1 scale, float32."""
-        total = np.zeros(3)
-        total_sq = np.zeros(3)
-        for start in range(0, len(self.train_x), 4096):  # chunks keep memory flat
-            chunk = self.train_x[start:start + 4096].astype(np.float64) / 255.0
-            total += chunk.sum(axis=(0, 1, 2))
-            total_sq += (chunk ** 2).sum(axis=(0, 1, 2))
-        count = self.train_x.shape[0] * self.train_x.shape[1] * self.train_x.shape[2]
-        mean = total / count
-        std = np.sqrt(np.maximum(total_sq / count - mean ** 2, 1e-12))
-        return mean.astype(np.float32), std.astype(np.float32)
+        """Per-channel (mean, std) of the training images on the 0..1 scale, float32.
+
+        Exact until the last rounding: each channel's 256-bin histogram gives the sums of
+        its values and squares as integers (a 0.1 s pass over 10,000 images, where float
+        arithmetic over every pixel took about 1 s in every framework process)."""
+        pixels = self.train_x.reshape(-1, self.train_x.shape[-1])
+        count = pixels.shape[0]
+        values = np.arange(256, dtype=np.int64)
+        mean, std = [], []
+        for channel in range(pixels.shape[1]):
+            histogram = np.bincount(pixels[:, channel], minlength=256).astype(np.int64)
+            total = int(histogram @ values)
+            squares = int(histogram @ (values * values))
+            # variance x (255 count)^2, exactly: count * sum(v^2) - (sum v)^2
+            spread = count * squares - total * total
+            mean.append(total / (255 * count))
+            std.append(max(math.sqrt(spread) / (255 * count), 1e-6))
+        return np.array(mean, np.float32), np.array(std, np.float32)
 
     @property
     def mean(self) -> np.ndarray:
