@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -119,3 +120,26 @@ def test_a_server_started_from_a_thread_that_ended_still_serves(tmp_path):
                             "torch", env).wait() for _ in range(2)]
         assert first == [0] and later == [0, 0]
         assert [s.forked for s in pool.servers.values()] == [3]
+
+
+def test_a_framework_query_inside_a_command_is_answered_by_a_forked_child():
+    """compare and sweep ask each framework which device it would train on before any run:
+    inside their fork servers a forked child answers, the same answer as a process of its
+    own, and the import it paid serves the runs after it."""
+    plain = runner.framework_environment("torch")
+    with warm.fork_servers() as pool:
+        forked = runner.framework_environment("torch")
+        assert [s.forked for s in pool.servers.values()] == [1]
+    assert forked == plain and "error" not in forked
+
+
+def test_a_forked_query_past_its_timeout_is_killed_and_the_server_serves_on():
+    """A query that hangs is killed at its timeout, as subprocess.run would, and the next
+    one is forked from the same server."""
+    with warm.fork_servers() as pool:
+        with pytest.raises(subprocess.TimeoutExpired):
+            runner.framework_call("torch", "timeit", ["-n", "1", "-r", "1",
+                                                      "import time; time.sleep(60)"], timeout=1)
+        answer = runner.framework_call("torch", "timeit", ["-n", "1", "-r", "1", "pass"], 60)
+        assert answer.returncode == 0 and "loop" in answer.stdout
+        assert [s.forked for s in pool.servers.values()] == [2]

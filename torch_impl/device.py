@@ -4,6 +4,7 @@ and what PyTorch sees of the machine (`cnncompare env`, `doctor`)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 from datetime import timedelta
@@ -152,10 +153,12 @@ def _pci_bus_ids(names: tuple[str, ...]) -> list[str]:
     return ids
 
 
-def _version(module: str) -> str | None:
+def _version(package: str) -> str | None:
+    """An installed package's version from its metadata: importing torchvision only to read
+    it took about 0.2 s in every training process."""
     try:
-        return __import__(module).__version__
-    except ImportError:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
         return None
 
 

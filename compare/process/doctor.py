@@ -1,11 +1,11 @@
 """`cnncompare doctor`: can each framework train here, on which device, and can they be
 compared on the same one?
 
-For each framework, in its own processes: what it sees (versions, GPUs, CUDA/cuDNN it was
-built with), then one process per device kind it can use that trains a few real steps of
-the chosen model in float32 and in mixed precision, times them, and reads which CUDA,
-cuBLAS and cuDNN libraries the process actually loaded (compare.machine.doctor, in that
-process). When a framework sees no GPU on a machine that has one, it says why.
+For each framework, in its own processes (forked from one server per framework that
+imported it): what it sees (versions, GPUs, CUDA/cuDNN it was built with), then one process
+per device kind it can use that trains a few real steps of the chosen model in float32 and
+in mixed precision, times them, and reads which CUDA, cuBLAS and cuDNN libraries the process
+actually loaded (compare.machine.doctor, in that process). When a framework sees no GPU on a machine that has one, it says why.
 """
 
 from __future__ import annotations
@@ -17,14 +17,20 @@ from compare.errors import FrameworkMissing
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, recipe_config
 from compare.machine import environment, precision
 from compare.machine.doctor import gpu_diagnosis
-from compare.process import runner
+from compare.process import runner, warm
 
 
 def examine(model: str, frameworks: tuple[str, ...] = FRAMEWORKS,
             device: str = "auto") -> dict[str, Any]:
     """The whole check: per framework its environment and trained steps on `device` (auto:
     the GPU where the framework sees one, else the CPU); the verdicts. With one framework,
-    its own verdict is the whole one."""
+    its own verdict is the whole one. Each framework is imported once, by its fork server
+    (compare.process.warm): the query and the training process are its children."""
+    with warm.fork_servers():
+        return _examine(model, frameworks, device)
+
+
+def _examine(model: str, frameworks: tuple[str, ...], device: str) -> dict[str, Any]:
     machine = environment.machine()
     report: dict[str, Any] = {"machine": machine, "model": model, "frameworks": {}}
     for framework in (fw for fw in FRAMEWORKS if fw in frameworks):

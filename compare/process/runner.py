@@ -261,11 +261,18 @@ def concurrently(jobs: list[Callable[[], Any]], at_once: int = 2) -> list[Any]:
 def framework_call(framework: str, module: str, args: list[str],
                    timeout: float) -> subprocess.CompletedProcess:
     """`python -m MODULE ARGS` in the framework's interpreter (its subprocess, the checkout on
-    PYTHONPATH), output captured; FrameworkMissing if it is not installed."""
+    PYTHONPATH), output captured; FrameworkMissing if it is not installed. Inside a command
+    that holds fork servers (compare.process.warm), a forked child answers: the framework's
+    import is paid once for the query and the runs after it. A child's stdout and stderr are
+    one stream, so its answer is both; callers read the last line of their answer."""
     check_installed(framework)
-    return subprocess.run([python_for(framework), "-m", module, *args],
-                          env=child_environment(), capture_output=True, text=True,
-                          timeout=timeout)
+    argv = [python_for(framework), "-m", module, *args]
+    env = child_environment()
+    forked = warm.start(argv, framework, env)
+    if forked is None:
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    output = forked.communicate(timeout)
+    return subprocess.CompletedProcess(argv, forked.returncode, output, output)
 
 
 def last_error(proc: subprocess.CompletedProcess) -> str:
@@ -283,7 +290,7 @@ def framework_environment(framework: str) -> dict:
         return {"framework": framework, "error": str(exc)}
     if proc.returncode != 0:
         return {"framework": framework, "error": last_error(proc)}
-    return json.loads(proc.stdout)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def framework_models(framework: str, names: list[str]) -> dict:

@@ -68,6 +68,13 @@ def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks
         runner.check_installed(framework)
     todo = combinations(config, varies, frameworks, train_size)  # all valid before any runs
     out.mkdir(parents=True, exist_ok=True)
+    with warm.fork_servers():  # each framework imported once for the whole sweep
+        return _sweep(config, varies, out, command, todo, console)
+
+
+def _sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], out: Path, command: str,
+           todo: list, console) -> int:
+    """run_sweep's work, inside its fork servers: the device check and every run."""
     same_device.check_same_device([run_config for _, _, run_config in todo])
     directory = files.SweepDir(out)
     queue = []
@@ -77,8 +84,7 @@ def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks
                                run_config.replace(out=str(run_dir.path),
                                                   tensorboard_dir=str(run_dir.tensorboard))))
     started = time.time()
-    with warm.fork_servers():  # each framework imported once for the whole sweep
-        done = run_queue(queue, "sweep", config.quiet, console)
+    done = run_queue(queue, "sweep", config.quiet, console)
     if config.debug:  # where the wall time went
         console.print(timing.table(timing.queued_rows(done.outcomes), {},
                                    time.time() - started))

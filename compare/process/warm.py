@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -99,6 +100,25 @@ class ForkedProcess:
     def __init__(self, server: Server, pid: int, stdout: IO[str]):
         self.server, self.pid, self.stdout = server, pid, stdout
         self.returncode: int | None = None
+
+    def communicate(self, timeout: float) -> str:
+        """The child's whole output once it has ended (its exit status in returncode); past
+        `timeout` seconds it is killed and subprocess.TimeoutExpired raised, as by
+        subprocess.run."""
+        chunks: list[str] = []
+        reader = threading.Thread(target=lambda: chunks.append(self.stdout.read()), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if reader.is_alive():
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            reader.join()
+            self.wait()
+            raise subprocess.TimeoutExpired(self.pid, timeout)
+        self.wait()
+        return "".join(chunks)
 
     def poll(self) -> int | None:
         """None while the child runs. Its exit status is the server's to read (see wait);

@@ -53,7 +53,7 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     debug = False
     try:
         if args.env:
-            print(json.dumps(impl.describe_environment(), indent=2))
+            print(json.dumps(impl.describe_environment()))  # one line: the answer's last
             return 0
         if args.describe_models:
             from compare.experiment import networks
