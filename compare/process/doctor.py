@@ -5,7 +5,8 @@ For each framework, in its own processes (forked from one server per framework t
 imported it): what it sees (versions, GPUs, CUDA/cuDNN it was built with), then one process
 per device kind it can use that trains a few real steps of the chosen model in float32 and
 in mixed precision, times them, and reads which CUDA, cuBLAS and cuDNN libraries the process
-actually loaded (compare.machine.doctor, in that process). When a framework sees no GPU on a machine that has one, it says why.
+actually loaded (compare.machine.doctor, in that process). When a framework sees no GPU on
+a machine that has one, it says why.
 """
 
 from __future__ import annotations
