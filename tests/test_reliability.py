@@ -117,7 +117,7 @@ class FakeTrainer:
 class NoScalars:
     """A TensorBoard writer that writes nothing."""
 
-    def scalar(self, tag, value, step):
+    def scalars(self, tag, values, steps):
         pass
 
     def flush(self):

@@ -49,6 +49,36 @@ def test_event_files_hold_the_runs_scalars(tmp_path, framework, tf_two_cpus):
     assert all(v > 0 for _, v in events["train/step_time_ms"])
 
 
+def test_both_writers_write_the_same_events(tmp_path, tf_two_cpus):
+    """Handed the same series, the two frameworks' writers write the same tags, steps and
+    values (each value as float32); TensorFlow's writes every series with one trace."""
+    import numpy as np
+
+    from tf_impl.scalars import ScalarWriter as TFWriter
+    from torch_impl.scalars import ScalarWriter as TorchWriter
+    series = [("train/loss", [2.302585092994046, 1 / 3, 0.1, 1e-8, 7.5], [0, 1, 2, 3, 4]),
+              ("train/lr", [0.01, 0.01, 0.009999, 0.0, 0.2], [0, 1, 2, 3, 4]),
+              ("train/step_time_ms", [], []),  # an epoch without a whole window
+              ("test/accuracy", [0.96875], [4]),
+              ("train/loss", [0.25, 1e30], [5, 6])]  # the next epoch's: another length
+    for name, writer in (("tf", TFWriter(tmp_path / "tf")),
+                         ("torch", TorchWriter(tmp_path / "torch"))):
+        for tag, values, steps in series:
+            writer.scalars(tag, values, steps)
+        with pytest.raises(ValueError):
+            writer.scalars("train/lr", [0.1, 0.2], [7])
+        writer.close()
+        if name == "tf":
+            assert writer._write.experimental_get_tracing_count() == 1
+    expected: dict[str, list[tuple[int, float]]] = {}
+    for tag, values, steps in series:
+        if values:
+            expected.setdefault(tag, []).extend(
+                (step, float(np.float32(value))) for step, value in zip(steps, values))
+    assert _events(tmp_path / "tf") == expected
+    assert _events(tmp_path / "torch") == expected
+
+
 def test_the_pytorch_writer_never_loads_tensorflow(tmp_path):
     """In a PyTorch process, TensorFlow loaded by tensorboard would bring a second LLVM
     beside torch's compiler (an abort): the writer keeps tensorboard on its own stub."""
@@ -56,7 +86,7 @@ def test_the_pytorch_writer_never_loads_tensorflow(tmp_path):
     import sys
     code = ("import sys\n"
             "from torch_impl.train import ScalarWriter\n"
-            f"w = ScalarWriter({str(tmp_path)!r}); w.scalar('train/loss', 1.5, 3); w.close()\n"
+            f"w = ScalarWriter({str(tmp_path)!r}); w.scalars('train/loss', [1.5], [3]); w.close()\n"
             "print('tensorflow' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent, timeout=patience(300))

@@ -130,7 +130,7 @@ class TrainBatches:
                                             context.input_pipeline_id)
             ds = _plan_key_batches(self.config, self.train_size, first, max(first + 1, self.end))
             if context.num_input_pipelines > 1:
-                ds = ds.map(lambda *step: tuple(k[share] for k in step))
+                ds = ds.map(_as_written(lambda *step: tuple(k[share] for k in step)))
             ds = ds.rebatch(context.get_per_replica_batch_size(batch))
             if self.config.pipeline.kind != "device":
                 ds = _map(ds, self.source.load_batch, self.config)
@@ -195,7 +195,7 @@ def _plan_key_batches(config: RunConfig, train_size: int, first: int,
         rows = tf.reshape(tf.cast(rows, tf.int64), (4, steps, batch))
         return tf.data.Dataset.from_tensor_slices(tuple(tf.unstack(rows)))
 
-    return tf.data.Dataset.from_tensor_slices(keys).flat_map(epoch_keys)
+    return tf.data.Dataset.from_tensor_slices(keys).flat_map(_as_written(epoch_keys))
 
 
 def train_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) -> TrainBatches:
@@ -247,10 +247,18 @@ def pipeline_settings(config: RunConfig, choice: DeviceChoice) -> dict:
 
 def _map(ds: tf.data.Dataset, fn, config: RunConfig) -> tf.data.Dataset:
     """map, in parallel (AUTOTUNE, order kept) when the pipeline says so."""
+    load = _as_written(lambda *keys: fn(*keys))
     if config.pipeline.parallel_map:
-        return ds.map(lambda *keys: fn(*keys), num_parallel_calls=tf.data.AUTOTUNE,
-                      deterministic=True)
-    return ds.map(lambda *keys: fn(*keys))
+        return ds.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.map(load)
+
+
+def _as_written(fn):
+    """`fn` for a tf.data transformation, traced as written: tf.data runs AutoGraph on its
+    functions by default (converting their Python source, and every function of this
+    package they call, at each process's start), and the pipeline's functions hold no
+    Python control flow on tensors (their `if`s test Python settings)."""
+    return tf.autograph.experimental.do_not_convert(fn)
 
 
 def _finish(ds: tf.data.Dataset, config: RunConfig) -> tf.data.Dataset:

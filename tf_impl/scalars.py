@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import tensorflow as tf
+from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 
 class ScalarWriter:
@@ -12,10 +13,34 @@ class ScalarWriter:
 
     def __init__(self, directory: Path):
         self.writer = tf.summary.create_file_writer(str(directory))
+        # A whole series in one call of one graph, traced once: the signature leaves the
+        # length open, so every series and tag reuses the trace. On a 2-core Xeon a two-epoch
+        # lenet run's 1,292 values took 0.65 to 1.1 s as eager tf.summary.scalar calls (0.5
+        # to 0.9 ms a value); this way 0.2 s, 0.15 s of it the trace.
+        self._write = tf.function(self._series, autograph=False, input_signature=(
+            tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.float64),
+            tf.TensorSpec([None], tf.int64)))
 
-    def scalar(self, tag: str, value: float, step: int) -> None:
+    def scalars(self, tag: str, values: list[float], steps: list[int]) -> None:
+        """The series `values` under `tag`, value i at step steps[i], each as float32."""
+        if len(values) != len(steps):
+            raise ValueError(f"{tag}: {len(values)} values for {len(steps)} steps")
+        self._write(tag, values, steps)
+
+    def _series(self, tag, values, steps):
+        """What tf.summary.scalar writes for each value (the value as float32, the scalar
+        plugin's metadata), in a tf.while_loop; the tag is the caller's whole, where
+        tf.summary.scalar would prefix the loop's name scope."""
+        metadata = scalar_metadata.create_summary_metadata(display_name=None, description=None)
+
+        def write(i):
+            written = tf.summary.write(tag, tf.cast(values[i], tf.float32), step=steps[i],
+                                       metadata=metadata)
+            with tf.control_dependencies([written]):  # in step order: each before the next
+                return (i + 1,)
+
         with self.writer.as_default():
-            tf.summary.scalar(tag, value, step=step)
+            tf.while_loop(lambda i: i < tf.size(values), write, (tf.constant(0),))
 
     def flush(self) -> None:
         self.writer.flush()

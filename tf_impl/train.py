@@ -70,15 +70,20 @@ class Trainer:
         boards = choice.names[:1] if choice.shared_chip else choice.names  # logical GPUs: one
         self.gpu_indices = (gpu_metrics.nvml_indices(_pci_bus_ids(choice)[:len(boards)], boards)
                             if choice.on_gpu else None)
+        # No AutoGraph: the steps hold no Python control flow on tensors (their one loop is
+        # an explicit tf.while_loop), and converting their source cost each process about
+        # a second of tracing on a 2-core Xeon. Under autograph=False, strategy.run leaves
+        # the replica functions unconverted too.
         # XLA compiles the forward/backward; the update and all-reduce stay outside it.
-        self._gradients = tf.function(self._forward_backward, jit_compile=config.compile)
+        self._gradients = tf.function(self._forward_backward, jit_compile=config.compile,
+                                      autograph=False)
         # what compiled counts from here (tf_impl/manifest.py)
         self.compile_baseline = trainer_manifest.compile_baseline()
-        self._train_step = tf.function(self._distributed_step)
+        self._train_step = tf.function(self._distributed_step, autograph=False)
         # Traced once per number of steps: steps_per_call, and the epoch's last call when
         # steps_per_epoch is not a multiple of it.
-        self._train_steps = tf.function(self._distributed_steps)
-        self._eval_step = tf.function(self._distributed_eval)
+        self._train_steps = tf.function(self._distributed_steps, autograph=False)
+        self._eval_step = tf.function(self._distributed_eval, autograph=False)
         self.profiling = False  # a profiler records: train_steps keeps the input waits
         self.profiled_waits: list = []
 
@@ -324,15 +329,20 @@ class Trainer:
         losses = tf.TensorArray(tf.float32, size=count)
         with tf.device("/cpu:0"):
             waits = tf.TensorArray(tf.float64, size=count, element_shape=(2,))
-        for i in tf.range(count):
+
+        def step(i, losses, waits):
             with tf.device("/cpu:0"), tf.name_scope(scope("input")):
                 before = tf.timestamp()
             with tf.control_dependencies([before]), tf.name_scope(scope("input")):
                 batch = iterator.get_next()
-            with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
-                with tf.device("/cpu:0"), tf.name_scope(scope("input")):
-                    waits = waits.write(i, tf.stack([before, tf.timestamp()]))
+            with (tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)),
+                  tf.device("/cpu:0"), tf.name_scope(scope("input"))):
+                waits = waits.write(i, tf.stack([before, tf.timestamp()]))
             losses = losses.write(i, self._distributed_step(batch, lrs[i]))
+            return i + 1, losses, waits
+
+        _, losses, waits = tf.while_loop(lambda i, losses, waits: i < count, step,
+                                         (tf.constant(0), losses, waits))  # i: 0 .. count - 1
         with tf.device("/cpu:0"):
             return losses.stack(), waits.stack()
 

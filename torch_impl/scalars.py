@@ -21,8 +21,12 @@ class ScalarWriter:
         from torch.utils.tensorboard import SummaryWriter
         self.writer = SummaryWriter(str(directory))
 
-    def scalar(self, tag: str, value: float, step: int) -> None:
-        self.writer.add_scalar(tag, value, step)
+    def scalars(self, tag: str, values: list[float], steps: list[int]) -> None:
+        """The series `values` under `tag`, value i at step steps[i], each as float32."""
+        if len(values) != len(steps):
+            raise ValueError(f"{tag}: {len(values)} values for {len(steps)} steps")
+        for value, step in zip(values, steps):  # add_scalar is cheap: a protobuf each
+            self.writer.add_scalar(tag, value, step)
 
     def flush(self) -> None:
         self.writer.flush()

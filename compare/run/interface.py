@@ -96,8 +96,9 @@ class Training(Protocol):
     # not from the config: {"compiler", "compiled", and the compiler's own counts}.
     def compilation(self) -> dict[str, Any]: ...
     def loss_scale(self) -> float | None: ...  # the dynamic loss scale now; None unscaled
-    def scalar_writer(self, directory: Path) -> Any: ...  # .scalar(tag, value, step), .flush(),
-    # .close(): TensorBoard events through the framework's own summary writer
+    # .scalars(tag, values, steps) (a series: value i at step steps[i]), .flush(), .close():
+    # TensorBoard events through the framework's own summary writer
+    def scalar_writer(self, directory: Path) -> Any: ...
     def close(self) -> None: ...
 
 

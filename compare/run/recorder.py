@@ -101,24 +101,27 @@ class Recorder:
 
     def _log_epoch(self, epoch: int) -> None:
         """The epoch's scalars as TensorBoard events, written by the framework's own writer
-        after the epoch's clock stopped (same tags in both frameworks: TENSORBOARD_TAGS)."""
+        after the epoch's clock stopped (same tags in both frameworks: TENSORBOARD_TAGS),
+        each tag's series in one call."""
         if self.scalars is None:
             directory = tensorboard_directory(self.config)
             self.scalars = self.trainer.scalar_writer(directory)
             self.result["files"]["tensorboard"] = str(directory)
         steps = _tail(self.steps, lambda row: row[1] == epoch)  # this epoch's rows are last
-        for step, _, lr, loss in steps:
-            self.scalars.scalar("train/loss", loss, step)
-            self.scalars.scalar("train/lr", lr, step)
-        for w in _tail(self.windows, lambda w: w["epoch"] == epoch):
-            last = w["first_step"] + w["steps"] - 1
-            self.scalars.scalar("train/step_time_ms", 1000.0 * w["seconds"] / w["steps"], last)
-            self.scalars.scalar("train/images_per_s",
-                                w["steps"] * self.config.batch_size / w["seconds"], last)
+        at = [row[0] for row in steps]
+        self.scalars.scalars("train/loss", [row[3] for row in steps], at)
+        self.scalars.scalars("train/lr", [row[2] for row in steps], at)
+        windows = _tail(self.windows, lambda w: w["epoch"] == epoch)
+        last = [w["first_step"] + w["steps"] - 1 for w in windows]  # each window's last step
+        self.scalars.scalars("train/step_time_ms",
+                             [1000.0 * w["seconds"] / w["steps"] for w in windows], last)
+        self.scalars.scalars("train/images_per_s",
+                             [w["steps"] * self.config.batch_size / w["seconds"] for w in windows],
+                             last)
         record = self.epochs[-1]
         end = steps[-1][0] if steps else 0
-        self.scalars.scalar("test/accuracy", record["test_accuracy"], end)
-        self.scalars.scalar("test/loss", record["test_loss"], end)
+        self.scalars.scalars("test/accuracy", [record["test_accuracy"]], [end])
+        self.scalars.scalars("test/loss", [record["test_loss"]], [end])
         self.scalars.flush()
 
     def note_error(self, message: str) -> None:
