@@ -9,7 +9,7 @@ dataset cache, written before the first counted run. The last run of this checko
 `--debug`, whose table says where its wall time went; it is printed after the figures.
 
     python -m benchmarks.quickstart_time [--runs 3] [--baseline REF|fresh-processes]
-        [--json benchmarks/results/NAME/quickstart_time.json]
+        [--json FILE]
 
 Prints each run's wall seconds, the medians and the pairwise ratios this / baseline.
 """
