@@ -214,3 +214,20 @@ def test_cuda_graphs_on_the_cpu_are_one_clear_line_and_exit_2(tmp_path):
     assert "Traceback" not in done.stderr and "it trained nothing" in done.stderr
     assert not (tmp_path / "run" / "result.json").exists()
     assert settings.parse_vary("cuda-graphs=off,on") == ("cuda-graphs", [False, True])
+
+
+def test_tf_close_lets_the_pipelines_go_on_a_thread_that_ends(tmp_path, tf_two_cpus):
+    """Trainer.close hands the pipelines to a thread of its own (deleting the training
+    iterator can wait for tf.data's autotuning), which frees them and ends."""
+    import gc
+    import threading
+    import weakref
+    trainer = _train(tf_two_cpus, _config(tmp_path, "tf", "closed"))
+    batches = weakref.ref(trainer.train_batches)
+    trainer.close()
+    assert trainer.train_batches is None and trainer.test_batches is None
+    for thread in [t for t in threading.enumerate() if t.name == "tf-data-release"]:
+        thread.join(patience(60))
+        assert not thread.is_alive()
+    gc.collect()
+    assert batches() is None
