@@ -283,20 +283,18 @@ def last_error(proc: subprocess.CompletedProcess) -> str:
 
 def framework_environment(framework: str) -> dict:
     """What the framework sees (its train module's --env), or an error entry."""
-    import json
     try:
         proc = framework_call(framework, MODULES[framework], ["--env"], timeout=300)
     except FrameworkMissing as exc:
         return {"framework": framework, "error": str(exc)}
     if proc.returncode != 0:
         return {"framework": framework, "error": last_error(proc)}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _answer(proc)
 
 
 def framework_models(framework: str, names: list[str]) -> dict:
     """Each network as the framework builds it (its train module's --describe-models), or an
     error entry."""
-    import json
     try:
         proc = framework_call(framework, MODULES[framework], ["--describe-models", *names],
                               timeout=600)
@@ -304,4 +302,12 @@ def framework_models(framework: str, names: list[str]) -> dict:
         return {"error": str(exc)}
     if proc.returncode != 0:
         return {"error": last_error(proc)}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _answer(proc)
+
+
+def _answer(proc: subprocess.CompletedProcess) -> dict:
+    """A query's answer: its last line of JSON (a forked child's output also holds what the
+    framework logged on stderr, which may follow)."""
+    import json
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1])
