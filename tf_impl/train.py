@@ -73,7 +73,7 @@ class Trainer:
                             if choice.on_gpu else None)
         # No AutoGraph: the steps hold no Python control flow on tensors (their one loop is
         # an explicit tf.while_loop), and converting their source cost each process about
-        # a second of tracing on a 2-core Xeon. Under autograph=False, strategy.run leaves
+        # 0.5 s of its first epoch on a 2-core Xeon. Under autograph=False, strategy.run leaves
         # the replica functions unconverted too.
         # XLA compiles the forward/backward; the update and all-reduce stay outside it.
         self._gradients = tf.function(self._forward_backward, jit_compile=config.compile,

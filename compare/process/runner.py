@@ -264,7 +264,7 @@ def framework_call(framework: str, module: str, args: list[str],
     PYTHONPATH), output captured; FrameworkMissing if it is not installed. Inside a command
     that holds fork servers (compare.process.warm), a forked child answers: the framework's
     import is paid once for the query and the runs after it. A child's stdout and stderr are
-    one stream, so its answer is both; callers read the last line of their answer."""
+    one stream, so its answer is both; callers read its last line of JSON (_answer)."""
     check_installed(framework)
     argv = [python_for(framework), "-m", module, *args]
     env = child_environment()
