@@ -142,6 +142,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
                         help="seconds this command may take, counted from its start; "
                              f"{SPARE_S} s of them are kept for packing: a stage whose estimate "
                              "no longer fits is skipped and said so, and none runs past them")
+    parser.add_argument("--seeds", type=int,
+                        help="every comparison's seeds, for a rental too short for each "
+                             "stage's own [default: each stage's own]")
+    parser.add_argument("--limit-factor", type=float, default=2.0,
+                        help="each stage's time limit as a multiple of its estimate, at least "
+                             "120 s and at most the command's 570 s [default: 2]")
     parser.add_argument("--calibrate", action="store_true",
                         help="measure the fixed cost per training process on this CPU into "
                              f"{CALIBRATION.name}, then exit")
@@ -165,7 +171,8 @@ def context(args: argparse.Namespace) -> Context:
         data = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir
                                               else [])
         sizes = CIFAR10
-    return Context(args.out.resolve(), args.device, args.tiny, data, *sizes, calibration)
+    return Context(args.out.resolve(), args.device, args.tiny, data, *sizes, calibration,
+                   args.seeds, args.limit_factor)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     battery = {"started_at": previous.get("started_at") or time.strftime("%Y-%m-%d %H:%M:%S %z"),
                "machine": platform.node(), "python": platform.python_version(),
                "device": ctx.device, "tiny": TINY.described(ctx.device) if ctx.tiny else False,
-               "data": ctx.data,
+               "data": ctx.data, "seeds": ctx.seeds or "each stage's own",
                "stages": list(previous.get("stages") or [])}
     by_name = {s.name: s for s in STAGES}
     failed = False
@@ -219,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                     "status": "skipped", "limit_s": row["limit_s"],
                     "estimate_s": row["estimate_s"], "note": skipped}
         else:
-            done = run_stage(stage, row["framework"], {**row, "limit_s": min(
-                row["limit_s"], left if left is not None else row["limit_s"])}, ctx)
+            done = run_stage(stage, row["framework"], {**row, "limit_s": round(min(
+                row["limit_s"], left if left is not None else row["limit_s"]))}, ctx)
         failed |= done["status"] not in ("ok", "skipped")
         print(f"  {done['status']}" + (f" in {done['seconds']:.0f} s" if "seconds" in done
                                        else f": {done.get('note')}"), flush=True)

@@ -32,7 +32,7 @@ def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list
             continue
         seconds, how = stage.estimate(framework, ctx)
         limit = (STAGE_LIMIT_S if ctx.tiny
-                 else min(STAGE_LIMIT_S, max(120, math.ceil(2 * seconds / 30) * 30)))
+                 else min(STAGE_LIMIT_S, max(120, math.ceil(ctx.limit_factor * seconds / 30) * 30)))
         capacity = RENTAL_CORE_S if stage.core and rental == 1 else RENTAL_S
         if used + seconds > capacity:  # the next rental
             rental, used = rental + 1, 0.0

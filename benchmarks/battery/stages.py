@@ -112,6 +112,12 @@ class Context:
     train_images: int
     test_images: int
     calibration: dict
+    # every comparison's seeds, where a short rental cannot afford each stage's own; None:
+    # each stage's own
+    seeds: int | None = None
+    # a stage's time limit as a multiple of its estimate (at least 120 s): 2 where stages
+    # share commands of 10 minutes; a queue under one deadline can afford looser limits
+    limit_factor: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -181,7 +187,8 @@ def fixed_seconds(framework: str, model: str, ctx: Context) -> float:
 def comparison_estimate(recipe: Recipe) -> Callable[[str, Context], tuple[float, str]]:
     def estimate(framework: str, ctx: Context) -> tuple[float, str]:
         one, how = run_seconds(framework, recipe, ctx)
-        total, note = recipe.seeds * one, f"{recipe.seeds} seed(s) x [{how}]"
+        seeds = recipe.seeds if ctx.seeds is None else ctx.seeds
+        total, note = seeds * one, f"{seeds} seed(s) x [{how}]"
         if framework == "tf":  # the parity check runs with the second framework
             probes = 4 + (3 if recipe.precision != "fp32" else 0)
             total += probes * fixed_seconds("tf", recipe.model, ctx)
@@ -199,7 +206,10 @@ def fixed_estimate(seconds: float, how: str) -> Callable[[str, Context], tuple[f
 def recipe_for(recipe: Recipe, ctx: Context) -> Recipe:
     """The recipe as this invocation runs it: a few steps on tiny data with --tiny."""
     if not ctx.tiny:
-        return recipe
+        if ctx.seeds is None:
+            return recipe
+        return Recipe(recipe.model, recipe.precision, recipe.batch, recipe.epochs, ctx.seeds,
+                      recipe.lr, recipe.target)
     return Recipe(recipe.model, TINY.precision(recipe.precision, ctx.device),
                   min(recipe.batch, TINY.batch), TINY.epochs, TINY.seeds, recipe.lr,
                   recipe.target)

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The GPU battery on a short rental (15 minutes of a GPU, the machine's start included): one
+# queue of stages runs in the background from the first device call to a deadline, while the
+# next calls bring TensorFlow's bundle one part at a time (64 MiB a call) and bring back what
+# is done. So the GPU trains PyTorch's stages while TensorFlow arrives, and no stage of one
+# framework shares the GPU with a stage of the other: the queue runs them one after another.
+#
+# Each device call, back to back (an idle machine is given back after 30 s):
+#   bash benchmarks/battery/rental.sh start SECONDS   # carry .data: the queue may run SECONDS
+#   bash benchmarks/battery/rental.sh part c03        # carry .tfgpu/c03 and .tfgpu/SHA256SUMS
+#   bash benchmarks/battery/rental.sh poll WAIT       # wait up to WAIT s, bring back the pack
+#   RENTAL_LEFT=SECONDS and RENTAL_REFRESH=1 before any verb: below
+# Every verb ends by copying the battery's pack (at most 8 files) into $OUT.
+#
+# The queue (its order is the issue's priorities): PyTorch's core comparisons, then short
+# PyTorch stages while TensorFlow is not yet unpacked, TensorFlow's smoke test and core
+# comparisons (each `compare --resume` in PyTorch's directory: one comparison of both), then
+# what time is left for. ResNet-9 runs one seed a precision, LeNet two.
+set -uo pipefail
+S=${RENTAL_DIR:-/tmp/rental}        # everything on the device lives here
+DATA=.data/cifar10-jpeg.tar.gz      # the real CIFAR-10 image folder, carried by `start`
+BUNDLE=.tfgpu                       # TensorFlow's bundle parts (../shared/tools/tf-gpu-bundle)
+
+say() { printf '[%s +%ss] %s\n' "$(date +%H:%M:%S)" "$(( $(date +%s) - $(cat $S/started 2>/dev/null || date +%s) ))" "$*"; }
+
+report() {  # what the queue is doing and has done; the pack into $OUT
+  say "queue: $(tail -n 4 $S/queue.log 2>/dev/null | tr '\n' '|')"
+  nvidia-smi --query-gpu=name,utilization.gpu,memory.used,power.draw --format=csv,noheader 2>/dev/null
+  [ -f $S/battery/battery.md ] && grep -E '^\|' $S/battery/battery.md | cut -c1-160 | tail -n 30
+  if [ -n "${OUT:-}" ] && [ -d $S/pack ]; then cp $S/pack/* "$OUT"/ 2>/dev/null; fi
+  cp $S/queue.log "$OUT"/queue.log 2>/dev/null || true
+}
+
+battery() {  # battery FRAMEWORK STAGE [SEEDS]: one stage, within the queue's deadline
+  local left=$(( $(cat $S/deadline) - $(date +%s) ))
+  [ $left -gt 20 ] || { say "no time left for $2 ($1)"; return 2; }
+  # the battery keeps 60 s of --time-left for packing; the queue's deadline already keeps
+  # the time the last poll needs, so 45 s of those 60 go to the stage
+  say "stage $2 ($1), ${left} s left"
+  PYTHONPATH=$S/repo${PYTHONPATH:+:$PYTHONPATH} python3 -m benchmarks.gpu_battery \
+    --framework "$1" --stage "$2" ${3:+--seeds $3} --limit-factor 4 \
+    --dataset folder --data-dir $S/data --time-left $(( left + 45 )) \
+    --out $S/battery --pack $S/pack ${RENTAL_OPTIONS:-}  # "--device cpu --tiny": plumbing
+}
+
+queue() {
+  cd $S/repo || exit 1
+  # framework:stage:seeds (empty: the stage's own), in the order of their worth
+  local torch_core=(torch:resnet9-mixed:1 torch:lenet-mixed:2 torch:lenet-fp32:2 torch:doctor:)
+  local while_tf_comes=(torch:cuda-graphs: torch:strategy: torch:shared-chip: torch:cpu-vs-gpu:
+                        torch:steps-per-call: torch:resnet18-mixed: torch:resnet9-fp32:1)
+  local tf_core=(tf:resnet9-mixed:1 tf:lenet-mixed:2 tf:lenet-fp32:2 tf:doctor:)
+  local rest=(torch:resnet9-fp32:1 tf:resnet9-fp32:1 torch:cuda-graphs: torch:strategy:
+              tf:strategy: torch:shared-chip: tf:shared-chip: torch:cpu-vs-gpu: tf:cpu-vs-gpu:
+              torch:steps-per-call: tf:steps-per-call: torch:resnet18-mixed: tf:resnet18-mixed:
+              torch:mobilenetv2-mixed: tf:mobilenetv2-mixed: torch:gpu-tests: tf:gpu-tests:
+              torch:tool-overhead: tf:tool-overhead:)
+  local -A ran=()
+  local item fw stage seeds tf_ok=0
+  run() {  # run framework:stage:seeds once; 2 when the deadline is near
+    IFS=: read -r fw stage seeds <<< "$1"
+    [ -n "${ran[$fw:$stage]:-}" ] && return 0
+    ran[$fw:$stage]=1
+    battery "$fw" "$stage" "$seeds"
+  }
+  for item in "${torch_core[@]}"; do run "$item"; done
+  for item in "${while_tf_comes[@]}"; do
+    [ -f $S/tf-unpacked ] || [ -f $S/tf-failed ] && break
+    run "$item"; [ $? -eq 2 ] && break
+  done
+  while [ ! -f $S/tf-unpacked ] && [ ! -f $S/tf-failed ] \
+        && [ $(( $(cat $S/deadline) - $(date +%s) )) -gt 60 ]; do sleep 2; done
+  if [ -f $S/tf-unpacked ]; then
+    # shellcheck disable=SC1091
+    source $S/tfgpu/site/activate.sh
+    if run tf:tf-smoke:; then
+      tf_ok=1
+      for item in "${tf_core[@]}"; do run "$item"; done
+    else
+      say "TensorFlow's smoke test failed on the machine's cuDNN: no TensorFlow stage runs"
+    fi
+  fi
+  for item in "${rest[@]}"; do
+    [ $tf_ok = 1 ] || [ "${item%%:*}" = torch ] || continue
+    run "$item"; [ $? -eq 2 ] && break
+  done
+  say "queue done"; touch $S/queue-done
+}
+
+snapshot() { tar cf - --exclude=./.data --exclude=./$BUNDLE --exclude=./runs . | tar xf - -C $S/repo; }
+
+# On any verb but the queue's own: RENTAL_LEFT=SECONDS moves the queue's deadline (the lease's
+# time left is known only after the first call); RENTAL_REFRESH=1 copies the checkout over the
+# queue's snapshot again (a fix made during the rental: later stages run it).
+if [ "${1:-}" != queue ] && [ -f $S/deadline ]; then
+  [ -n "${RENTAL_LEFT:-}" ] && echo $(( $(date +%s) + RENTAL_LEFT )) > $S/deadline \
+    && say "deadline moved: ${RENTAL_LEFT} s from now"
+  [ -n "${RENTAL_REFRESH:-}" ] && snapshot && say "snapshot refreshed from this checkout"
+fi
+
+case ${1:-} in
+  start)  # start SECONDS: unpack the data, snapshot the checkout, start the queue
+    mkdir -p $S/data $S/repo $S/parts
+    date +%s > $S/started; echo $(( $(date +%s) + ${2:?seconds the queue may run} )) > $S/deadline
+    tar xzf $DATA -C $S/data
+    snapshot
+    nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader
+    cp "$0" $S/queue.sh   # the queue runs from its own copy: later calls may rewrite the checkout
+    setsid nohup bash $S/queue.sh queue > $S/queue.log 2>&1 < /dev/null &
+    sleep "${3:-15}"; report ;;
+  part)  # part cNN: check one bundle part, append it; after the last one, unpack in the background
+    name="$2/${2:0:1}.${2:1}"
+    (cd $BUNDLE && grep " $name\$" SHA256SUMS | sha256sum -c --quiet -) || { say "part $2: bad sum"; exit 1; }
+    cat $BUNDLE/"$name" >> $S/tf-bundle.tar.xz && touch $S/parts/"$2"
+    total=$(grep -c ' c[0-9][0-9]/' $BUNDLE/SHA256SUMS)
+    say "part $2: $(ls $S/parts | wc -l) of $total"
+    if [ "$(ls $S/parts | wc -l)" -eq "$total" ]; then
+      setsid nohup bash -c "mkdir -p $S/tfgpu && xz -dc -T0 $S/tf-bundle.tar.xz | tar xf - -C $S/tfgpu \
+        && touch $S/tf-unpacked || touch $S/tf-failed" > $S/unpack.log 2>&1 < /dev/null &
+    fi
+    report ;;
+  poll)  # poll WAIT: wait until the queue is done or WAIT s have passed
+    end=$(( $(date +%s) + ${2:-0} ))
+    while [ ! -f $S/queue-done ] && [ "$(date +%s)" -lt $end ]; do sleep 2; done
+    report ;;
+  queue) queue ;;
+  *) echo "usage: rental.sh start SECONDS | part cNN | poll WAIT" >&2; exit 2 ;;
+esac
