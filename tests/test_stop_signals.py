@@ -53,6 +53,26 @@ def test_a_stop_signal_to_the_parent_alone_reaches_the_trainer(tmp_path, signum,
 
 
 @pytest.mark.slow
+def test_sigterm_to_the_whole_process_group_stops_the_run_as_interrupted(tmp_path):
+    """`kill -- -PGID`, or a scheduler cancelling a job, signals every process at once,
+    DataLoader workers too: they leave the stop to the trainer, which ends them after
+    writing its result (killed first, PyTorch's loader raised in the trainer and the run
+    ended as failed; seen on a GPU, when the GPU battery stopped a stage at its limit)."""
+    out = tmp_path / "run"
+    process = start("run", "--framework", "torch", *LONG_RUN, "--workers", "2",
+                     "--out", str(out), out=out)
+    wait_for(has_epoch(out / "result.json"), process)
+    os.killpg(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=patience(120))
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    result = schema.read_result(out / "result.json")
+    assert result["summary"]["status"] == "interrupted" and 1 <= len(result["epochs"]) < 200
+    assert result["error"] == "interrupted (SIGTERM)"
+    assert "killed by signal" not in stderr and "Traceback" not in stderr
+    assert wait_until_gone(out) == []
+
+
+@pytest.mark.slow
 def test_sigterm_to_the_parent_reaches_every_ddp_process(tmp_path):
     out = tmp_path / "ddp"
     process = start("run", "--framework", "torch", "--devices", "2", *LONG_RUN,

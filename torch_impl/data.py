@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from typing import Iterator
 
 import numpy as np
@@ -12,6 +13,7 @@ from torch.utils.data import DataLoader, Sampler
 from compare.experiment import plan as data_plan
 from compare.experiment.config import RunConfig, loader_workers
 from compare.experiment.datasets import Dataset
+from compare.run import shutdown
 from compare.run.interface import DeviceChoice
 
 
@@ -172,6 +174,16 @@ def _whole_batch(batch):
     return batch
 
 
+def _worker_leaves_stops_to_the_trainer(worker_id: int) -> None:
+    """A DataLoader worker ignores stop signals: the trainer stops, then ends its workers.
+    A stop sent to the whole process group (`kill -- -PGID`, a scheduler cancelling a job)
+    otherwise killed the workers first, and PyTorch's loader raised "DataLoader worker ...
+    is killed by signal" in the trainer: the run ended as failed, not interrupted. A worker
+    whose trainer died still ends: the loader's watchdog sees its parent gone."""
+    for signum in shutdown.STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def _loader(source: PlanImages, sampler: Sampler, config: RunConfig,
             choice: DeviceChoice) -> DataLoader:
     p = config.pipeline
@@ -179,4 +191,5 @@ def _loader(source: PlanImages, sampler: Sampler, config: RunConfig,
     return DataLoader(source, batch_sampler=sampler, collate_fn=_whole_batch,
                       num_workers=workers, pin_memory=p.pin_memory and choice.on_gpu,
                       persistent_workers=p.persistent_workers and workers > 0,
-                      prefetch_factor=p.prefetch_factor if p.prefetch and workers > 0 else None)
+                      prefetch_factor=p.prefetch_factor if p.prefetch and workers > 0 else None,
+                      worker_init_fn=_worker_leaves_stops_to_the_trainer if workers else None)
