@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     battery = {"started_at": previous.get("started_at") or time.strftime("%Y-%m-%d %H:%M:%S %z"),
                "machine": platform.node(), "python": platform.python_version(),
                "device": ctx.device, "tiny": TINY.described(ctx.device) if ctx.tiny else False,
-               "data": ctx.data, "seeds": ctx.seeds or "each stage's own",
+               "data": ctx.data,
                "stages": list(previous.get("stages") or [])}
     by_name = {s.name: s for s in STAGES}
     failed = False
@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             done = run_stage(stage, row["framework"], {**row, "limit_s": round(min(
                 row["limit_s"], left if left is not None else row["limit_s"]))}, ctx)
+        if ctx.seeds is not None and stage.comparison:
+            done["seeds"] = ctx.seeds  # --seeds, in place of the stage's own
         failed |= done["status"] not in ("ok", "skipped")
         print(f"  {done['status']}" + (f" in {done['seconds']:.0f} s" if "seconds" in done
                                        else f": {done.get('note')}"), flush=True)

@@ -9,6 +9,8 @@
 #   bash benchmarks/battery/rental.sh start SECONDS   # carry .data: the queue may run SECONDS
 #   bash benchmarks/battery/rental.sh part c03        # carry .tfgpu/c03 and .tfgpu/SHA256SUMS
 #   bash benchmarks/battery/rental.sh poll WAIT       # wait up to WAIT s, bring back the pack
+#   bash benchmarks/battery/rental.sh reorder "tf:resnet9-mixed:1 torch:doctor: ..."
+#                                                     # the queue goes on in this order instead
 #   RENTAL_LEFT=SECONDS and RENTAL_REFRESH=1 before any verb: below
 # Every verb ends by copying the battery's pack (at most 8 files) into $OUT.
 #
@@ -63,6 +65,20 @@ queue() {
     ran[$fw:$stage]=1
     battery "$fw" "$stage" "$seeds"
   }
+  if [ -n "${RENTAL_ORDER:-}" ]; then  # a queue started again mid-rental: this order only
+    while pgrep -f benchmarks.gpu_battery > /dev/null; do sleep 1; done  # the stage running
+    local activated=0
+    for item in $RENTAL_ORDER; do
+      if [ "${item%%:*}" = tf ] && [ $activated = 0 ]; then
+        # shellcheck disable=SC1091
+        source $S/tfgpu/site/activate.sh; activated=1
+        run tf:tf-smoke: && tf_ok=1
+      fi
+      [ "${item%%:*}" = tf ] && [ $tf_ok = 0 ] && continue
+      run "$item"; [ $? -eq 2 ] && break
+    done
+    say "queue done"; touch $S/queue-done; return
+  fi
   for item in "${torch_core[@]}"; do run "$item"; done
   for item in "${while_tf_comes[@]}"; do
     [ -f $S/tf-unpacked ] || [ -f $S/tf-failed ] && break
@@ -119,10 +135,15 @@ case ${1:-} in
         && touch $S/tf-unpacked || touch $S/tf-failed" > $S/unpack.log 2>&1 < /dev/null &
     fi
     report ;;
+  reorder)  # reorder "fw:stage:seeds ...": the queue goes on in this order after its stage
+    # the pattern is anchored: this command's own line names queue.sh too
+    pkill -f "^bash $S/queue.sh queue"; cp "$0" $S/queue.sh; rm -f $S/queue-done
+    RENTAL_ORDER="${2:?the new order}" setsid nohup bash $S/queue.sh queue >> $S/queue.log 2>&1 < /dev/null &
+    say "queue started again: $2"; sleep 1; report ;;
   poll)  # poll WAIT: wait until the queue is done or WAIT s have passed
     end=$(( $(date +%s) + ${2:-0} ))
     while [ ! -f $S/queue-done ] && [ "$(date +%s)" -lt $end ]; do sleep 2; done
     report ;;
   queue) queue ;;
-  *) echo "usage: rental.sh start SECONDS | part cNN | poll WAIT" >&2; exit 2 ;;
+  *) echo "usage: rental.sh start SECONDS | part cNN | reorder ORDER | poll WAIT" >&2; exit 2 ;;
 esac
