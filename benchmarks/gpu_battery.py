@@ -33,9 +33,10 @@ summary (json, md), one `cnncompare report` over all its comparisons (summary.js
 combined.json, report.md, report.html) and one tar.gz of the logs and results (no model
 files, checkpoints or traces).
 
-The battery's parts live in benchmarks/battery/, by role: the stages and their estimates
-(stages.py), the plan and the device calls (calls.py), running a stage (running.py), the
-summary and the pack (pack.py); this script parses the options and runs the plan.
+The battery's parts live in benchmarks/battery/, by role: the stages (stages.py), a run's
+estimate and what it rests on (estimates.py), the plan and the device calls (calls.py),
+running a stage (running.py), the summary and the pack (pack.py), a 15-minute rental's
+queue (rental.sh); this script parses the options and runs the plan.
 
 Estimates (GPU seconds on one H100 SXM) are made from FLOPs and CPU runs: the fixed cost of a
 training process (start-up, imports, building, the first call's tracing) measured on this
@@ -60,15 +61,17 @@ STARTED = time.perf_counter()  # --time-left counts from here: imports and setup
 
 from benchmarks import common  # noqa: E402 - after STARTED: its time counts
 from benchmarks.battery.calls import device_calls, plan, rental_calls  # noqa: E402
+from benchmarks.battery.estimates import (  # noqa: E402
+    ASSUMED_HOST_STEP_MS,
+    ASSUMED_UTILISATION,
+    CIFAR10,
+    CUDA_START_S,
+)
 from benchmarks.battery.pack import pack, write_summary  # noqa: E402
 from benchmarks.battery.running import child_environment, read_json, run_stage  # noqa: E402
 from benchmarks.battery.stages import (  # noqa: E402
-    ASSUMED_HOST_STEP_MS,
-    ASSUMED_UTILISATION,
     CALIBRATION,
-    CIFAR10,
     CLI,
-    CUDA_START_S,
     FRAMEWORKS,
     RENTAL_CORE_S,
     REPO,

@@ -5,14 +5,16 @@ and the CPU's measured fixed cost) and the limits and assumptions they rest on; 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from compare.experiment import networks, specs
-from compare.machine import gpu_metrics
+from benchmarks.battery.estimates import (
+    MEASURED_PARITY_S,
+    fixed_seconds,
+    run_seconds,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from compare.cli import main; main()"]
@@ -27,37 +29,6 @@ RENTAL_S = 14 * 60  # a rental's GPU time for stages
 RENTAL_CORE_S = RENTAL_S  # the core stages come first, over as many rentals as they need
 PACK_FILES = 8  # files that come back from one command
 PACK_TAR_BYTES = 15 * 2**20  # one file that comes back: at most 16 MiB
-# What the estimate assumes where no CPU run can tell: the share of the H100's dense peak a
-# CIFAR-10 network reaches (small convolutions keep tensor cores far from full), and the
-# host's cost of one training step on a GPU (PyTorch: each step's kernel launches from
-# Python, ~5 us each; TensorFlow: the step's ops inside one graph call of 32 steps).
-ASSUMED_UTILISATION = {"fp16": 0.25, "fp32": 0.5}
-# ResNet-18 and MobileNetV2 by their layer counts against ResNet-9's (about 2x and 6x the
-# kernels of a step).
-# LeNet's: measured at batch 4 in mixed precision on an H200 (MEASURED_H200), float32 taken
-# as the same.
-ASSUMED_HOST_STEP_MS = {("torch", "lenet"): 3.0, ("torch", "resnet9"): 0.9,
-                        ("torch", "resnet18"): 1.8, ("torch", "mobilenetv2"): 5.0,
-                        ("tf", "lenet"): 2.35, ("tf", "resnet9"): 0.5,
-                        ("tf", "resnet18"): 1.0, ("tf", "mobilenetv2"): 3.0}
-CUDA_START_S = 5.0  # assumed on top of the CPU's fixed cost: CUDA context, cuDNN, autotuning
-# Measured on an NVIDIA H200 (benchmarks/results/gpu-h200-*/runs/*/result.json, 2026-11-26),
-# used in place of the assumptions above where a configuration ran there: the steady step
-# (ms; LeNet at batch 4 is host-bound at 8-12x the assumed host step), the first epoch's extra
-# (s: tracing, cuDNN autotuning, TensorFlow's PTX compiled for the GPU), one test-set pass (s)
-# and a training process's time outside its epochs (s).
-MEASURED_H200 = {
-    ("torch", "lenet", "mixed", 4): {"step_ms": 3.01, "first_epoch_s": 2.5, "eval_s": 3.3},
-    ("tf", "lenet", "mixed", 4): {"step_ms": 2.35, "first_epoch_s": 1.4, "eval_s": 4.0},
-    ("torch", "resnet9", "mixed", 512): {"step_ms": 7.51, "first_epoch_s": 4.9, "eval_s": 0.11},
-    ("tf", "resnet9", "mixed", 512): {"step_ms": 24.25, "first_epoch_s": 7.5, "eval_s": 0.15},
-}
-MEASURED_FIXED_S = {"torch": 6.0, "tf": 10.5}
-# The second framework's `compare --resume` up to its first run: start-up and the parity
-# check (float64 on the H200 host's 16 cores, then the timed configuration's drift on the
-# GPU), mixed precision; ResNet-9's float64 probes at batch 512 take most of it.
-MEASURED_PARITY_S = {"lenet": 22.0, "resnet9": 91.0}
-CIFAR10 = (50_000, 10_000)  # training and test images
 
 
 @dataclass(frozen=True)
@@ -171,49 +142,6 @@ class Stage:
 
 
 # --------------------------------------------------------------------------- estimates
-
-def run_seconds(framework: str, recipe: Recipe, ctx: Context, epochs: int | None = None,
-                train_images: int | None = None) -> tuple[float, str]:
-    """One training process: (GPU seconds on an H100 SXM, how that was estimated)."""
-    spec = networks.get_spec(recipe.model)
-    mode = "fp16" if recipe.precision == "mixed" else "fp32"
-    peak = gpu_metrics.PEAK_TFLOPS["H100"][mode] * 1e12 * ASSUMED_UTILISATION[mode]
-    images = train_images or ctx.train_images
-    steps = math.ceil(images / recipe.batch)
-    compute = steps * recipe.batch * specs.train_flops(spec) / peak
-    host_step = ASSUMED_HOST_STEP_MS[(framework, recipe.model)] / 1000
-    host = steps * host_step
-    evaluation = max(ctx.test_images * specs.forward_flops(spec) / peak,  # a third of the
-                     math.ceil(ctx.test_images / recipe.batch) * host_step / 3)  # host's step
-    epochs = epochs or recipe.epochs
-    measured = (MEASURED_H200.get((framework, recipe.model, recipe.precision, recipe.batch))
-                if ctx.device == "gpu" and images == CIFAR10[0] else None)
-    if measured is not None:
-        fixed = MEASURED_FIXED_S[framework]
-        epoch = steps * measured["step_ms"] / 1000
-        total = fixed + measured["first_epoch_s"] + epochs * (epoch + measured["eval_s"])
-        return total, (f"measured on an NVIDIA H200: {fixed:.0f} s fixed + "
-                       f"{measured['first_epoch_s']} s first epoch + {epochs} epochs x "
-                       f"({steps} steps x {measured['step_ms']} ms + "
-                       f"{measured['eval_s']} s evaluation)")
-    fixed = fixed_seconds(framework, recipe.model, ctx)
-    total = fixed + epochs * (max(compute, host) + evaluation)
-    bound = "compute" if compute >= host else "host"
-    how = (f"{fixed:.0f} s fixed ({fixed - CUDA_START_S:.1f} s measured on "
-           f"{ctx.calibration.get('cpu', 'a CPU')} + {CUDA_START_S:.0f} s assumed for CUDA) + "
-           f"{epochs} epochs x ({bound}-bound {max(compute, host):.2f} s: {steps} steps, "
-           f"{specs.train_flops(spec) / 1e9:.3g} GFLOP/image at "
-           f"{ASSUMED_UTILISATION[mode]:.0%} of the {mode} peak, host "
-           f"{ASSUMED_HOST_STEP_MS[(framework, recipe.model)]} ms/step assumed)")
-    return total, how
-
-
-def fixed_seconds(framework: str, model: str, ctx: Context) -> float:
-    """A training process's cost outside its epochs: the CPU's measured start-up (import,
-    build, the first call's tracing), plus the CUDA start assumed on a GPU."""
-    measured = ctx.calibration.get("fixed_s", {}).get(f"{framework}/{model}", 6.0)
-    return measured + (CUDA_START_S if ctx.device == "gpu" else 0.0)
-
 
 def comparison_estimate(recipe: Recipe) -> Callable[[str, Context], tuple[float, str]]:
     def estimate(framework: str, ctx: Context) -> tuple[float, str]:
