@@ -34,7 +34,7 @@ combined.json, report.md, report.html) and one tar.gz of the logs and results (n
 files, checkpoints or traces).
 
 The battery's parts live in benchmarks/battery/, by role: the stages (stages.py), a run's
-estimate and what it rests on (estimates.py), the plan and the device calls (calls.py),
+recipe, context and estimate (estimates.py), the plan and the device calls (calls.py),
 running a stage (running.py), the summary and the pack (pack.py), a 15-minute rental's
 queue (rental.sh); this script parses the options and runs the plan.
 
@@ -66,6 +66,7 @@ from benchmarks.battery.estimates import (  # noqa: E402
     ASSUMED_UTILISATION,
     CIFAR10,
     CUDA_START_S,
+    Context,
 )
 from benchmarks.battery.pack import pack, write_summary  # noqa: E402
 from benchmarks.battery.running import child_environment, read_json, run_stage  # noqa: E402
@@ -78,7 +79,6 @@ from benchmarks.battery.stages import (  # noqa: E402
     SPARE_S,
     STAGES,
     TINY,
-    Context,
 )
 
 # --------------------------------------------------------------------------- calibration

@@ -1,19 +1,59 @@
-"""A training run's GPU time as the battery estimates it, and what that rests on: the
-assumptions where nothing has measured a configuration on a GPU, and what one rental on an
-H200 did measure, used in their place where it can."""
+"""A training run's GPU time as the battery estimates it: the run (its recipe and where the
+battery runs it), and what the estimate rests on: the assumptions where nothing has measured
+a configuration on a GPU, and what one rental on an H200 did measure, used in their place
+where it can."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
 
 from compare.experiment import networks, specs
 from compare.machine import gpu_metrics
 
-if TYPE_CHECKING:
-    from benchmarks.battery.stages import Context, Recipe
-
 CIFAR10 = (50_000, 10_000)  # training and test images
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One comparison's training: what the command says and what the estimate uses."""
+
+    model: str
+    precision: str
+    batch: int
+    epochs: int
+    seeds: int
+    lr: float | None = None
+    target: float | None = None
+
+    def options(self) -> list[str]:
+        out = ["--model", self.model, "--precision", self.precision, "--batch-size",
+               str(self.batch), "--epochs", str(self.epochs)]
+        if self.lr is not None:
+            out += ["--lr", str(self.lr)]
+        if self.target is not None:
+            out += ["--target-accuracy", str(self.target)]
+        return out
+
+
+@dataclass
+class Context:
+    """Where and how this invocation runs its stages."""
+
+    out: Path
+    device: str  # gpu, or cpu for the tiny plumbing run
+    tiny: bool
+    data: list[str]  # --dataset/--data-dir options of every training command
+    train_images: int
+    test_images: int
+    calibration: dict
+    # every comparison's seeds, where a short rental cannot afford each stage's own; None:
+    # each stage's own
+    seeds: int | None = None
+    # a stage's time limit as a multiple of its estimate (at least 120 s): 2 where stages
+    # share commands of 10 minutes; a queue under one deadline can afford looser limits
+    limit_factor: float = 2.0
 # What the estimate assumes where no CPU run can tell: the share of the H100's dense peak a
 # CIFAR-10 network reaches (small convolutions keep tensor cores far from full), and the
 # host's cost of one training step on a GPU (PyTorch: each step's kernel launches from

@@ -12,6 +12,8 @@ from typing import Callable
 
 from benchmarks.battery.estimates import (
     MEASURED_PARITY_S,
+    Context,
+    Recipe,
     fixed_seconds,
     run_seconds,
 )
@@ -65,51 +67,10 @@ TINY_SKIPPED = ("--tiny: the commands of resnet9-mixed on a bigger network (minu
                 "the network itself is tested in tests/test_networks.py and tests/test_parity.py")
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """One comparison's training: what the command says and what the estimate uses."""
-
-    model: str
-    precision: str
-    batch: int
-    epochs: int
-    seeds: int
-    lr: float | None = None
-    target: float | None = None
-
-    def options(self) -> list[str]:
-        out = ["--model", self.model, "--precision", self.precision, "--batch-size",
-               str(self.batch), "--epochs", str(self.epochs)]
-        if self.lr is not None:
-            out += ["--lr", str(self.lr)]
-        if self.target is not None:
-            out += ["--target-accuracy", str(self.target)]
-        return out
-
-
 # The PyTorch CIFAR-10 tutorial's recipe (the seed's Net) and the DAWNBench ResNet-9's, whose
 # 24 epochs are what its 94% needs.
 LENET = dict(model="lenet", batch=4, epochs=2, lr=0.001, seeds=2)
 RESNET9 = dict(model="resnet9", batch=512, epochs=24, target=0.94)
-
-
-@dataclass
-class Context:
-    """Where and how this invocation runs its stages."""
-
-    out: Path
-    device: str  # gpu, or cpu for the tiny plumbing run
-    tiny: bool
-    data: list[str]  # --dataset/--data-dir options of every training command
-    train_images: int
-    test_images: int
-    calibration: dict
-    # every comparison's seeds, where a short rental cannot afford each stage's own; None:
-    # each stage's own
-    seeds: int | None = None
-    # a stage's time limit as a multiple of its estimate (at least 120 s): 2 where stages
-    # share commands of 10 minutes; a queue under one deadline can afford looser limits
-    limit_factor: float = 2.0
 
 
 @dataclass(frozen=True)
