@@ -11,13 +11,15 @@
 #   bash benchmarks/battery/rental.sh poll WAIT       # wait up to WAIT s, bring back the pack
 #   bash benchmarks/battery/rental.sh reorder "tf:resnet9-mixed:1 torch:doctor: ..."
 #                                                     # the queue goes on in this order instead
-#   RENTAL_LEFT=SECONDS and RENTAL_REFRESH=1 before any verb: below
+#   RENTAL_LEFT=SECONDS and RENTAL_REFRESH=1 before any verb: below; RENTAL_ORDER=... before
+#   `start`: that order only (a later rental runs what an earlier one did not)
 # Every verb ends by copying the battery's pack (at most 8 files) into $OUT.
 #
 # The queue (its order is the priorities): PyTorch's core comparisons, then short
 # PyTorch stages while TensorFlow is not yet unpacked, TensorFlow's smoke test and core
 # comparisons (each `compare --resume` in PyTorch's directory: one comparison of both), then
-# what time is left for. ResNet-9 runs one seed a precision, LeNet two.
+# what time is left for (float32, the sweeps, the GPU tests). ResNet-9 runs one seed a
+# precision, LeNet two.
 set -uo pipefail
 S=${RENTAL_DIR:-/tmp/rental}        # everything on the device lives here
 DATA=.data/cifar10-jpeg.tar.gz      # the real CIFAR-10 image folder, carried by `start`
@@ -48,11 +50,14 @@ battery() {  # battery FRAMEWORK STAGE [SEEDS]: one stage, within the queue's de
 queue() {
   cd $S/repo || exit 1
   # framework:stage:seeds (empty: the stage's own), in the order of their worth
-  local torch_core=(torch:resnet9-mixed:1 torch:lenet-mixed:2 torch:lenet-fp32:2 torch:doctor:)
+  # (the first H200 rental's lesson: TensorFlow is unpacked about 100 s in, so its ResNet-9
+  # follows PyTorch's mixed-precision comparisons, not their float32 ones)
+  local torch_core=(torch:resnet9-mixed:1 torch:lenet-mixed:2 torch:doctor:)
   local while_tf_comes=(torch:cuda-graphs: torch:strategy: torch:shared-chip: torch:cpu-vs-gpu:
-                        torch:steps-per-call: torch:resnet18-mixed: torch:resnet9-fp32:1)
-  local tf_core=(tf:resnet9-mixed:1 tf:lenet-mixed:2 tf:lenet-fp32:2 tf:doctor:)
-  local rest=(torch:resnet9-fp32:1 tf:resnet9-fp32:1 torch:cuda-graphs: torch:strategy:
+                        torch:steps-per-call: torch:resnet18-mixed: torch:lenet-fp32:2)
+  local tf_core=(tf:resnet9-mixed:1 tf:lenet-mixed:2 tf:doctor:)
+  local rest=(torch:lenet-fp32:2 tf:lenet-fp32:2 torch:resnet9-fp32:1 tf:resnet9-fp32:1
+              torch:cuda-graphs: torch:strategy:
               tf:strategy: torch:shared-chip: tf:shared-chip: torch:cpu-vs-gpu: tf:cpu-vs-gpu:
               torch:steps-per-call: tf:steps-per-call: torch:resnet18-mixed: tf:resnet18-mixed:
               torch:mobilenetv2-mixed: tf:mobilenetv2-mixed: torch:gpu-tests: tf:gpu-tests:
