@@ -120,7 +120,8 @@ FIGURES: tuple[Figure, ...] = (
            Read("best_test_accuracy"), "accuracy"),
     Figure("peak_device_memory_bytes", "Peak device memory", "mib", "peak_device_memory_bytes",
            "the framework allocator's peak (tf get_memory_info 'peak', torch "
-           "max_memory_allocated) during training, reset after each epoch's evaluation, "
+           "max_memory_allocated; under --cuda-graphs max_memory_reserved, which holds the "
+           "graphs' private pool) during training, reset after each epoch's evaluation, "
            "highest over the epochs after the first; the first epoch's (initialisation, "
            "cuDNN/XLA autotuning) is warmup_peak_device_memory_bytes; null on CPU",
            Read("peak_device_memory_bytes"), "positive", "ratio", headline=True),

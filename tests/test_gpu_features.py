@@ -101,7 +101,7 @@ def test_torch_cuda_graphs_train_as_the_eager_step_does(tmp_path, torch_gpu):
     """Claim: --cuda-graphs replays PyTorch's forward and backward as CUDA graphs, with the
     eager step's losses."""
     from torch._dynamo.utils import counters
-    losses = {}
+    losses, peaks = {}, {}
     for graphs in (False, True):
         counters.clear()
         config = gpu_config(tmp_path / str(graphs), epochs=2, cuda_graphs=graphs,
@@ -110,6 +110,7 @@ def test_torch_cuda_graphs_train_as_the_eager_step_does(tmp_path, torch_gpu):
         recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
         assert loop.train_epochs(trainer, config, recorder) == 0
         losses[graphs] = [row[3] for row in recorder.steps]
+        peaks[graphs] = recorder.epochs[-1]["peak_device_memory_bytes"]  # the replayed epoch's
         if graphs:
             assert "CUDA graphs" in trainer.manifest()["step_batching"]
             # Inductor falls back to eager, silently, where it cannot record a graph
@@ -117,6 +118,8 @@ def test_torch_cuda_graphs_train_as_the_eager_step_does(tmp_path, torch_gpu):
             assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
     assert len(losses[True]) == len(losses[False]) == 16
     assert losses[True] == pytest.approx(losses[False], rel=1e-3, abs=1e-4)
+    # the graphs' activations, in their private pool, count in the replayed epoch's peak
+    assert peaks[True] >= 0.9 * peaks[False], peaks
 
 
 # ---------------------------------------------------------------- resume, memory

@@ -210,6 +210,10 @@ class Trainer:
         return total_loss.item() / count, correct.item() / count
 
     def peak_memory(self) -> tuple[int | None, str | None]:
+        if self.choice.on_gpu and self.config.cuda_graphs:
+            # the graphs' activations stay in their private pool: allocated bytes miss them
+            return (int(torch.cuda.max_memory_reserved(self.device)),
+                    "torch.cuda.max_memory_reserved (CUDA graphs' private pool included), rank 0")
         if self.choice.on_gpu:
             return (int(torch.cuda.max_memory_allocated(self.device)),
                     "torch.cuda.max_memory_allocated, rank 0")
