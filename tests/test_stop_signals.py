@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from processes import (
 from compare import schema
 from compare.errors import Interrupted
 from compare.run import shutdown
+
+REPO = Path(__file__).resolve().parent.parent
 
 # precision-, tolerance- or time-sensitive: CI runs these again as on an AVX2-only CPU
 
@@ -164,3 +168,29 @@ def test_a_stop_while_shielded_takes_effect_when_the_shield_ends_and_only_once(m
     with shutdown.interruptible():
         shutdown.stop(signal.SIGINT, "SIGINT")  # already stopping: ignored
     assert shutdown.stop_received() == signal.SIGTERM
+
+
+SCRIPT_LEAVING_WORKERS = """
+import sys
+from compare.experiment import datasets
+from compare.experiment.config import PipelineConfig, RunConfig
+from torch_impl import data, train
+config = RunConfig(dataset="synthetic", synthetic_train_size=256, synthetic_test_size=64,
+                   batch_size=32, device="cpu", quiet=True, out=sys.argv[1],
+                   pipeline=PipelineConfig(workers=2, persistent_workers=True))
+batches = data.train_pipeline(datasets.config_dataset(config), config,
+                              train.select_device(config))
+next(iter(batches.epoch(0)))
+print("a batch from the workers", flush=True)
+"""
+
+
+def test_a_process_that_exits_holding_loader_workers_still_ends(tmp_path):
+    """The workers leave stops to the trainer, yet SIGTERM still ends them: at exit,
+    multiprocessing terminates its daemonic children (the loader's workers, here left
+    running) with SIGTERM and waits for them; a worker ignoring it hung the process (seen in
+    a test process that trained with workers, after its tests had passed)."""
+    done = subprocess.run([sys.executable, "-c", SCRIPT_LEAVING_WORKERS, str(tmp_path / "run")],
+                          cwd=REPO, capture_output=True, text=True, timeout=patience(120),
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0 and "a batch from the workers" in done.stdout, done.stderr

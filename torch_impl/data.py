@@ -13,7 +13,6 @@ from torch.utils.data import DataLoader, Sampler
 from compare.experiment import plan as data_plan
 from compare.experiment.config import RunConfig, loader_workers
 from compare.experiment.datasets import Dataset
-from compare.run import shutdown
 from compare.run.interface import DeviceChoice
 
 
@@ -175,13 +174,21 @@ def _whole_batch(batch):
 
 
 def _worker_leaves_stops_to_the_trainer(worker_id: int) -> None:
-    """A DataLoader worker ignores stop signals: the trainer stops, then ends its workers.
-    A stop sent to the whole process group (`kill -- -PGID`, a scheduler cancelling a job)
-    otherwise killed the workers first, and PyTorch's loader raised "DataLoader worker ...
-    is killed by signal" in the trainer: the run ended as failed, not interrupted. A worker
-    whose trainer died still ends: the loader's watchdog sees its parent gone."""
-    for signum in shutdown.STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
+    """A DataLoader worker leaves a stop to its trainer, which ends its workers after writing
+    its result. A stop sent to the whole process group (`kill -- -PGID`, a scheduler
+    cancelling a job) reaches the workers too: on SIGTERM a worker ends at once with exit code
+    0, since one killed by the signal made PyTorch's loader raise "DataLoader worker ... is
+    killed by signal" in the trainer, which then ended as failed, not interrupted. SIGTERM
+    must still end it: multiprocessing terminates its daemonic children with it at exit and
+    waits for them. SIGINT and SIGHUP are ignored: the trainer stops on them and ends its
+    workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _end_quietly)
+
+
+def _end_quietly(signum: int, frame) -> None:
+    os._exit(0)
 
 
 def _loader(source: PlanImages, sampler: Sampler, config: RunConfig,
