@@ -43,7 +43,9 @@ training process (start-up, imports, building, the first call's tracing) measure
 project's CPU (`--calibrate` measures it again and writes benchmarks/gpu_battery_calibration.json),
 plus per epoch the larger of the compute time (analytic training FLOPs x images / the H100's
 dense peak x an assumed utilisation) and the host time (steps x an assumed host cost per
-step), plus the evaluation. The assumptions are named in each stage's `how`.
+step), plus the evaluation. Where a configuration ran on an H200 (benchmarks/battery/
+estimates.py, MEASURED_H200), its measured step, first epoch, evaluation and fixed cost
+replace them. Each stage's `how` names what its estimate rests on.
 """
 
 from __future__ import annotations

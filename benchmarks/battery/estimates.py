@@ -54,6 +54,8 @@ class Context:
     # a stage's time limit as a multiple of its estimate (at least 120 s): 2 where stages
     # share commands of 10 minutes; a queue under one deadline can afford looser limits
     limit_factor: float = 2.0
+
+
 # What the estimate assumes where no CPU run can tell: the share of the H100's dense peak a
 # CIFAR-10 network reaches (small convolutions keep tensor cores far from full), and the
 # host's cost of one training step on a GPU (PyTorch: each step's kernel launches from
@@ -88,7 +90,8 @@ MEASURED_PARITY_S = {"lenet": 22.0, "resnet9": 91.0}
 
 def run_seconds(framework: str, recipe: Recipe, ctx: Context, epochs: int | None = None,
                 train_images: int | None = None) -> tuple[float, str]:
-    """One training process: (GPU seconds on an H100 SXM, how that was estimated)."""
+    """One training process: (GPU seconds, how that was estimated): as measured on an H200
+    where this configuration ran there on CIFAR-10, else from FLOPs on an H100 SXM."""
     spec = networks.get_spec(recipe.model)
     mode = "fp16" if recipe.precision == "mixed" else "fp32"
     peak = gpu_metrics.PEAK_TFLOPS["H100"][mode] * 1e12 * ASSUMED_UTILISATION[mode]

@@ -1,6 +1,5 @@
-"""The battery's stages: each one's commands per framework, its time estimate (from FLOPs
-and the CPU's measured fixed cost) and the limits and assumptions they rest on; what
---tiny runs instead."""
+"""The battery's stages: each one's commands per framework, its time estimate (a run's, from
+estimates.py) and limits; what --tiny runs instead."""
 
 from __future__ import annotations
 
