@@ -65,12 +65,14 @@ def placement(out: Path) -> dict:
     labels = np.arange(64, dtype=np.int64) % 10
     with tf.device("/GPU:0"):
         source = PlanImages(images, labels, np.full(3, 0.5), np.full(3, 0.25), 4, True,
-                            "/gpu:0")
+                            "/gpu:0", cutout=8)
         keys = tf.constant(np.stack([np.arange(8), np.full(8, 2), np.full(8, 3),
-                                     np.arange(8) % 2]).astype(np.int64))
+                                     np.arange(8) % 2, np.arange(8), np.full(8, 5)]
+                                    ).astype(np.int64))
         batch, got = tf.function(source.load_batch)(*tf.unstack(keys))
     with tf.device("/CPU:0"):
-        host = PlanImages(images, labels, np.full(3, 0.5), np.full(3, 0.25), 4, True, None)
+        host = PlanImages(images, labels, np.full(3, 0.5), np.full(3, 0.25), 4, True, None,
+                          cutout=8)
         host_batch, _ = host.load_batch(*tf.unstack(keys))
     return {"device": batch.device, "shape": list(batch.shape),
             "equal_to_host": bool(np.array_equal(batch.numpy(), host_batch.numpy())),

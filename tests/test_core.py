@@ -89,6 +89,21 @@ def test_augment_batch_crops_and_flips_as_specified():
     np.testing.assert_array_equal(out[2][:-4, 4:], images[1][4:, :28])
 
 
+def test_cutout_squares_lie_inside_the_image_and_leave_the_crops_drawn_as_before():
+    plain = plan.epoch_plan(1000, 64, epoch=0, seed=0)
+    cut = plan.epoch_plan(1000, 64, epoch=0, seed=0, cutout=8, image_size=(32, 32))
+    assert np.array_equal(plain.offsets, cut.offsets) and np.array_equal(plain.flips, cut.flips)
+    assert not plain.cutouts.any() and cut.cutouts.min() == 0 and cut.cutouts.max() == 24
+    assert not plan.epoch_plan(1000, 64, 0, 0, augment=False, cutout=8).cutouts.any()
+    with pytest.raises(ValueError, match="does not fit"):
+        plan.epoch_plan(10, 2, 0, 0, cutout=40, image_size=(32, 32))
+    images = np.ones((2, 32, 32, 3), np.float32)
+    out = plan.cut_out(images, np.array([0, 24]), np.array([3, 24]), 8)
+    assert (out[0, :8, 3:11] == 0).all() and out[0].sum() == 3 * (32 * 32 - 64)
+    assert (out[1, 24:, 24:] == 0).all() and out[1].sum() == 3 * (32 * 32 - 64)
+    assert images.all()  # a copy
+
+
 def test_normalise_is_float32_per_channel():
     batch = np.full((1, 2, 2, 3), 255, np.uint8)
     out = plan.normalise(batch, np.array([0.5, 0.5, 0.5]), np.array([0.25, 0.5, 1.0]))

@@ -25,22 +25,45 @@ def _hash(images: np.ndarray, labels: np.ndarray) -> str:
                           + labels.astype(np.int64).tobytes()).hexdigest()
 
 
-@pytest.mark.parametrize("augment", [True, False])
-def test_first_batches_hash_equal_in_both_pipelines(tmp_path, tf_two_cpus, augment):
+def _reference_batches(config, dataset, epoch: int):
+    """The epoch's batches as compare.experiment.plan's numpy reference computes them."""
+    from compare.experiment import plan
+    keys = plan.run_keys(config, len(dataset.train_y), epoch, dataset.train_x.shape[1:3])
+    for step in range(keys.shape[1] // config.batch_size):
+        index, dy, dx, flips, cy, cx = keys[:, step * config.batch_size:
+                                            (step + 1) * config.batch_size]
+        crops = (plan.augment_batch(dataset.train_x, index, dy, dx, flips.astype(bool),
+                                    config.crop_padding)
+                 if config.augment else dataset.train_x[index])
+        images = plan.normalise(crops, dataset.mean, dataset.std)
+        if config.augment and config.cutout:
+            images = plan.cut_out(images, cy, cx, config.cutout)
+        yield images, dataset.train_y[index]
+
+
+@pytest.mark.parametrize("augment, cutout", [(True, 0), (False, 0), (True, 8)])
+def test_first_batches_hash_equal_in_both_pipelines(tmp_path, tf_two_cpus, augment, cutout):
+    """Both pipelines give the numpy reference's batches, bit for bit: crops, flips and the
+    cutout squares included."""
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, device="cpu", pipeline=PipelineConfig(workers=2),
-                         augment=augment)
+                         augment=augment, cutout=cutout)
     dataset = datasets.config_dataset(config)
     tf_trainer = tf_two_cpus.Trainer(config, dataset, tf_two_cpus.select_device(config))
     torch_trainer = torch_train.Trainer(config, dataset, torch_train.select_device(config))
     for epoch in (0, 1):
         tf_batches, torch_batches = iter(tf_trainer.batches(epoch)), torch_trainer.batches(epoch)
+        reference = _reference_batches(config, dataset, epoch)
         for _ in range(3):
             tf_images, tf_labels = next(tf_batches)
             torch_images, torch_labels = next(torch_batches)
+            ref_images, ref_labels = next(reference)
             tf_hash = _hash(tf_images.numpy(), tf_labels.numpy())
             torch_hash = _hash(torch_images.permute(0, 2, 3, 1).numpy(), torch_labels.numpy())
-            assert tf_hash == torch_hash
+            assert tf_hash == torch_hash == _hash(ref_images, ref_labels)
+            # a cutout square is 8x8 pixels of exact zeros (mean colour) in all channels
+            zeros = (ref_images == 0).all(axis=-1).sum(axis=(1, 2))
+            assert (zeros >= 64).all() if cutout else (zeros < 64).all()
 
 
 def _probes(tmp_path, tf_train, model: str, batch_size: int, timed: bool = False,

@@ -19,8 +19,8 @@ PROFILE_EPOCHS = 2
 class PlanImages:
     """Images and labels, and the batched load of plan keys into a normalised batch.
 
-    `load_batch` computes exactly compare.experiment.plan.augment_batch then normalise, vectorised
-    over the batch (the tf.data guide's "vectorized mapping": batch, then map). `device`
+    `load_batch` computes exactly compare.experiment.plan.augment_batch, normalise then cut_out,
+    vectorised over the batch (the tf.data guide's "vectorized mapping": batch, then map). `device`
     None keeps the images in host memory; a device name (the first replica's) makes them
     a variable which, created under strategy.scope(), MirroredStrategy copies to every
     replica's device (the `device` pipeline). That copy holds the uint8 bytes, as PyTorch's
@@ -30,7 +30,8 @@ class PlanImages:
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray,
-                 std: np.ndarray, padding: int, augment: bool, device: str | None = None):
+                 std: np.ndarray, padding: int, augment: bool, device: str | None = None,
+                 cutout: int = 0):
         self.shape = images.shape[1:]  # (H, W, C)
         self.packed = device is not None
         if self.packed:
@@ -42,7 +43,7 @@ class PlanImages:
                 self.labels = tf.constant(labels)
         mean255, std255 = data_plan.scaled_stats(mean, std)
         self.mean255, self.std255 = tf.constant(mean255), tf.constant(std255)
-        self.padding, self.augment = padding, augment
+        self.padding, self.augment, self.cutout = padding, augment, cutout
         self.height, self.width = images.shape[1], images.shape[2]
 
     def resident_bytes(self) -> int:
@@ -59,7 +60,7 @@ class PlanImages:
         flat = tf.reshape(as_bytes, (tf.shape(indices)[0], -1))[:, :int(np.prod(self.shape))]
         return tf.reshape(flat, (-1, *self.shape))
 
-    def load_batch(self, indices, dy, dx, flips):
+    def load_batch(self, indices, dy, dx, flips, cy, cx):
         """Images NHWC float32 and labels int64 of the plan keys (1-D tensors, one per image)."""
         batch = self._gather(indices)
         if self.augment:  # without augmentation the plan's crop is the identity: skip it
@@ -71,6 +72,12 @@ class PlanImages:
             batch = tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2,
                               batch_dims=1)
         images = (tf.cast(batch, tf.float32) - self.mean255) / self.std255
+        if self.augment and self.cutout:
+            rows = tf.range(self.height, dtype=cy.dtype)[None, :] - cy[:, None]
+            cols = tf.range(self.width, dtype=cx.dtype)[None, :] - cx[:, None]
+            inside = (((rows >= 0) & (rows < self.cutout))[:, :, None]
+                      & ((cols >= 0) & (cols < self.cutout))[:, None, :])
+            images = tf.where(inside[..., None], tf.zeros_like(images), images)
         return images, tf.gather(self.labels, indices)
 
 
@@ -128,7 +135,8 @@ class TrainBatches:
         def worker_batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
             share = data_plan.process_share(batch, context.num_input_pipelines,
                                             context.input_pipeline_id)
-            ds = _plan_key_batches(self.config, self.train_size, first, max(first + 1, self.end))
+            ds = _plan_key_batches(self.config, self.train_size, first, max(first + 1, self.end),
+                                   (self.source.height, self.source.width))
             if context.num_input_pipelines > 1:
                 ds = ds.map(_as_written(lambda *step: tuple(k[share] for k in step)))
             ds = ds.rebatch(context.get_per_replica_batch_size(batch))
@@ -173,26 +181,25 @@ class _EpochBatches:
             self.batches._continues_at = self.epoch + 1  # taken whole: the next continues
 
 
-def _plan_key_batches(config: RunConfig, train_size: int, first: int,
-                      end: int) -> tf.data.Dataset:
+def _plan_key_batches(config: RunConfig, train_size: int, first: int, end: int,
+                      image_size: tuple[int, int]) -> tf.data.Dataset:
     """The plan keys of epochs first .. end - 1 (compare.experiment.plan), one global batch of
-    (indices, dy, dx, flips) per step.
+    (indices, dy, dx, flips, cy, cx) per step.
 
     The keys of every epoch are computed here, in numpy, and held as one int32 tensor
-    (16 bytes an image an epoch: 0.8 MB an epoch of CIFAR-10): the pipeline then runs
+    (24 bytes an image an epoch: 1.2 MB an epoch of CIFAR-10): the pipeline then runs
     no Python, so no tf.data thread ever waits for the GIL, as a numpy_function producing
     them on the fly did at an iterator's end (an exit held for minutes)."""
     batch = config.batch_size
     steps = data_plan.steps_per_epoch(train_size, batch)
-    keys = np.stack([data_plan.epoch_plan(train_size, batch, epoch, config.seed, config.augment,
-                                          config.crop_padding).keys()
+    keys = np.stack([data_plan.run_keys(config, train_size, epoch, image_size)
                      for epoch in range(first, end)]).astype(np.int32)
 
     def epoch_keys(rows):
         """The epoch's global batches of keys, one element per step: batched here in
         one reshape, not element by element by Dataset.batch (which cost the producer
         about a millisecond per batch of 32 on a CPU core)."""
-        rows = tf.reshape(tf.cast(rows, tf.int64), (4, steps, batch))
+        rows = tf.reshape(tf.cast(rows, tf.int64), (data_plan.KEY_ROWS, steps, batch))
         return tf.data.Dataset.from_tensor_slices(tuple(tf.unstack(rows)))
 
     return tf.data.Dataset.from_tensor_slices(keys).flat_map(_as_written(epoch_keys))
@@ -203,7 +210,7 @@ def train_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) ->
     replicas, and a resident copy of the images is mirrored on their devices."""
     device = choice.names[0] if config.pipeline.kind == "device" else None
     source = PlanImages(dataset.train_x, dataset.train_y, dataset.mean, dataset.std,
-                        config.crop_padding, config.augment, device)
+                        config.crop_padding, config.augment, device, config.cutout)
     return TrainBatches(source, config, choice, len(dataset.train_y))
 
 

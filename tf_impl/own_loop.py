@@ -101,8 +101,10 @@ def _fit_batches(trainer: Trainer, config: RunConfig, dataset: Dataset,
     source = trainer.train_batches.source
     if source.packed:
         source = tf_data.PlanImages(dataset.train_x, dataset.train_y, dataset.mean,
-                                    dataset.std, config.crop_padding, config.augment)
-    keys = tf_data._plan_key_batches(config, len(dataset.train_y), epoch, epoch + 1)
+                                    dataset.std, config.crop_padding, config.augment,
+                                    cutout=config.cutout)
+    keys = tf_data._plan_key_batches(config, len(dataset.train_y), epoch, epoch + 1,
+                                     (source.height, source.width))
     # flat_map hides the length, which fit reads to know the epoch's steps
     keys = keys.apply(tf.data.experimental.assert_cardinality(trainer.steps_per_epoch))
     return tf_data._finish(tf_data._map(keys, source.load_batch, config), config)

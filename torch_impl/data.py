@@ -19,15 +19,15 @@ from compare.run.interface import DeviceChoice
 class PlanImages(torch.utils.data.Dataset):
     """Images and labels, and the batched load of plan keys into a normalised batch.
 
-    `load_batch` computes exactly compare.experiment.plan.augment_batch then normalise, with tensor
-    ops over the whole batch (one gather for crop and flip). `device` None keeps the images
-    in host memory (DataLoader workers read them); a device (the `device` pipeline) holds
-    them there, and batches are gathered and augmented on it.
+    `load_batch` computes exactly compare.experiment.plan.augment_batch, normalise then cut_out,
+    with tensor ops over the whole batch (one gather for crop and flip, one mask for cutout).
+    `device` None keeps the images in host memory (DataLoader workers read them); a device
+    (the `device` pipeline) holds them there, and batches are gathered and augmented on it.
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, mean: np.ndarray,
                  std: np.ndarray, padding: int, augment: bool,
-                 device: torch.device | None = None):
+                 device: torch.device | None = None, cutout: int = 0):
         self.resident = device is not None  # the `device` pipeline: held where it trains
         self.device = torch.device(device or "cpu")
         self.images = torch.from_numpy(np.ascontiguousarray(images)).to(self.device)  # NHWC uint8
@@ -35,14 +35,14 @@ class PlanImages(torch.utils.data.Dataset):
         mean255, std255 = data_plan.scaled_stats(mean, std)
         self.mean255 = torch.from_numpy(mean255).to(self.device)
         self.std255 = torch.from_numpy(std255).to(self.device)
-        self.padding, self.augment = padding, augment
+        self.padding, self.augment, self.cutout = padding, augment, cutout
         self.height, self.width = images.shape[1], images.shape[2]
 
     def resident_bytes(self) -> int:
         """Bytes of the training images held on the training device (0 when on the host)."""
         return self.images.numel() * self.images.element_size() if self.resident else 0
 
-    def load_batch(self, indices, dy, dx, flips):
+    def load_batch(self, indices, dy, dx, flips, cy, cx):
         """Images NCHW float32 and labels int64 of the plan keys (1-D tensors, one per image)."""
         batch = self.images[indices]
         if self.augment:  # without augmentation the plan's crop is the identity: skip it
@@ -54,18 +54,25 @@ class PlanImages(torch.utils.data.Dataset):
             first = torch.arange(len(indices), device=self.device)[:, None, None]
             batch = padded[first, rows[:, :, None], cols[:, None, :]]
         images = (batch.float() - self.mean255) / self.std255  # NHWC float32
+        if self.augment and self.cutout:
+            rows = torch.arange(self.height, device=self.device)[None, :] - cy[:, None]
+            cols = torch.arange(self.width, device=self.device)[None, :] - cx[:, None]
+            inside = (((rows >= 0) & (rows < self.cutout))[:, :, None]
+                      & ((cols >= 0) & (cols < self.cutout))[:, None, :])
+            images = images.masked_fill(inside[..., None], 0.0)
         return images.permute(0, 3, 1, 2), self.labels[indices]  # an NCHW view for the model
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitems__(self, keys: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """A whole batch from the sampler's (4, n) keys (the DataLoader's batched fetch)."""
+        """A whole batch from the sampler's (KEY_ROWS, n) keys (the DataLoader's batched fetch)."""
         return self.load_batch(*torch.from_numpy(keys).to(self.device).unbind(0))
 
     def __getitem__(self, index: int):
-        images, labels = self.__getitems__(np.array([[index], [self.padding], [self.padding],
-                                                     [0]], np.int64))
+        keys = data_plan.test_keys(1, self.padding)
+        keys[0] = index
+        images, labels = self.__getitems__(keys)
         return images[0], labels[0]
 
 
@@ -81,13 +88,13 @@ class TrainBatches:
                        else _loader(source, self.sampler, config, choice))
 
     def _keys(self, epoch: int) -> np.ndarray:
-        """(4, steps, share) int64: this process's slice of every step's plan keys."""
-        keys = data_plan.epoch_plan(self.train_size, self.config.batch_size, epoch,
-                                    self.config.seed, self.config.augment,
-                                    self.config.crop_padding).keys()
+        """(KEY_ROWS, steps, share) int64: this process's slice of every step's plan keys."""
+        keys = data_plan.run_keys(self.config, self.train_size, epoch,
+                                  (self.source.height, self.source.width))
         share = data_plan.process_share(self.config.batch_size, self.choice.processes,
                                         self.choice.rank)
-        return keys.reshape(4, self.steps_per_epoch, self.config.batch_size)[:, :, share]
+        return keys.reshape(data_plan.KEY_ROWS, self.steps_per_epoch,
+                            self.config.batch_size)[:, :, share]
 
     def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self.sampler.epoch = epoch
@@ -104,7 +111,7 @@ class TrainBatches:
 
 
 class _PlanKeys(Sampler):
-    """The DataLoader's batch sampler: one (4, share) key array per step of the epoch."""
+    """The DataLoader's batch sampler: one (KEY_ROWS, share) key array per step of the epoch."""
 
     def __init__(self, batches: TrainBatches):
         self.batches, self.epoch = batches, 0
@@ -136,7 +143,7 @@ def train_pipeline(dataset: Dataset, config: RunConfig, choice: DeviceChoice) ->
     pipeline the images resident on this process's device."""
     device = torch.device(choice.names[0]) if config.pipeline.kind == "device" else None
     source = PlanImages(dataset.train_x, dataset.train_y, dataset.mean, dataset.std,
-                        config.crop_padding, config.augment, device)
+                        config.crop_padding, config.augment, device, config.cutout)
     return TrainBatches(source, config, choice, len(dataset.train_y))
 
 

@@ -47,6 +47,11 @@ battery() {  # battery FRAMEWORK STAGE [SEEDS]: one stage, within the queue's de
     --out $S/battery --pack $S/pack ${RENTAL_OPTIONS:-}  # "--device cpu --tiny": plumbing
 }
 
+wait_for_tf() {  # until the bundle is unpacked (or failed), while a minute of the queue is left
+  while [ ! -f $S/tf-unpacked ] && [ ! -f $S/tf-failed ] \
+        && [ $(( $(cat $S/deadline) - $(date +%s) )) -gt 60 ]; do sleep 2; done
+}
+
 queue() {
   cd $S/repo || exit 1
   # framework:stage:seeds (empty: the stage's own), in the order of their worth
@@ -75,9 +80,13 @@ queue() {
     local activated=0
     for item in $RENTAL_ORDER; do
       if [ "${item%%:*}" = tf ] && [ $activated = 0 ]; then
-        # shellcheck disable=SC1091
-        source $S/tfgpu/site/activate.sh; activated=1
-        run tf:tf-smoke: && tf_ok=1
+        activated=1
+        wait_for_tf
+        if [ -f $S/tf-unpacked ]; then
+          # shellcheck disable=SC1091
+          source $S/tfgpu/site/activate.sh
+          run tf:tf-smoke: && tf_ok=1
+        fi
       fi
       [ "${item%%:*}" = tf ] && [ $tf_ok = 0 ] && continue
       run "$item"; [ $? -eq 2 ] && break
@@ -89,8 +98,7 @@ queue() {
     [ -f $S/tf-unpacked ] || [ -f $S/tf-failed ] && break
     run "$item"; [ $? -eq 2 ] && break
   done
-  while [ ! -f $S/tf-unpacked ] && [ ! -f $S/tf-failed ] \
-        && [ $(( $(cat $S/deadline) - $(date +%s) )) -gt 60 ]; do sleep 2; done
+  wait_for_tf
   if [ -f $S/tf-unpacked ]; then
     # shellcheck disable=SC1091
     source $S/tfgpu/site/activate.sh

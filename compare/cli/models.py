@@ -32,6 +32,7 @@ def catalog(frameworks: tuple[str, ...] = FRAMEWORKS) -> list[dict]:
             "recipe": {"batch_size": config.batch_size, "lr": config.lr,
                        "schedule": config.schedule, "weight_decay": config.weight_decay,
                        "epochs": config.epochs, "augment": config.augment,
+                       "cutout": config.cutout,
                        "target_accuracy": config.target_accuracy},
             "published": network.published, "source": network.source})
     return rows
@@ -40,9 +41,10 @@ def catalog(frameworks: tuple[str, ...] = FRAMEWORKS) -> list[dict]:
 def _recipe(recipe: dict) -> str:
     target = (f", target {recipe['target_accuracy']:.0%}" if recipe["target_accuracy"]
               else "")
+    augment = (", crop+flip" + (f", cutout {recipe['cutout']}" if recipe.get("cutout") else "")
+               if recipe["augment"] else "")
     return (f"batch {recipe['batch_size']}, lr {recipe['lr']:g} {recipe['schedule']}, "
-            f"wd {recipe['weight_decay']:g}, {recipe['epochs']} epochs"
-            f"{', crop+flip' if recipe['augment'] else ''}{target}")
+            f"wd {recipe['weight_decay']:g}, {recipe['epochs']} epochs{augment}{target}")
 
 
 @click.command(context_settings=CONTEXT)

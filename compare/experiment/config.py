@@ -155,6 +155,10 @@ class RunConfig:
         "--augment/--no-augment", "Random crop (4-pixel zero padding) and horizontal flip, "
         "from the shared data plan.", flag()))
     crop_padding: int = 4  # pixels of zero padding before the random crop
+    cutout: int = field(default=0, metadata=option(  # pixels, the square's side
+        "--cutout", "With --augment, set a random square of this side (pixels) of each "
+        "training image to the mean colour, from the shared data plan (cutout); 0: none.",
+        count(0), vary=True))
     precision: str = field(default="auto", metadata=option(
         "--precision", "auto: mixed on a GPU with tensor cores; on a CPU float32, unless "
         "`cnncompare doctor` measured mixed faster in both frameworks here (bfloat16 speeds "

@@ -1,11 +1,12 @@
 """The shared data plan: which images each step sees, and how each one is augmented.
 
 For every epoch, one seeded permutation of the training set and, per sample, a random
-crop offset (after zero padding) and a horizontal-flip bit are drawn here in numpy. The
+crop offset (after zero padding), a horizontal-flip bit and, with cutout, the corner of the
+square set to the mean colour are drawn here in numpy. The
 tf.data pipeline and the PyTorch DataLoader both consume this plan, so step k of epoch e
 sees the same images, augmented the same way, in both frameworks.
 
-`augment_batch` and `normalise` are the reference implementation in numpy; each
+`augment_batch`, `normalise` and `cut_out` are the reference implementation in numpy; each
 framework re-implements them with its own ops and a test checks they agree bit for bit.
 """
 
@@ -16,25 +17,34 @@ from dataclasses import dataclass
 import numpy as np
 
 PLAN_STREAM = 0xDA7A  # separate from the initial weights' stream
+# Rows of the keys both pipelines consume: image index, crop offset dy and dx, flip bit, and
+# the cutout square's top-left corner (row, column).
+KEY_ROWS = 6
 
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """Per step and sample: image index, crop offset (dy, dx) and flip bit."""
+    """Per step and sample: image index, crop offset (dy, dx), flip bit and cutout corner."""
 
     indices: np.ndarray  # (steps, batch) int64 index into the training arrays
     offsets: np.ndarray  # (steps, batch, 2) int32 top-left corner in the padded image
     flips: np.ndarray  # (steps, batch) bool, True = mirror left-right
+    # (steps, batch, 2) int32 top-left corner of the cutout square in the cropped image
+    # (zeros without cutout, where the square is empty)
+    cutouts: np.ndarray
 
     @property
     def steps(self) -> int:
         return self.indices.shape[0]
 
     def keys(self) -> np.ndarray:
-        """(4, steps * batch) int64 rows of image index, dy, dx and flip bit, in step order:
-        the layout both frameworks' pipelines consume (one array, no per-sample objects)."""
+        """(KEY_ROWS, steps * batch) int64 rows of image index, dy, dx, flip bit and cutout
+        corner, in step order: the layout both frameworks' pipelines consume (one array, no
+        per-sample objects)."""
         return np.stack([self.indices.reshape(-1), self.offsets[..., 0].reshape(-1),
-                         self.offsets[..., 1].reshape(-1), self.flips.reshape(-1)]).astype(np.int64)
+                         self.offsets[..., 1].reshape(-1), self.flips.reshape(-1),
+                         self.cutouts[..., 0].reshape(-1),
+                         self.cutouts[..., 1].reshape(-1)]).astype(np.int64)
 
 
 def steps_per_epoch(train_size: int, batch_size: int) -> int:
@@ -49,15 +59,20 @@ def process_share(batch_size: int, processes: int, rank: int) -> slice:
     return slice(rank * share, (rank + 1) * share)
 
 
-def augmentation_note(augment: bool, how: str) -> str:
+def augmentation_note(augment: bool, how: str, cutout: int = 0) -> str:
     """The manifest's augmentation entry: `how` the framework applies the shared plan."""
-    return f"shared plan: zero-pad crop + flip as {how}" if augment else \
-        "none (the plan's crop is the identity)"
+    if not augment:
+        return "none (the plan's crop is the identity)"
+    square = f" + {cutout}x{cutout} cutout" if cutout else ""
+    return f"shared plan: zero-pad crop + flip{square} as {how}"
 
 
 def epoch_plan(train_size: int, batch_size: int, epoch: int, seed: int,
-               augment: bool = True, padding: int = 4) -> EpochPlan:
-    """The plan for `epoch` (0-based); the last partial batch is dropped."""
+               augment: bool = True, padding: int = 4, cutout: int = 0,
+               image_size: tuple[int, int] = (32, 32)) -> EpochPlan:
+    """The plan for `epoch` (0-based); the last partial batch is dropped. `cutout` > 0
+    (pixels, with `augment`) draws each image's square, wholly inside its `image_size`
+    (height, width), after the crops and flips: a plan without cutout is drawn as before."""
     rng = np.random.default_rng([PLAN_STREAM, seed, epoch])
     steps = steps_per_epoch(train_size, batch_size)
     order = rng.permutation(train_size)[: steps * batch_size].reshape(steps, batch_size)
@@ -67,13 +82,28 @@ def epoch_plan(train_size: int, batch_size: int, epoch: int, seed: int,
     else:
         offsets = np.full((steps, batch_size, 2), padding, np.int32)  # centre crop = identity
         flips = np.zeros((steps, batch_size), bool)
-    return EpochPlan(order.astype(np.int64), offsets, flips)
+    cutouts = np.zeros((steps, batch_size, 2), np.int32)
+    if augment and cutout > 0:
+        highest = np.array([image_size[0] - cutout, image_size[1] - cutout])
+        if (highest < 0).any():
+            raise ValueError(f"a {cutout}-pixel cutout does not fit {image_size[0]}x"
+                             f"{image_size[1]} images")
+        cutouts = rng.integers(0, highest + 1, size=(steps, batch_size, 2), dtype=np.int32)
+    return EpochPlan(order.astype(np.int64), offsets, flips, cutouts)
+
+
+def run_keys(config, train_size: int, epoch: int, image_size: tuple[int, int]) -> np.ndarray:
+    """(KEY_ROWS, steps * batch) keys of `epoch` for a RunConfig: its seed, batch and
+    augmentation."""
+    return epoch_plan(train_size, config.batch_size, epoch, config.seed, config.augment,
+                      config.crop_padding, config.cutout, image_size).keys()
 
 
 def test_keys(test_size: int, padding: int) -> np.ndarray:
-    """The test set's keys, in order, uncropped and unflipped: (4, N) int64 rows of image
-    index, dy, dx and flip bit, the layout both frameworks' pipelines consume."""
-    keys = np.zeros((4, test_size), np.int64)
+    """The test set's keys, in order, uncropped, unflipped and uncut: (KEY_ROWS, N) int64
+    rows of image index, dy, dx, flip bit and cutout corner, the layout both frameworks'
+    pipelines consume."""
+    keys = np.zeros((KEY_ROWS, test_size), np.int64)
     keys[0] = np.arange(test_size)
     keys[1:3] = padding  # the centre crop of the padded image is the image itself
     return keys
@@ -99,6 +129,16 @@ def normalise(batch: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarra
     """
     mean255, std255 = scaled_stats(mean, std)
     return (batch.astype(np.float32) - mean255) / std255
+
+
+def cut_out(images: np.ndarray, cy: np.ndarray, cx: np.ndarray, size: int) -> np.ndarray:
+    """Reference: a copy of normalised NHWC images with each one's `size` x `size` square at
+    (cy, cx) set to 0, the mean colour (DeVries and Taylor's cutout, as the DAWNBench ResNet-9
+    recipe applies it after normalisation)."""
+    rows = np.arange(images.shape[1])[None, :] - cy[:, None]  # (N, H) offsets from the corner
+    cols = np.arange(images.shape[2])[None, :] - cx[:, None]  # (N, W)
+    inside = ((rows >= 0) & (rows < size))[:, :, None] & ((cols >= 0) & (cols < size))[:, None, :]
+    return np.where(inside[..., None], np.float32(0), images)
 
 
 def scaled_stats(mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -115,7 +115,7 @@ def _pipeline(config: RunConfig, loader: dict[str, Any]) -> dict[str, Any]:
     where the loader says `on_device`)."""
     loader = dict(loader)
     on_device = ", on the device" if loader.pop("on_device", False) else ""
-    how = plan.augmentation_note(config.augment, loader.pop("augmented_by"))
+    how = plan.augmentation_note(config.augment, loader.pop("augmented_by"), config.cutout)
     return {"kind": config.pipeline.kind, **loader,
             "augmentation": how + (on_device if config.augment else "")}
 
