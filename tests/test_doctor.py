@@ -91,6 +91,9 @@ def test_gpu_diagnosis_names_the_missing_library_and_the_old_driver():
     assert "driver is too old: it supports CUDA 11.8, this build needs CUDA 12.5.1" in \
         doctor.gpu_diagnosis(old, machine)
     assert doctor.gpu_diagnosis({**missing, "cuda": None}, machine).endswith("CPU-only build)")
+    hidden = {**missing, "cuda_visible_devices": "-1"}  # before the libraries: it hides them
+    assert doctor.gpu_diagnosis(hidden, machine).startswith(
+        "CUDA_VISIBLE_DEVICES='-1' hides the GPUs from it")
     assert doctor.gpu_diagnosis(missing, {"nvml": {"available": False}}) is None  # no GPU here
     assert doctor.gpu_diagnosis({**missing, "gpus": [{"name": "x"}]}, machine) is None
 

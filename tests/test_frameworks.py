@@ -194,6 +194,42 @@ def test_a_run_records_what_compiled(tmp_path, framework):
 # PyTorch's own mechanisms
 
 
+def test_torch_fused_sgd_skips_an_overflowing_first_step_as_the_stock_one_does():
+    """On a GPU the optimizer is torch's fused SGD, whose momentum buffers a first step that
+    GradScaler skips (an overflow) could leave as uninitialised memory. The fused kernel runs
+    on CPU tensors too: from such a start, four steps of it move the weights as the stock
+    SGD's do (within float32 rounding: the kernels differ)."""
+    import torch
+
+    from compare.experiment.config import RunConfig
+    from compare.run.interface import DeviceChoice
+    from torch_impl.optimizer import make_optimizer
+    config = RunConfig(lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    choices = {"stock": DeviceChoice("cpu", ("cpu",), None, "CPU"),
+               "fused": DeviceChoice("gpu", ("cuda:0",), None, "GPU")}  # fused, on the CPU
+    inputs = torch.randn(32, 16, generator=torch.Generator().manual_seed(1))
+    weights, scales = {}, {}
+    for name, choice in choices.items():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(16, 4)
+        optimizer = make_optimizer(model, config, choice)
+        assert bool(optimizer.defaults.get("fused")) == (name == "fused")
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 24, growth_interval=1000)
+        for step in range(4):
+            optimizer.zero_grad()
+            scaler.scale(model(inputs).square().mean()).backward()
+            if step == 0:
+                model.weight.grad[0, 0] = float("inf")  # the overflow: the step is skipped
+            scaler.step(optimizer)
+            scaler.update()
+        weights[name], scales[name] = [p.detach().clone() for p in model.parameters()], \
+            scaler.get_scale()
+    assert scales["fused"] == scales["stock"] == 2.0 ** 23  # halved once, then finite
+    for fused, stock in zip(weights["fused"], weights["stock"]):
+        assert torch.isfinite(fused).all()
+        torch.testing.assert_close(fused, stock, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.slow  # inductor compiles C++ kernels: seconds on 2 cores
 def test_torch_compile_captures_the_step_in_one_graph_and_trains_as_eager_does(tmp_path):
     """What compiled is read from dynamo's counters: the model in one graph, no graph break;

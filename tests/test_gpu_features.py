@@ -255,11 +255,11 @@ def test_tf_trains_on_the_gpu(tmp_path, tf_gpus, precision):
 
 # ---------------------------------------------------------------- doctor and the device guard
 
-def test_both_doctor_on_a_gpu_host(torch_gpu, tf_gpus):
+def test_both_doctor_on_a_gpu_host(torch_gpu, tf_gpus, monkeypatch):
     """Claim: doctor trains a few steps on the GPU alone and says why a framework sees no
     GPU. Both frameworks see the GPU here (tf_gpus: else this test skips, and the battery
-    fails a stage whose every test skipped); the diagnosis of one that does not is checked
-    on this host with TensorFlow's GPUs hidden from it."""
+    fails a stage whose every test skipped); then TensorFlow, started with the GPUs hidden
+    from it, is diagnosed on this host."""
     report = doctor.examine("lenet")
     for framework in ("tf", "torch"):
         entry = report["frameworks"][framework]
@@ -267,9 +267,11 @@ def test_both_doctor_on_a_gpu_host(torch_gpu, tf_gpus):
         assert list(entry["runs"]) == ["gpu"]  # no CPU steps on a GPU machine
         assert any(name.startswith("libcudnn") for name in entry["runs"]["gpu"]["libraries"])
     assert report["verdict"].startswith("ready to compare on GPU")
-    hidden = dict(report["frameworks"]["tf"]["environment"], gpus=[])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    hidden = runner.framework_environment("tf")
+    assert hidden["gpus"] == [] and hidden["cuda_visible_devices"] == "-1"
     diagnosis = doctor.gpu_diagnosis(hidden, report["machine"])
-    assert diagnosis and not diagnosis.startswith("unknown"), diagnosis
+    assert diagnosis.startswith("CUDA_VISIBLE_DEVICES='-1' hides the GPUs"), diagnosis
 
 
 def test_both_same_device_guard_on_a_gpu_host(torch_gpu, tf_gpus, monkeypatch):

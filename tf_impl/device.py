@@ -4,6 +4,7 @@ and what TensorFlow sees of the machine (`cnncompare env`, `doctor`)."""
 
 from __future__ import annotations
 
+import os
 import platform
 
 import keras
@@ -181,6 +182,8 @@ def describe_environment() -> dict:
             "cuda_available": bool(gpus), "cuda": build.get("cuda_version"),
             "cudnn": build.get("cudnn_version"), "gpus": gpus, "tf32_default": TF32_DEFAULT,
             "gpu_libraries": libraries,
+            # set: the GPUs this process may see (none when it names none that exists)
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "mixed_precision": ("mixed_float16 + LossScaleOptimizer" if gpus
                                 else "mixed_bfloat16 (CPU)")}
 

@@ -137,6 +137,8 @@ def describe_environment() -> dict:
             "cudnn": torch.backends.cudnn.version() if cuda else None,
             "gpus": gpus, "tf32_default": TF32_DEFAULT,
             "gpu_libraries": None,  # PyTorch's wheels load their own CUDA libraries
+            # set: the GPUs this process may see (none when it names none that exists)
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "bf16_supported": torch.cuda.is_bf16_supported() if cuda else True,
             "mixed_precision": ("float16 autocast + GradScaler" if cuda
                                 else "bfloat16 autocast (CPU)")}

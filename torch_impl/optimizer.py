@@ -18,9 +18,23 @@ def make_optimizer(model: torch.nn.Module, config: RunConfig, choice: DeviceChoi
     `learning_rate`: config.lr unless given (an lr_scheduler may set it each step)."""
     fused = choice.on_gpu and "fused" in inspect.signature(torch.optim.SGD).parameters
     lr = config.lr if learning_rate is None else learning_rate
-    return torch.optim.SGD(model.parameters(), lr=lr, momentum=config.momentum,
-                           nesterov=config.nesterov, weight_decay=config.weight_decay,
-                           **({"fused": True} if fused else {}))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=config.momentum,
+                                nesterov=config.nesterov, weight_decay=config.weight_decay,
+                                **({"fused": True} if fused else {}))
+    if fused and config.momentum:
+        _start_momentum_at_zero(optimizer)
+    return optimizer
+
+
+def _start_momentum_at_zero(optimizer: torch.optim.SGD) -> None:
+    """Every momentum buffer made now, as zeros. The fused SGD makes missing buffers with
+    torch.empty_like on its first step and, when GradScaler found an overflow there, skips
+    writing them: they keep uninitialised memory (values up to 1e37 seen), and the next step
+    moves the weights by it (torch 2.11 to 2.14; the loss scale then halved on every step of
+    the H200's float16 test). From zero, the first step is the stock one: v = mu * 0 + g = g."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param)
 
 
 def _optimizer_kind(optimizer: torch.optim.Optimizer) -> str:

@@ -93,6 +93,10 @@ def gpu_diagnosis(framework_env: dict[str, Any], machine: dict[str, Any]) -> str
         return None  # no NVIDIA driver: a CPU machine, nothing to explain
     if framework_env.get("cuda") in (None, "", "False"):
         return "this build has no CUDA support (a CPU-only build)"
+    visible = framework_env.get("cuda_visible_devices")
+    if visible is not None:
+        return (f"CUDA_VISIBLE_DEVICES={visible!r} hides the GPUs from it: unset it, or name "
+                f"a GPU that exists (nvidia-smi -L lists them)")
     missing = [lib for lib, where in (framework_env.get("gpu_libraries") or {}).items()
                if where is None]
     if missing:
