@@ -62,8 +62,9 @@ def test_tf_float16_loss_scaling_skips_and_rescales(tmp_path, tf_gpus):
 # ---------------------------------------------------------------- distribution
 
 def test_tf_mirrored_strategy_over_every_gpu(tmp_path, tf_gpus):
-    """Claim: MirroredStrategy and DDP train over every GPU present (the wrapper asked for:
-    on one GPU `auto` trains without it)."""
+    """Claim: MirroredStrategy and DDP train over every GPU present.
+
+    The wrapper is asked for: on one GPU `auto` trains without it."""
     result = tf_run(tmp_path, "mirrored", "--devices", str(len(tf_gpus)), "--batch-size",
                      str(32 * len(tf_gpus)), "--epochs", "1", "--precision", "mixed",
                      "--strategy", "mirrored")
