@@ -281,9 +281,8 @@ def pytest_sessionfinish(session, exitstatus):
         name, module = type(obj).__name__, type(obj).__module__ or ""
         if name == "Trainer" and module.endswith("_impl.train"):
             obj.close()
-        elif name in ("TrainBatches", "_EpochBatches") and module == "tf_impl.data":
-            obj.__dict__.pop("_iterator", None)
-            obj.__dict__.pop("iterator", None)
+        elif name in ("FlowingEpochs", "EpochBatches") and module == "compare.experiment.plan":
+            obj.__dict__.pop("iterator", None)  # a tf.data iterator, or a DataLoader's
     gc.collect()
 
 

@@ -104,6 +104,41 @@ def test_device_pipeline_batches_equal_the_loader_batches(tmp_path, tf_two_cpus)
         np.testing.assert_allclose(b, a, rtol=1e-6)
 
 
+def test_torch_loader_runs_on_into_the_next_epoch_with_a_fresh_iterators_batches(tmp_path,
+                                                                                   monkeypatch):
+    """Epochs taken whole share one loader iterator, so its workers load the next epoch's
+    first batches during the evaluation; each epoch's batches are those a new iterator at
+    that epoch gives, bit for bit. An epoch left part-way makes the next start anew."""
+    from torch_impl import data as torch_data
+    from torch_impl import train as torch_train
+    starts = []  # the first epoch of each sampler pass the loader began to read
+    plain_iter = torch_data._PlanKeys.__iter__
+
+    def counted(self):
+        starts.append(self.first)
+        yield from plain_iter(self)
+    monkeypatch.setattr(torch_data._PlanKeys, "__iter__", counted)
+    config = tiny_config(tmp_path, epochs=3, augment=True, cutout=8,
+                         pipeline=PipelineConfig(workers=2))
+    dataset = datasets.config_dataset(config)
+
+    def trainer():
+        return torch_train.Trainer(config, dataset, torch_train.select_device(config))
+
+    flowing = trainer()
+    runs_on = [list(flowing.batches(epoch)) for epoch in range(3)]
+    assert starts == [0] and [len(b) for b in runs_on] == [flowing.steps_per_epoch] * 3
+    for epoch in range(3):  # each epoch from a new trainer's new iterator
+        for (a, la), (b, lb) in zip(runs_on[epoch], trainer().batches(epoch)):
+            assert torch.equal(a, b) and torch.equal(la, lb)
+    starts.clear()
+    part_way = trainer()
+    next(part_way.batches(0))
+    again = list(part_way.batches(1))
+    assert starts == [0, 1]
+    assert all(torch.equal(a, b) for (a, _), (b, _) in zip(again, runs_on[1]))
+
+
 def test_time_to_target_accuracy_is_the_training_time_of_the_first_epoch_reaching_it(tmp_path):
     from test_reliability import FakeTrainer
 

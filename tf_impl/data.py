@@ -107,21 +107,17 @@ class TrainBatches:
         self.steps_per_epoch = data_plan.steps_per_epoch(train_size, config.batch_size)
         self.strategy = tf.distribute.get_strategy()  # the scope train_pipeline was called in
         # The epochs the pipeline holds: the run's, and two for the phase profile after them
-        self.end = config.epochs + (PROFILE_EPOCHS if config.profile_steps else 0)
-        self._iterator = None
-        self._continues_at: int | None = None  # the epoch the iterator is at the start of
+        self.flow = data_plan.FlowingEpochs(
+            self.steps_per_epoch, config.epochs + (PROFILE_EPOCHS if config.profile_steps else 0))
 
-    def epoch(self, epoch: int) -> _EpochBatches:
+    def epoch(self, epoch: int) -> data_plan.EpochBatches:
         """The epoch's global batches split over the replicas: images NHWC float32 and
         labels int64, or for the `device` pipeline the plan's keys, which the replicas
-        load with source.load_batch. Continues the iterator when the previous epoch was
-        taken whole; otherwise starts a new one at `epoch`."""
-        if self._iterator is None or epoch != self._continues_at:
-            self._iterator = iter(self._from_epoch(epoch))
-        self._continues_at = None
-        return _EpochBatches(self, epoch)
+        load with source.load_batch; from the iterator running on from the previous epoch
+        where it can (FlowingEpochs)."""
+        return self.flow.epoch(epoch, lambda first, end: iter(self._from_epoch(first, end)))
 
-    def _from_epoch(self, first: int) -> tf.distribute.DistributedDataset:
+    def _from_epoch(self, first: int, end: int) -> tf.distribute.DistributedDataset:
         """Epochs first .. end - 1, one after the other (the run's epochs, and the two the
         phase profile may take after them), as _plan_key_batches gives their keys.
 
@@ -135,7 +131,7 @@ class TrainBatches:
         def worker_batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
             share = data_plan.process_share(batch, context.num_input_pipelines,
                                             context.input_pipeline_id)
-            ds = _plan_key_batches(self.config, self.train_size, first, max(first + 1, self.end),
+            ds = _plan_key_batches(self.config, self.train_size, first, end,
                                    (self.source.height, self.source.width))
             if context.num_input_pipelines > 1:
                 ds = ds.map(_as_written(lambda *step: tuple(k[share] for k in step)))
@@ -146,39 +142,6 @@ class TrainBatches:
 
         return self.strategy.distribute_datasets_from_function(
             worker_batches, _distribute_options(self.config, self.choice))
-
-
-class _EpochBatches:
-    """One epoch's batches from the pipeline's distributed iterator, taken either by Python
-    iteration (a next() per batch: the parity probe, the doctor) or inside a tf.function
-    that reads `iterator` in the graph (Trainer.train_steps, which reports what it took)."""
-
-    def __init__(self, batches: TrainBatches, epoch: int):
-        self.batches, self.epoch = batches, epoch
-        self.iterator = batches._iterator
-        self.left = batches.steps_per_epoch  # batches of this epoch not yet taken
-
-    def __iter__(self) -> _EpochBatches:
-        return self
-
-    def __next__(self):
-        if not self.left:
-            raise StopIteration
-        batch = next(self.iterator)
-        self.took(1)
-        return batch
-
-    def check(self, count: int) -> None:
-        """`count` more batches may be taken: the epoch holds them."""
-        if count > self.left:
-            raise ValueError(f"{count} batches asked for, {self.left} left in the epoch")
-
-    def took(self, count: int) -> None:
-        """`count` batches were taken from `iterator`."""
-        self.check(count)
-        self.left -= count
-        if not self.left and self.epoch + 1 < self.batches.end:
-            self.batches._continues_at = self.epoch + 1  # taken whole: the next continues
 
 
 def _plan_key_batches(config: RunConfig, train_size: int, first: int, end: int,

@@ -12,7 +12,9 @@ framework re-implements them with its own ops and a test checks they agree bit f
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +47,61 @@ class EpochPlan:
                          self.offsets[..., 1].reshape(-1), self.flips.reshape(-1),
                          self.cutouts[..., 0].reshape(-1),
                          self.cutouts[..., 1].reshape(-1)]).astype(np.int64)
+
+
+class FlowingEpochs:
+    """A training pipeline whose one iterator runs from each epoch into the next, as a
+    repeated tf.data dataset does, so its prefetch loads the next epoch's first batches while
+    the loop evaluates. epoch() continues the iterator where the previous epoch was taken
+    whole; otherwise (the first epoch, a resumed one, one after an epoch left part-way) it
+    starts a new one there. Both frameworks' TrainBatches keep one."""
+
+    def __init__(self, steps_per_epoch: int, end: int):
+        self.steps_per_epoch = steps_per_epoch
+        self.end = end  # the epochs the iterators hold: 0 .. end - 1
+        self.iterator: Iterator[Any] | None = None
+        self.continues_at: int | None = None  # the epoch the iterator is at the start of
+
+    def epoch(self, epoch: int, start: Callable[[int, int], Iterator[Any]]) -> EpochBatches:
+        """Epoch `epoch`'s batches; `start(first, end)` makes an iterator over epochs first ..
+        end - 1 when the current one cannot go on."""
+        if self.iterator is None or epoch != self.continues_at:
+            self.iterator = start(epoch, max(epoch + 1, self.end))
+        self.continues_at = None
+        return EpochBatches(self, epoch)
+
+
+class EpochBatches:
+    """One epoch's batches from a FlowingEpochs iterator, taken either by Python iteration
+    (a next() per batch) or by the framework itself from `iterator` (TensorFlow's
+    tf.function, which then reports what it took)."""
+
+    def __init__(self, flow: FlowingEpochs, epoch: int):
+        self.flow, self.epoch = flow, epoch
+        self.iterator = flow.iterator
+        self.left = flow.steps_per_epoch  # batches of this epoch not yet taken
+
+    def __iter__(self) -> EpochBatches:
+        return self
+
+    def __next__(self) -> Any:
+        if not self.left:
+            raise StopIteration
+        batch = next(self.iterator)
+        self.took(1)
+        return batch
+
+    def check(self, count: int) -> None:
+        """`count` more batches may be taken: the epoch holds them."""
+        if count > self.left:
+            raise ValueError(f"{count} batches asked for, {self.left} left in the epoch")
+
+    def took(self, count: int) -> None:
+        """`count` batches were taken from `iterator`."""
+        self.check(count)
+        self.left -= count
+        if not self.left and self.epoch + 1 < self.flow.end:
+            self.flow.continues_at = self.epoch + 1  # taken whole: the next continues
 
 
 def steps_per_epoch(train_size: int, batch_size: int) -> int:
