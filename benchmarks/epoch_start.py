@@ -1,6 +1,6 @@
 """How long an epoch's first step waits for its batch: PyTorch's loader running on from the
 previous epoch (the default: its workers load the next epoch's first batches while the loop
-evaluates) against a new loader iterator each epoch (how it ran before), alternated round by
+evaluates) against a new loader iterator each epoch, alternated round by
 round on one trainer, so the machine's drift hits both.
 
     python -m benchmarks.epoch_start [--rounds 5] [--epochs 5] [--workers 2] [--out DIR]

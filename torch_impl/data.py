@@ -85,8 +85,8 @@ class TrainBatches:
 
     Consecutive epochs share one loader iterator: its sampler runs on from one epoch into
     the next, as a repeated tf.data dataset does, so the workers load the next epoch's first
-    batches while the loop evaluates. A new iterator each epoch made the first step of every
-    epoch wait while one worker loaded its batch whole (about 50 ms an epoch of ResNet-9 at
+    batches while the loop evaluates. With a new iterator each epoch, the first step of every
+    epoch waits while one worker loads its batch whole (about 50 ms an epoch of ResNet-9 at
     batch 512 with 8 workers on an H200: most of PyTorch's 6.6% input wait there).
     """
 

@@ -129,7 +129,7 @@ def epoch_plan(train_size: int, batch_size: int, epoch: int, seed: int,
                image_size: tuple[int, int] = (32, 32)) -> EpochPlan:
     """The plan for `epoch` (0-based); the last partial batch is dropped. `cutout` > 0
     (pixels, with `augment`) draws each image's square, wholly inside its `image_size`
-    (height, width), after the crops and flips: a plan without cutout is drawn as before."""
+    (height, width), after the crops and flips, so cutout leaves those draws as they are."""
     rng = np.random.default_rng([PLAN_STREAM, seed, epoch])
     steps = steps_per_epoch(train_size, batch_size)
     order = rng.permutation(train_size)[: steps * batch_size].reshape(steps, batch_size)
