@@ -122,19 +122,21 @@ def test_torch_loader_runs_on_into_the_next_epoch_with_a_fresh_iterators_batches
                          pipeline=PipelineConfig(workers=2))
     dataset = datasets.config_dataset(config)
 
-    def trainer():
-        return torch_train.Trainer(config, dataset, torch_train.select_device(config))
+    def trainer(workers: int):
+        chosen = config.replace(pipeline=PipelineConfig(workers=workers))
+        return torch_train.Trainer(chosen, dataset, torch_train.select_device(chosen))
 
-    flowing = trainer()
+    flowing = trainer(2)
     runs_on = [list(flowing.batches(epoch)) for epoch in range(3)]
     assert starts == [0] and [len(b) for b in runs_on] == [flowing.steps_per_epoch] * 3
-    for epoch in range(3):  # each epoch from a new trainer's new iterator
-        for (a, la), (b, lb) in zip(runs_on[epoch], trainer().batches(epoch)):
+    fresh = trainer(0)  # the same batches, loaded in this process
+    for epoch in range(3):
+        fresh.train_batches.flow.continues_at = None  # a new iterator at this epoch
+        for (a, la), (b, lb) in zip(runs_on[epoch], fresh.batches(epoch)):
             assert torch.equal(a, b) and torch.equal(la, lb)
     starts.clear()
-    part_way = trainer()
-    next(part_way.batches(0))
-    again = list(part_way.batches(1))
+    next(flowing.batches(0))  # an epoch left part-way: the next starts a new iterator
+    again = list(flowing.batches(1))
     assert starts == [0, 1]
     assert all(torch.equal(a, b) for (a, _), (b, _) in zip(again, runs_on[1]))
 
