@@ -38,8 +38,10 @@ def _refused(tmp_path, args: list[str], message: str) -> None:
     (["--strategy", "tf=mirrored,torch=fast"], "Invalid value for '--strategy': "
                                                "'tf=mirrored,torch=fast' is not one of auto, "
                                                "none, mirrored, or tf=CHOICE,torch=CHOICE"),
+    (["--augment", "--cutout", "40"], "--cutout 40 does not fit the network's 32x32 images"),
 ], ids=["lr-nan", "lr-inf", "epochs-0", "target-0", "target-1.5", "batch-too-big", "uneven-split",
-        "steps-per-call-0", "window-0s", "none-strategy-2-devices", "strategy-unknown"])
+        "steps-per-call-0", "window-0s", "none-strategy-2-devices", "strategy-unknown",
+        "cutout-too-big"])
 def test_run_refuses_a_bad_setting_before_training(tmp_path, args, message):
     _refused(tmp_path, ["run", "--framework", "torch", *args], message)
 

@@ -43,6 +43,10 @@ def check_config(config: RunConfig) -> RunConfig:
                     else f"{launched.processes} processes ({launched.launcher})")
             raise UserError(f"--strategy none trains one replica without a wrapper, not "
                             f"{over}: use --strategy auto or mirrored")
+    _, height, width = spec.input_shape
+    if config.augment and config.cutout > min(height, width):
+        raise UserError(f"--cutout {config.cutout} does not fit the network's {height}x{width} "
+                        f"images: use at most {min(height, width)}")
     check_parallel(config, spec)
     check_split(config)
     check_out(config.out)
