@@ -6,12 +6,13 @@ processes and DataLoader workers)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import tiny_config, trainer_for
+from conftest import patience, tiny_config, trainer_for
 
 from compare import schema
 from compare.cli import cli
@@ -340,3 +341,48 @@ def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     changes = [abs(b - a) / abs(a) for a, b in zip(expected, expected[1:])]
     assert max(differences) <= 1e-4, differences
     assert min(changes) >= 1e-3, changes  # the bound tells one step from the next
+
+
+def test_keras_own_loop_lets_go_of_its_iterators_after_the_last_epoch_off_the_main_thread(
+        tmp_path, tf_two_cpus):
+    """Deleting a tf.data iterator can wait for its autotuning thread (up to a minute), so the
+    Keras loop holds each fit call's iterator until its last epoch and deletes them on a
+    thread of its own: none is deleted on the main thread, none while an epoch is timed."""
+    import threading
+    import weakref
+
+    from compare.experiment.config import learning_rate
+    from tf_impl import own_loop
+    config = tiny_config(tmp_path, epochs=3)
+    trainer = trainer_for(tf_two_cpus, config)
+    steps = trainer.steps_per_epoch * config.epochs
+    lrs = [learning_rate(config, step, steps) for step in range(steps)]
+    deleted: list[tuple[str, int]] = []  # (the deleting thread, epochs timed by then)
+    epochs: list[int] = []
+    built = own_loop._KeptIterators.on_train_begin
+
+    def on_train_begin(self, logs=None):
+        built(self, logs)
+        train = self.model.train_function
+
+        def watched(iterator):
+            if not any(ref() is iterator for ref in watched.refs):
+                watched.refs.append(weakref.ref(iterator))
+                weakref.finalize(iterator, lambda: deleted.append(
+                    (threading.current_thread().name, len(epochs))))
+            return train(iterator)
+        watched.refs = []
+        self.model.train_function = watched
+
+    own_loop._KeptIterators.on_train_begin = on_train_begin
+    try:
+        own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs,
+                          lambda epoch, seconds: epochs.append(epoch))
+    finally:
+        own_loop._KeptIterators.on_train_begin = built
+    deadline = time.monotonic() + patience(10)
+    while len(deleted) < config.epochs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(deleted) == config.epochs, deleted  # one iterator an epoch, each let go
+    assert all(name == "tf-data-release" and timed == config.epochs
+               for name, timed in deleted), deleted
