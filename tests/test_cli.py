@@ -108,7 +108,7 @@ def test_framework_not_installed_names_the_fix(monkeypatch):
 def test_data_info_json_for_synthetic_and_a_folder(image_folder):
     outcome = invoke(["data", "info", "--dataset", "synthetic", "--json"])
     info = json.loads(outcome.output)
-    assert info["train_size"] == 10_000 and info["test_size"] == 2_000 and info["num_classes"] == 10
+    assert info["train_size"] == 5_000 and info["test_size"] == 1_000 and info["num_classes"] == 10
     outcome = invoke(["data", "info", "--dataset", "folder", "--data-dir", str(image_folder),
                       "--json"])
     info = json.loads(outcome.output)

@@ -37,6 +37,10 @@ SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")
 PARALLEL = ("data", "model")  # --parallel: replicas, or the network cut into stages
 DATASETS = ("cifar10", "tfds", "torchvision", "folder", "synthetic")
+# Generated training images (--dataset synthetic): enough for LeNet to learn the shapes in two
+# epochs, few enough that the README's first command, eight runs on them, ends in a minute
+SYNTHETIC_TRAIN_SIZE = 5_000  # images
+SYNTHETIC_TEST_DIVISOR = 5  # test images, unless given: the training images / 5
 # Training steps per call of a framework's step function when --steps-per-call is not given
 # (steps_per_call below): one call per step costs host work that, on a GPU where a LeNet step
 # is tens of microseconds of compute, would become the figure (docs/benchmarks.md, what the
@@ -118,7 +122,7 @@ class RunConfig:
         "--data-dir", "cifar10: the tar.gz or extracted cifar-10-batches-py/; folder: the root "
         "with train/<class>/; tfds/torchvision: their data root.", optional(
             path()), path=True, shown_default="the cache under $CNNCOMPARE_HOME"))
-    synthetic_train_size: int = field(default=10_000, metadata=option(  # images
+    synthetic_train_size: int = field(default=SYNTHETIC_TRAIN_SIZE, metadata=option(  # images
         "--synthetic-size", "Synthetic training images (test set: a fifth).", count()))
     synthetic_test_size: int | None = None  # images; None: a fifth of the training images
     validation_fraction: float = field(default=0.1, metadata=option(  # held-out share

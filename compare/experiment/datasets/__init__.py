@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compare.errors import DataError
-from compare.experiment.config import DATASETS
+from compare.experiment.config import DATASETS, SYNTHETIC_TEST_DIVISOR, SYNTHETIC_TRAIN_SIZE
 from compare.experiment.datasets.cache import CACHE_FORMAT, clear_cache, describe_cache, home
 from compare.experiment.datasets.cifar10 import (
     CIFAR10_ARCHIVE,
@@ -52,7 +52,8 @@ __all__ = ["CACHE_FORMAT", "CIFAR10_ARCHIVE", "CIFAR10_CLASSES", "CIFAR10_DIR", 
 
 
 def load(source: str, data_dir: str | None = None, *, seed: int = 0,
-         synthetic_train_size: int = 10_000, synthetic_test_size: int = 2_000,
+         synthetic_train_size: int = SYNTHETIC_TRAIN_SIZE,
+         synthetic_test_size: int | None = None,
          validation_fraction: float = 0.1, download: bool = True,
          progress: bool = True) -> Dataset:
     """Load `source`, from the cache when it is there.
@@ -74,6 +75,8 @@ def load(source: str, data_dir: str | None = None, *, seed: int = 0,
     if data_dir is not None and source in ("cifar10", "folder") and not Path(data_dir).exists():
         raise DataError(f"--data-dir {data_dir} does not exist")
     if source == "synthetic":
+        if synthetic_test_size is None:
+            synthetic_test_size = max(1, synthetic_train_size // SYNTHETIC_TEST_DIVISOR)
         return synthetic(synthetic_train_size, synthetic_test_size, seed=seed)
     if source == "cifar10":
         return load_cifar10(data_dir, download=download, progress=progress)
@@ -93,6 +96,5 @@ def config_dataset(config) -> Dataset:
     data plan, never the data."""
     return load(config.dataset, config.data_dir,
                 synthetic_train_size=config.synthetic_train_size,
-                synthetic_test_size=(config.synthetic_test_size if config.synthetic_test_size
-                                     is not None else max(1, config.synthetic_train_size // 5)),
+                synthetic_test_size=config.synthetic_test_size,
                 validation_fraction=config.validation_fraction, progress=not config.quiet)

@@ -16,7 +16,7 @@ _SYNTHETIC_COLOURS = np.array([[230, 60, 60], [60, 200, 60], [70, 90, 230], [230
                                [200, 200, 200], [120, 160, 90]], dtype=np.float32)
 
 
-def synthetic(train_size: int = 10_000, test_size: int = 2_000, seed: int = 0) -> Dataset:
+def synthetic(train_size: int, test_size: int, seed: int = 0) -> Dataset:
     """Generated 32x32 images: a class-specific shape in a jittered class colour, random
     position and size, on a noisy random background. Deterministic for (sizes, seed) and
     learnable: a small CNN gets well above the 10% chance level. Not CIFAR-10."""
