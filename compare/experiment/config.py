@@ -37,8 +37,8 @@ SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")
 PARALLEL = ("data", "model")  # --parallel: replicas, or the network cut into stages
 DATASETS = ("cifar10", "tfds", "torchvision", "folder", "synthetic")
-# Generated training images (--dataset synthetic): enough for LeNet to learn the shapes in two
-# epochs, few enough that the README's first command, eight runs on them, ends in a minute
+# Generated training images (--dataset synthetic): a smoke test's worth, few enough that the
+# README's first command, eight runs of two epochs on them, ends in about a minute
 SYNTHETIC_TRAIN_SIZE = 5_000  # images
 SYNTHETIC_TEST_DIVISOR = 5  # test images, unless given: the training images / 5
 # Training steps per call of a framework's step function when --steps-per-call is not given
