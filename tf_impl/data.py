@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import tensorflow as tf
 
@@ -229,6 +231,14 @@ def _as_written(fn):
     package they call, at each process's start), and the pipeline's functions hold no
     Python control flow on tensors (their `if`s test Python settings)."""
     return tf.autograph.experimental.do_not_convert(fn)
+
+
+def _release_apart(objects: list) -> None:
+    """Let go of `objects` (pipelines, iterators) on a thread of their own. Deleting a tf.data
+    iterator waits for its autotuning thread's next wake-up (TensorFlow's
+    RootDataset::Iterator destructor), which comes later the longer it ran, up to a minute;
+    the GIL is free meanwhile, so no other thread waits with it."""
+    threading.Thread(target=objects.clear, name="tf-data-release", daemon=True).start()
 
 
 def _finish(ds: tf.data.Dataset, config: RunConfig) -> tf.data.Dataset:

@@ -5,7 +5,6 @@ it measured). Its twin is torch_impl/own_loop.py.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Callable
 
@@ -94,7 +93,7 @@ class _KeptIterators(keras.callbacks.Callback):
 
     def release(self) -> None:
         iterators, self.iterators = self.iterators, []
-        threading.Thread(target=iterators.clear, name="tf-data-release", daemon=True).start()
+        tf_data._release_apart(iterators)
 
 
 class _EpochClock(keras.callbacks.Callback):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 
 import keras
@@ -237,7 +236,7 @@ class Trainer:
         for it; a longer-lived one frees it a moment later."""
         pipelines = [self.train_batches, self.test_batches]
         self.train_batches = self.test_batches = None
-        threading.Thread(target=pipelines.clear, name="tf-data-release", daemon=True).start()
+        tf_data._release_apart(pipelines)
 
     # ---- parity probe (compare.run.interface.ProbeTrainer)
 
