@@ -4,7 +4,10 @@ is kept aside, never overwritten."""
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,11 +16,31 @@ from typing import Any
 from compare import files, schema
 from compare.errors import UserError
 from compare.experiment.frameworks import FRAMEWORKS
-from compare.report import best, own_loops, stats
+from compare.report import best, own_loops, plots, stats
 from compare.report.aggregate import summarise
 from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
 from compare.report.render import Group, render
 from compare.report.verdict import verdict_sentences
+
+# What writing a report imports at its first use, about 2 s on a 2-core Xeon (scipy.stats
+# alone about 1 s): commands that never write one do not pay it, and `compare` loads them
+# during its untimed parity check (preload).
+REPORT_IMPORTS = ("scipy.special", "scipy.stats", "scipy.signal", "matplotlib.pyplot", "jinja2",
+                  "markdown", "markupsafe")
+
+
+def preload(background: bool = False) -> None:
+    """Import what writing a report needs (REPORT_IMPORTS), matplotlib on its Agg backend.
+    `background`: the calling thread first takes the lowest CPU priority (Linux: a thread's
+    own nice value), so that the imports use what the processes beside it leave of the CPU."""
+    if background:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):  # not Linux, or not allowed: the same imports
+            pass
+    plots.matplotlib_agg()
+    for name in REPORT_IMPORTS:
+        importlib.import_module(name)
 
 
 def load_runs(paths: list[Path]) -> list[dict[str, Any]]:

@@ -20,8 +20,6 @@ import math
 from typing import Iterable
 
 import numpy as np
-from scipy import special
-from scipy import stats as scipy_stats
 
 CONFIDENCE = 0.95
 MIN_SEEDS_FOR_T = 3  # below this, a range (two seeds) or a single value
@@ -43,8 +41,15 @@ def _clean(values: Iterable[float | None]) -> np.ndarray:
     return np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
 
 
+def _scipy():
+    """(scipy.special, scipy.stats), imported at first use: scipy.stats takes about a second
+    to import, which commands that compute no statistic (run, doctor, --help) need not pay."""
+    from scipy import special, stats
+    return special, stats
+
+
 def _t_quantile(df: float) -> float:
-    return float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df))
+    return float(_scipy()[1].t.ppf(0.5 + CONFIDENCE / 2, df))
 
 
 def _empty() -> dict:
@@ -114,6 +119,7 @@ def proportion_interval(values: Iterable[float | None], trials: int | None = Non
     p = min(max(mean, step), 1 - step)
     se_logit = math.sqrt(variance) / (p * (1 - p))
     df = (variance ** 2 / (seed_variance ** 2 / (n - 1))) if seed_variance > 0 else math.inf
+    special, scipy_stats = _scipy()
     half = (_t_quantile(df) if math.isfinite(df) else float(scipy_stats.norm.ppf(0.975))) * se_logit
     centre_logit = float(special.logit(p))
     return {**entry, "low": float(special.expit(centre_logit - half)),
@@ -202,6 +208,7 @@ def equivalence_test(a: dict[int, float | None], b: dict[int, float | None],
         inside = bool(abs(d.mean()) < margin)
         return {**entry, "p_value": 0.0 if inside else 1.0, "equivalent": inside,
                 "ci90_low": float(d.mean()), "ci90_high": float(d.mean())}
+    scipy_stats = _scipy()[1]
     above_lower = scipy_stats.ttest_1samp(d, -margin, alternative="greater").pvalue
     below_upper = scipy_stats.ttest_1samp(d, margin, alternative="less").pvalue
     p_value = float(max(above_lower, below_upper))
