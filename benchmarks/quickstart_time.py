@@ -5,13 +5,16 @@ alternated run by run so that the machine's drift hits both (A B A B ...).
 The baseline is another commit of this repository (`--baseline REF`, checked out into a
 temporary git worktree and run from there) or this checkout with every framework process
 started afresh (`--baseline fresh-processes`: CNNCOMPARE_FORK_SERVER=0). Both use the same
-dataset cache, written before the first counted run. The last run of this checkout runs with
-`--debug`, whose table says where its wall time went; it is printed after the figures.
+dataset cache, written before the first counted run. Every run has `--debug`, whose table
+says where its wall time went: each stage's seconds are kept per run (STAGES) and compared
+pair by pair, so that a change of one stage shows even where the whole command's drift hides
+it; the last run's table of this checkout is printed after the figures.
 
     python -m benchmarks.quickstart_time [--runs 3] [--baseline REF|fresh-processes]
         [--json FILE]
 
-Prints each run's wall seconds, the medians and the pairwise ratios this / baseline.
+Prints each run's wall seconds, the medians and the pairwise ratios this / baseline, then
+each stage's medians and its median pairwise difference.
 """
 
 from __future__ import annotations
@@ -30,20 +33,44 @@ from benchmarks.common import REPO, machine_label
 
 COMMAND = ["compare", "--dataset", "synthetic", "--epochs", "2", "--seeds", "2"]
 FRESH = "fresh-processes"  # the baseline that forks nothing
+# The stages of a run, in seconds, from its --debug table (compare.process.timing): what the
+# command's own clock does not see (the interpreter's start and the CLI's imports before it,
+# the servers' exit after it), its parity check and report, and the framework processes'
+# training (first and later epochs) and everything else they did.
+STAGES = ("outside the command's clock", "checks and parity", "training", "rest of the processes",
+          "report", "command")
 
 
-def timed(checkout: Path, out: Path, env: dict[str, str], debug: bool = False) -> tuple[float,
-                                                                                       str]:
-    """The wall seconds of the README's command run from `checkout`, and its output."""
+def timed(checkout: Path, out: Path, env: dict[str, str]) -> tuple[float, str]:
+    """The wall seconds of the README's command (with --debug) run from `checkout`, and its
+    output."""
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", "from compare.cli import main; main()",
-                           *COMMAND, "--quiet", "--out", str(out), *(["--debug"] * debug)],
+                           *COMMAND, "--quiet", "--out", str(out), "--debug"],
                           cwd=checkout, env={**env, "PYTHONPATH": str(checkout)},
                           capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{checkout}: exit {done.returncode}: {done.stderr[-2000:]}")
     return seconds, done.stdout + done.stderr
+
+
+def stages(output: str, wall_s: float) -> dict[str, float]:
+    """STAGES' seconds of one run, read from its --debug table's rows."""
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) > 2:
+            rows[cells[0]] = cells[1:]
+
+    def number(text: str) -> float:
+        return float(text) if text else 0.0
+    total = rows["all processes"]  # start, import, ..., first epoch, later epochs, ..., process
+    training = number(total[4]) + number(total[5])
+    return {"outside the command's clock": wall_s - number(rows["command"][-1]),
+            "checks and parity": number(rows["checks and parity"][-1]),
+            "training": training, "rest of the processes": number(total[-1]) - training,
+            "report": number(rows["report"][-1]), "command": number(rows["command"][-1])}
 
 
 def main() -> None:
@@ -65,14 +92,15 @@ def main() -> None:
         try:
             timed(REPO, scratch / "warm-up", env)  # the dataset cache, disk caches
             this, baseline, debug_output = [], [], ""
+            this_stages, baseline_stages = [], []
             for index in range(args.runs):
-                seconds, _ = timed(baseline_checkout, scratch / f"baseline-{index}",
-                                   baseline_env)
+                seconds, output = timed(baseline_checkout, scratch / f"baseline-{index}",
+                                        baseline_env)
                 baseline.append(seconds)
-                last = index == args.runs - 1
-                seconds, output = timed(REPO, scratch / f"this-{index}", env, debug=last)
+                baseline_stages.append(stages(output, seconds))
+                seconds, debug_output = timed(REPO, scratch / f"this-{index}", env)
                 this.append(seconds)
-                debug_output = output if last else debug_output
+                this_stages.append(stages(debug_output, seconds))
                 print(f"pair {index + 1}: this {this[-1]:.1f} s, baseline {baseline[-1]:.1f} s",
                       file=sys.stderr, flush=True)
         finally:
@@ -86,7 +114,8 @@ def main() -> None:
                "this_median_s": statistics.median(this),
                "baseline_median_s": statistics.median(baseline),
                "ratio_this_over_baseline": ratios,
-               "ratio_median": statistics.median(ratios)}
+               "ratio_median": statistics.median(ratios),
+               "this_stages_s": this_stages, "baseline_stages_s": baseline_stages}
     print(f"{figures['command']} on {figures['machine']}, {args.runs} alternated runs each")
     print("| form | wall time per run | median |\n|---|---|---|")
     print(f"| this checkout | {', '.join(f'{s:.1f}' for s in this)} s | "
@@ -95,6 +124,13 @@ def main() -> None:
           f"{figures['baseline_median_s']:.1f} s |")
     print(f"this / baseline, pair by pair: {', '.join(f'{r:.2f}' for r in ratios)} "
           f"(median {figures['ratio_median']:.2f})")
+    print("\n| stage | this, median | baseline, median | this - baseline, median of the pairs |"
+          "\n|---|---|---|---|")
+    for stage in STAGES:
+        mine = [run[stage] for run in this_stages]
+        theirs = [run[stage] for run in baseline_stages]
+        print(f"| {stage} | {statistics.median(mine):.2f} s | {statistics.median(theirs):.2f} s | "
+              f"{statistics.median(a - b for a, b in zip(mine, theirs)):+.2f} s |")
     table = debug_output[debug_output.find("where the command"):]
     print("\nThe last run of this checkout, with --debug:\n" + table)
     if args.json:
