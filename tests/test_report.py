@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from report_runs import H100, LAPTOP_CPU, PASSED, Collector, fake_result, three_seeds, write_runs
 
 from compare import files, report
+from compare.process import runner
 
 
 def test_report_figures_match_summary_json(tmp_path):
@@ -373,3 +374,16 @@ def test_the_command_line_loads_the_report_libraries_only_when_asked():
                          check=True, cwd=Path(__file__).parent.parent)
     assert out.stdout.split() == ["[]", "[]", "[19]", str(os.getpriority(os.PRIO_PROCESS, 0)),
                                   "agg"]
+
+
+def test_a_report_library_that_fails_to_import_is_left_to_the_report_to_say(monkeypatch):
+    """compare's background preload swallows an import that fails (a thread's traceback
+    would reach the terminal raw); the report's own import raises it, in the command's error
+    handling."""
+    from compare.report import builder
+    monkeypatch.setattr(builder, "REPORT_IMPORTS", ("json", "no_such_report_library"))
+    # on a thread of its own, as compare runs it: the thread keeps its lowest priority
+    raised = runner.concurrently([lambda: builder.preload(background=True)])
+    assert raised == [None]
+    with pytest.raises(ImportError, match="no_such_report_library"):
+        builder.preload()

@@ -32,15 +32,20 @@ REPORT_IMPORTS = ("scipy.special", "scipy.stats", "scipy.signal", "matplotlib.py
 def preload(background: bool = False) -> None:
     """Import what writing a report needs (REPORT_IMPORTS), matplotlib on its Agg backend.
     `background`: the calling thread first takes the lowest CPU priority (Linux: a thread's
-    own nice value), so that the imports use what the processes beside it leave of the CPU."""
+    own nice value), so that the imports use what the processes beside it leave of the CPU,
+    and an import that fails is left for the report's own import to raise and report."""
     if background:
         try:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         except (AttributeError, OSError):  # not Linux, or not allowed: the same imports
             pass
-    plots.matplotlib_agg()
-    for name in REPORT_IMPORTS:
-        importlib.import_module(name)
+    try:
+        plots.matplotlib_agg()
+        for name in REPORT_IMPORTS:
+            importlib.import_module(name)
+    except Exception:
+        if not background:
+            raise
 
 
 def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
