@@ -170,3 +170,37 @@ def test_compare_end_to_end_and_report_rebuild(tmp_path, monkeypatch):
     assert rebuilt.exit_code == 0 and (out / "report.html").exists()
     after = json.loads((out / "summary.json").read_text())
     assert after["frameworks"] == before["frameworks"] and after["parity"] == before["parity"]
+
+
+def test_the_progress_line_shows_no_figures_of_the_run_before(tmp_path, monkeypatch):
+    """The queue's progress line shows the last epoch's figures beside the run's name: a
+    run that starts shows none until its own first epoch, not the previous run's."""
+    import rich.progress
+
+    from compare.console import console as make_console
+    from compare.experiment.config import RunConfig
+    from compare.process import queue as run_queue_module
+    from compare.process import runner
+    shown: list[tuple[str, str]] = []
+
+    class Recording(rich.progress.Progress):
+        def update(self, task_id, **fields):
+            super().update(task_id, **fields)
+            task = self.tasks[0]
+            shown.append((task.description, task.fields.get("last", "")))
+
+    def trains(config, on_line=None, **_):
+        on_line(f"{config.framework} epoch 1/1  train_loss 0.5  test_acc 0.{config.seed}")
+        return runner.Outcome(config.framework, Path(config.out), 0, "completed", None)
+
+    monkeypatch.setattr(rich.progress, "Progress", Recording)
+    monkeypatch.setattr(runner, "run_framework", trains)
+    queue = [run_queue_module.QueuedRun(f"{fw} seed {seed}", RunConfig(
+        framework=fw, seed=seed, epochs=1, out=str(tmp_path / fw))) for fw, seed in
+        (("tf", 7), ("torch", 8))]
+    run_queue_module.run_queue(queue, "compare", False, make_console())
+    labels = [(description, last) for description, last in shown
+              if description.startswith("torch seed 8")]
+    assert labels[0] == ("torch seed 8 (2/2)", "")
+    assert any("test_acc 0.8" in last for _, last in labels)
+    assert not any("test_acc 0.7" in last for _, last in labels)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from compare import files, report
@@ -77,8 +78,10 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
     elif both:
         console.print(f"parity check: both builds on the first batch, float64 on the CPU, "
                       f"then {parity_steps} SGD steps; the timed configuration's drift beside it")
-        parity = parity_check.run_parity(config.replace(quiet=True), directory.parity_dir,
-                                         parity_steps)
+        with (nullcontext() if config.quiet else  # seconds of imports: show that work goes on
+              console.status("starting both frameworks, then their parity probes")):
+            parity = parity_check.run_parity(config.replace(quiet=True), directory.parity_dir,
+                                             parity_steps)
         stages["checks and parity"] = time.time() - started
         files.write_json(directory.parity, parity)
     else:

@@ -70,7 +70,7 @@ def run_queue(queue: list[QueuedRun], title: str, quiet: bool, console) -> Queue
                 progress.advance(task, queued.config.epochs)
                 continue
             label = f"{queued.label} ({index + 1}/{len(queue)})"
-            progress.update(task, description=label)
+            progress.update(task, description=label, last="")  # no figures of the run before
             epochs_before = progress.tasks[0].completed
 
             def on_line(line: str, label=label) -> None:
