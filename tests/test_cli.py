@@ -172,7 +172,7 @@ def test_compare_end_to_end_and_report_rebuild(tmp_path, monkeypatch):
     assert after["frameworks"] == before["frameworks"] and after["parity"] == before["parity"]
 
 
-def test_the_progress_line_shows_no_figures_of_the_run_before(tmp_path, monkeypatch):
+def test_the_progress_line_shows_no_figures_of_the_run_before(tmp_path, monkeypatch, capsys):
     """The queue's progress line shows the last epoch's figures beside the run's name: a
     run that starts shows none until its own first epoch, not the previous run's."""
     import rich.progress
@@ -181,6 +181,7 @@ def test_the_progress_line_shows_no_figures_of_the_run_before(tmp_path, monkeypa
     from compare.experiment.config import RunConfig
     from compare.process import queue as run_queue_module
     from compare.process import runner
+    from compare.run import progress
     shown: list[tuple[str, str]] = []
 
     class Recording(rich.progress.Progress):
@@ -190,6 +191,7 @@ def test_the_progress_line_shows_no_figures_of_the_run_before(tmp_path, monkeypa
             shown.append((task.description, task.fields.get("last", "")))
 
     def trains(config, on_line=None, **_):
+        on_line(progress.window_line(1, 1, 32, 64, 1234.5, 0.75))  # live, within the epoch
         on_line(f"{config.framework} epoch 1/1  train_loss 0.5  test_acc 0.{config.seed}")
         return runner.Outcome(config.framework, Path(config.out), 0, "completed", None)
 
@@ -202,5 +204,26 @@ def test_the_progress_line_shows_no_figures_of_the_run_before(tmp_path, monkeypa
     labels = [(description, last) for description, last in shown
               if description.startswith("torch seed 8")]
     assert labels[0] == ("torch seed 8 (2/2)", "")
+    assert labels[1][1] == "epoch 1/1  step 32/64  1,234 img/s  loss 0.7500"
     assert any("test_acc 0.8" in last for _, last in labels)
     assert not any("test_acc 0.7" in last for _, last in labels)
+    capsys.readouterr()
+    run_queue_module.run_queue(queue, "compare", True, make_console())  # --quiet: epochs only
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["tf seed 7 (1/2): tf epoch 1/1  train_loss 0.5  test_acc 0.7",
+                       "torch seed 8 (2/2): torch epoch 1/1  train_loss 0.5  test_acc 0.8"]
+
+
+def test_a_quiet_child_prints_window_lines_only_for_a_parent_that_asks(capsys, monkeypatch):
+    """A quiet run prints one line per epoch; a comparison's child (WINDOWS_ENV=1) also one
+    per timing window, which the parent reads back as the live figures it shows."""
+    from compare.experiment.config import RunConfig
+    from compare.run import progress
+    for asked in ("", "1"):
+        monkeypatch.setenv(progress.WINDOWS_ENV, asked)
+        display = progress.ProgressDisplay(RunConfig(epochs=2, quiet=True), "tf", 64, True)
+        display.start_epoch(2)
+        display.window(32, 1234.5, 0.75)
+        lines = capsys.readouterr().out.splitlines()
+        assert [progress.window_text(line) for line in lines] == (
+            ["epoch 2/2  step 32/64  1,234 img/s  loss 0.7500"] if asked else [])

@@ -16,6 +16,7 @@ from pathlib import Path
 from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from compare.experiment.config import FRAMEWORKS, RunConfig
 from compare.process import runner
+from compare.run import progress as progress_lines
 from compare.run import shutdown
 
 
@@ -74,6 +75,10 @@ def run_queue(queue: list[QueuedRun], title: str, quiet: bool, console) -> Queue
             epochs_before = progress.tasks[0].completed
 
             def on_line(line: str, label=label) -> None:
+                window = progress_lines.window_text(line)
+                if window is not None:  # live, within an epoch: shown, never printed
+                    progress.update(task, last=window[:70])
+                    return
                 if " epoch " in line and "test_acc" in line:  # a trainer's epoch line
                     progress.advance(task)
                     progress.update(task, last=line.split("  ", 1)[-1][:70])

@@ -17,7 +17,7 @@ from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
 from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
 from compare.experiment.frameworks import process_environment
 from compare.process import warm
-from compare.run import shutdown, wall_time
+from compare.run import progress, shutdown, wall_time
 
 MODULES = {"tf": "tf_impl.train", "torch": "torch_impl.train"}
 REQUIRES = {"tf": ("tensorflow", "keras"), "torch": ("torch", "torchvision")}
@@ -127,7 +127,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
         process = subprocess.Popen(argv, env=child_environment(), stderr=subprocess.PIPE, text=True)
         stream = process.stderr
     else:  # from the framework's fork server inside compare and sweep (compare.process.warm)
-        env = child_environment()
+        env = {**child_environment(), progress.WINDOWS_ENV: "1"}  # live img/s for on_line
         process = ((warm.start(argv, config.framework, env) if directory is None else None)
                    or subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True))
@@ -142,6 +142,10 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
                 continue
             if not line:
                 break
+            if progress.window_text(line) is not None:  # live figures, not the run's record
+                if on_line is not None:
+                    on_line(line.rstrip("\n"))
+                continue
             log.write(line)
             log.flush()
             if (marks := wall_time.parse(line)) is not None:

@@ -1,11 +1,19 @@
 """What a training process shows: a rich progress bar with live img/s, loss and accuracy,
-or one line per epoch with --quiet (the parent of a comparison reads those lines)."""
+or one line per epoch with --quiet (the parent of a comparison reads those lines, and asks
+for one more per timing window to show the run's live img/s on its own progress line)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from compare.experiment.config import RunConfig
+
+# A comparison's parent (compare.process.queue) sets WINDOWS_ENV=1 for its quiet children:
+# each then prints a WINDOW_PREFIX line per timing window (window_line), which the parent
+# shows live and keeps off the terminal and the run's log.
+WINDOWS_ENV = "CNNCOMPARE_WINDOW_LINES"
+WINDOW_PREFIX = "cnncompare-window: "
 
 
 class ProgressDisplay:
@@ -13,7 +21,8 @@ class ProgressDisplay:
 
     def __init__(self, config: RunConfig, framework: str, steps_per_epoch: int, enabled: bool):
         self.enabled = enabled
-        self.epochs = config.epochs
+        self.epochs, self.epoch, self.steps_per_epoch = config.epochs, 0, steps_per_epoch
+        self.window_lines = enabled and config.quiet and os.environ.get(WINDOWS_ENV) == "1"
         self.label = framework
         self.accuracy: float | None = None  # the last epoch's test accuracy, shown live
         self.progress = None
@@ -32,6 +41,7 @@ class ProgressDisplay:
             self.task = self.progress.add_task(self.label, total=steps_per_epoch, stats="")
 
     def start_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
         if self.progress:
             self.progress.reset(self.task, description=f"{self.label} epoch {epoch}/{self.epochs}",
                                 stats="")
@@ -41,6 +51,9 @@ class ProgressDisplay:
             accuracy = f"  test acc {self.accuracy:.3f}" if self.accuracy is not None else ""
             self.progress.update(self.task, completed=steps_done,
                                  stats=f"{images_per_s:,.0f} img/s  loss {mean_loss:.4f}{accuracy}")
+        elif self.window_lines:
+            print(window_line(self.epoch, self.epochs, steps_done, self.steps_per_epoch,
+                              images_per_s, mean_loss), flush=True)
 
     def end_epoch(self, record: dict[str, Any]) -> None:
         self.accuracy = record["test_accuracy"]
@@ -57,3 +70,15 @@ class ProgressDisplay:
         if self.progress:
             self.progress.stop()
             self.progress = None
+
+
+def window_line(epoch: int, epochs: int, step: int, steps: int, images_per_s: float,
+                mean_loss: float) -> str:
+    """The line a quiet child prints after a timing window (WINDOWS_ENV)."""
+    return (f"{WINDOW_PREFIX}epoch {epoch}/{epochs}  step {step}/{steps}  "
+            f"{images_per_s:,.0f} img/s  loss {mean_loss:.4f}")
+
+
+def window_text(line: str) -> str | None:
+    """What a window line says, for the parent's progress line; None for any other line."""
+    return line[len(WINDOW_PREFIX):].strip() if line.startswith(WINDOW_PREFIX) else None
