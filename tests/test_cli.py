@@ -214,16 +214,36 @@ def test_the_progress_line_shows_no_figures_of_the_run_before(tmp_path, monkeypa
                        "torch seed 8 (2/2): torch epoch 1/1  train_loss 0.5  test_acc 0.8"]
 
 
-def test_a_quiet_child_prints_window_lines_only_for_a_parent_that_asks(capsys, monkeypatch):
-    """A quiet run prints one line per epoch; a comparison's child (WINDOWS_ENV=1) also one
+def test_a_quiet_display_prints_window_lines_only_when_asked(capsys, monkeypatch):
+    """A quiet run prints one line per epoch; a comparison's child (--window-lines) also one
     per timing window, which the parent reads back as the live figures it shows."""
     from compare.experiment.config import RunConfig
     from compare.run import progress
-    for asked in ("", "1"):
-        monkeypatch.setenv(progress.WINDOWS_ENV, asked)
+    for asked in (False, True):
+        monkeypatch.setattr(progress, "_window_lines_asked", asked)
         display = progress.ProgressDisplay(RunConfig(epochs=2, quiet=True), "tf", 64, True)
         display.start_epoch(2)
         display.window(32, 1234.5, 0.75)
         lines = capsys.readouterr().out.splitlines()
         assert [progress.window_text(line) for line in lines] == (
             ["epoch 2/2  step 32/64  1,234 img/s  loss 0.7500"] if asked else [])
+
+
+def test_a_comparisons_framework_process_sends_its_windows_to_the_parent_alone(tmp_path):
+    """A framework process started for a comparison (on_line given) sends a line per timing
+    window, which reaches on_line and not the run's log; its epoch line reaches both."""
+    from conftest import tiny_config
+
+    from compare import files
+    from compare.process import runner
+    from compare.run import progress
+    config = tiny_config(tmp_path, framework="torch", synthetic_train_size=128)
+    lines: list[str] = []
+    outcome = runner.run_framework(config, on_line=lines.append)
+    assert outcome.status == "completed"
+    windows = [progress.window_text(line) for line in lines
+               if progress.window_text(line) is not None]
+    assert windows and windows[-1].startswith("epoch 1/1  step 4/4  ")
+    log = files.RunDir(Path(config.out)).log.read_text()
+    assert progress.WINDOW_PREFIX not in log and "torch epoch 1/1" in log
+

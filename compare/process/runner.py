@@ -117,6 +117,8 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
                        own_loop)
     if own_loop:
         extra = (*extra, "--own-loop")
+    if on_line is not None:  # each timing window's figures too, shown live by on_line's owner
+        extra = (*extra, "--window-lines")
     own = files.RunDir(out if directory is None else directory)
     own.path.mkdir(parents=True, exist_ok=True)
     config_path = files.write_atomic(own.config, lambda f: f.write(config.to_json()))
@@ -127,7 +129,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
         process = subprocess.Popen(argv, env=child_environment(), stderr=subprocess.PIPE, text=True)
         stream = process.stderr
     else:  # from the framework's fork server inside compare and sweep (compare.process.warm)
-        env = {**child_environment(), progress.WINDOWS_ENV: "1"}  # live img/s for on_line
+        env = child_environment()
         process = ((warm.start(argv, config.framework, env) if directory is None else None)
                    or subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True))

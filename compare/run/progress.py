@@ -4,16 +4,22 @@ for one more per timing window to show the run's live img/s on its own progress 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from compare.experiment.config import RunConfig
 
-# A comparison's parent (compare.process.queue) sets WINDOWS_ENV=1 for its quiet children:
-# each then prints a WINDOW_PREFIX line per timing window (window_line), which the parent
-# shows live and keeps off the terminal and the run's log.
-WINDOWS_ENV = "CNNCOMPARE_WINDOW_LINES"
+# A comparison's parent (compare.process.runner) starts its quiet children with
+# --window-lines: each then prints a WINDOW_PREFIX line per timing window (window_line), which
+# the parent shows live and keeps off the terminal and the run's log.
 WINDOW_PREFIX = "cnncompare-window: "
+_window_lines_asked = False
+
+
+def ask_for_window_lines() -> None:
+    """This process's quiet run also prints a line per timing window (the worker's
+    --window-lines)."""
+    global _window_lines_asked
+    _window_lines_asked = True
 
 
 class ProgressDisplay:
@@ -22,7 +28,7 @@ class ProgressDisplay:
     def __init__(self, config: RunConfig, framework: str, steps_per_epoch: int, enabled: bool):
         self.enabled = enabled
         self.epochs, self.epoch, self.steps_per_epoch = config.epochs, 0, steps_per_epoch
-        self.window_lines = enabled and config.quiet and os.environ.get(WINDOWS_ENV) == "1"
+        self.window_lines = enabled and config.quiet and _window_lines_asked
         self.label = framework
         self.accuracy: float | None = None  # the last epoch's test accuracy, shown live
         self.progress = None
@@ -74,7 +80,7 @@ class ProgressDisplay:
 
 def window_line(epoch: int, epochs: int, step: int, steps: int, images_per_s: float,
                 mean_loss: float) -> str:
-    """The line a quiet child prints after a timing window (WINDOWS_ENV)."""
+    """The line a quiet child prints after a timing window (ask_for_window_lines)."""
     return (f"{WINDOW_PREFIX}epoch {epoch}/{epochs}  step {step}/{steps}  "
             f"{images_per_s:,.0f} img/s  loss {mean_loss:.4f}")
 

@@ -20,7 +20,7 @@ from compare import errors
 from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.experiment.datasets import Dataset
-from compare.run import shutdown, wall_time
+from compare.run import progress, shutdown, wall_time
 from compare.run.interface import DeviceChoice
 
 
@@ -47,7 +47,12 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
                         help="print each network as this framework builds it, as JSON")
     parser.add_argument("--doctor", metavar="JSON",
                         help="train a few steps per precision and write what happened to JSON")
+    parser.add_argument("--window-lines", action="store_true",
+                        help="with the config's quiet, also a line per timing window, for a "
+                             "parent that shows them live (compare.run.progress)")
     args = parser.parse_args(argv)
+    if args.window_lines:
+        progress.ask_for_window_lines()
     wall_time.mark("imported")  # the interpreter and the framework: before main runs
     shutdown.install_trainer()  # stops are remembered from here on, and act where it is safe
     debug = False
