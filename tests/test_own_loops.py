@@ -32,6 +32,20 @@ def test_own_loops_sit_beside_their_runs_and_take_turns_first(tmp_path):
     assert not any(q.own_loop for q in plain) and len(plain) == 4
 
 
+def test_each_framework_profiles_its_first_seed_alone(tmp_path):
+    """One phase profile per framework and form (--best's too): the first seed's, whatever
+    that seed is; the other seeds train no profile steps (own loops never profile)."""
+    directory = files.ComparisonDir(tmp_path)
+    queue = planned_runs(RunConfig(seed=7, profile_steps=16),
+                         ComparisonConfig(seeds=3, best=True), directory, resume=False)
+    runs = [q for q in queue if not q.own_loop]
+    profiled = [(q.config.framework, q.config.variant, q.config.seed)
+                for q in runs if q.config.profile_steps]
+    assert sorted(profiled) == [("tf", "best", 7), ("tf", "matched", 7),
+                                ("torch", "best", 7), ("torch", "matched", 7)]
+    assert len(runs) == 12 and all(q.config.profile_steps in (0, 16) for q in runs)
+
+
 def test_best_runs_take_each_frameworks_own_advice(tmp_path):
     directory = files.ComparisonDir(tmp_path)
     queue = planned_runs(RunConfig(pipeline=RunConfig().pipeline.preset("naive")),

@@ -271,7 +271,8 @@ class RunConfig:
     profile_steps: int = field(default=32, metadata=option(
         "--profile", "After the last epoch, train this many more steps under each framework's "
         "profiler and split a step's time into its phases (input, copy, forward, backward, "
-        "all-reduce, update); 0: off. They count in no other figure.", count(0)))
+        "all-reduce, update); 0: off. compare profiles each framework's first seed. They "
+        "count in no other figure.", count(0)))
     target_accuracy: float | None = field(default=None, metadata=option(  # a fraction
         "--target-accuracy", "Report the training time to reach this test accuracy "
         "(fraction).", optional(number(0, 1, low_open=True, what="a fraction"))))
