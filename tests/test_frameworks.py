@@ -36,7 +36,7 @@ def test_one_step_applies_the_pytorch_form_sgd_update(tmp_path, framework):
     batch = next(iter(trainer.batches(0)))
     before = trainer.weights()
     _, loss_before, grads = trainer.gradients(batch)
-    trainer.reset_weights()
+    trainer.reset()
     loss = trainer.train_step(batch, 0.1)
     after = trainer.weights()
     assert float(loss) == pytest.approx(loss_before, rel=OWN[name]["loss_rel"])
@@ -341,30 +341,6 @@ def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     changes = [abs(b - a) / abs(a) for a, b in zip(expected, expected[1:])]
     assert max(differences) <= 1e-4, differences
     assert min(changes) >= 1e-3, changes  # the bound tells one step from the next
-
-
-def test_keras_own_loop_traces_its_step_once(tmp_path, tf_two_cpus):
-    """fit traces its step once: the optimizer's variables exist before the first trace (as
-    fit makes them under a distribution strategy), so TensorFlow does not trace the step a
-    second time to keep variables out of it (about 0.7 s of lenet's first epoch). The loss
-    runs in Python only while a step is traced, so its calls count the traces."""
-    from compare.experiment.config import learning_rate
-    from tf_impl import own_loop
-    config = tiny_config(tmp_path, epochs=2, steps_per_call=4)
-    trainer = trainer_for(tf_two_cpus, config)
-    steps = trainer.steps_per_epoch * config.epochs
-    lrs = [learning_rate(config, step, steps) for step in range(steps)]
-    traced = []
-    loss = trainer._loss
-
-    def counted(*args):
-        traced.append(1)
-        return loss(*args)
-    trainer._loss = counted
-    done = own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs,
-                             lambda epoch, seconds: None)
-    assert len(done["epoch_times_s"]) == 2
-    assert len(traced) == 1, f"fit traced its step {len(traced)} times"
 
 
 def test_keras_own_loop_lets_go_of_its_iterators_after_the_last_epoch_off_the_main_thread(

@@ -1,6 +1,7 @@
 """Each framework's own loop and its own best settings beside the matched runs: the queue
 `compare` plans, what the report makes of them, and both end to end on tiny data. (That an
-own loop trains the shared loop's very steps is tests/test_frameworks.py's.)"""
+own loop trains the shared loop's very steps is tests/test_frameworks.py's.) And that
+Keras' fit traces its step once."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import tiny_config, trainer_for
 
 from compare import files
 from compare.cli import cli
 from compare.experiment import best as best_advice
+from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.process.comparison import planned_runs
 from compare.report import best as best_report
@@ -198,3 +201,27 @@ def test_compare_best_adds_best_against_best(tmp_path):
     assert best_summary["fairness"]["torch"]["channels_last"] is True
     assert "Each framework at its own best" in (out / "report.md").read_text()
     assert summary["frameworks"]["tf"]["completed"] == 1  # the matched runs stay apart
+
+
+def test_keras_own_loop_traces_its_step_once(tmp_path, tf_two_cpus):
+    """fit traces its step once: the optimizer's variables exist before the first trace (as
+    fit makes them under a distribution strategy), so TensorFlow does not trace the step a
+    second time to keep variables out of it (about 0.7 s of lenet's first epoch). The loss
+    runs in Python only while a step is traced, so its calls count the traces."""
+    from compare.experiment.config import learning_rate
+    from tf_impl import own_loop
+    config = tiny_config(tmp_path, epochs=2, steps_per_call=4)
+    trainer = trainer_for(tf_two_cpus, config)
+    steps = trainer.steps_per_epoch * config.epochs
+    lrs = [learning_rate(config, step, steps) for step in range(steps)]
+    traced = []
+    loss = trainer._loss
+
+    def counted(*args):
+        traced.append(1)
+        return loss(*args)
+    trainer._loss = counted
+    done = own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs,
+                             lambda epoch, seconds: None)
+    assert len(done["epoch_times_s"]) == 2
+    assert len(traced) == 1, f"fit traced its step {len(traced)} times"

@@ -149,6 +149,31 @@ def test_the_timed_mixed_configuration_stays_within_its_noise_floor(tmp_path, tf
     assert floor["params_rel_update_diff_after_steps"] > 0  # 1 ulp does move the result
 
 
+@pytest.mark.parametrize("mode", ["fp32", "fp16"])
+def test_a_floor_probed_by_the_same_trainer_is_a_new_trainers(tmp_path, framework, mode):
+    """The timed probe's noise floor comes from the trainer that probed first, reset (no new
+    trace): its logits, loss, gradients and weights after the steps are a new trainer's,
+    bit for bit, in float32 and in float16 with loss scaling. Momentum carries the first
+    probe's steps into the floor's unless the optimizer is reset too."""
+    import keras
+    name, module = framework
+    config = parity.timed_config(tiny_config(tmp_path, precision=mode, momentum=0.9,
+                                             weight_decay=5e-4))
+    dataset = datasets.config_dataset(config)
+    try:
+        worker.probe(module, config, dataset, tmp_path / "first.npz", 3,
+                     floor=tmp_path / "reused.npz")
+        worker.probe(module, config, dataset, tmp_path / "new.npz", 3, perturb=True)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    with np.load(tmp_path / "reused.npz") as reused, np.load(tmp_path / "new.npz") as new, \
+            np.load(tmp_path / "first.npz") as first:
+        assert sorted(reused.files) == sorted(new.files)
+        for key in new.files:
+            np.testing.assert_array_equal(reused[key], new[key], err_msg=key)
+        assert not np.array_equal(first["param/fc1.weight"], new["param/fc1.weight"])
+
+
 def test_parity_catches_a_real_difference(tmp_path, tf_two_cpus):
     probes = _probes(tmp_path, tf_two_cpus, "lenet", 32)
     wrong = dict(probes["tf"])

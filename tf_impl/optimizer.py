@@ -3,6 +3,8 @@ mixed float16 on a GPU."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import keras
 
 from compare.experiment.config import RunConfig
@@ -55,3 +57,14 @@ def make_optimizer(model: keras.Model, config: RunConfig, choice: DeviceChoice,
             optimizer, initial_scale=config.loss_scale_initial,
             dynamic_growth_steps=config.loss_scale_growth_interval)
     return optimizer
+
+
+def restorer(optimizer: keras.optimizers.Optimizer) -> Callable[[], None]:
+    """A function that sets `optimizer` back to its state now (momentum buffers, step count,
+    loss scale: its variables), so a trainer reset probes as a new one would."""
+    values = [variable.numpy() for variable in optimizer.variables]
+
+    def restore() -> None:
+        for variable, value in zip(optimizer.variables, values):
+            variable.assign(value)
+    return restore

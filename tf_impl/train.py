@@ -36,7 +36,7 @@ from tf_impl.device import (  # noqa: F401 - the protocol's: compare.run.worker 
 )
 from tf_impl.model import build_model, export_gradients, export_weights, load_weights
 from tf_impl.model import describe_model as describe_model  # noqa: PLC0414 - the protocol's
-from tf_impl.optimizer import make_optimizer
+from tf_impl.optimizer import make_optimizer, restorer
 from tf_impl.scalars import ScalarWriter
 
 
@@ -64,6 +64,7 @@ class Trainer:
                 load_weights(self.model, self.initial, self.spec)
             self.optimizer = make_optimizer(self.model, config, choice)
             self.optimizer.build(self.model.trainable_variables)
+            self._restore_optimizer = restorer(self.optimizer)  # to new, by reset()
             self.train_batches = tf_data.train_pipeline(dataset, config, choice)
             self.test_batches = tf_data.test_pipeline(dataset, config, choice)
         self.steps_per_epoch = self.train_batches.steps_per_epoch
@@ -250,8 +251,9 @@ class Trainer:
         by_path = {v.path: g.numpy() for v, g in zip(self.model.trainable_variables, grads)}
         return logits.numpy(), float(loss), export_gradients(self.model, by_path, self.spec)
 
-    def reset_weights(self) -> None:
+    def reset(self) -> None:
         load_weights(self.model, self.initial, self.spec)
+        self._restore_optimizer()
 
     def loss_scale(self) -> float | None:
         """The dynamic loss scale now (LossScaleOptimizer's), None without loss scaling."""

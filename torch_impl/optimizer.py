@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
+from typing import Callable
 
 import torch
 
@@ -24,6 +26,16 @@ def make_optimizer(model: torch.nn.Module, config: RunConfig, choice: DeviceChoi
     if fused and config.momentum:
         _start_momentum_at_zero(optimizer)
     return optimizer
+
+
+def restorer(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+    """A function that sets `optimizer` back to its state now (its momentum buffers: none
+    yet, or zeros), so a trainer reset probes as a new one would."""
+    state = copy.deepcopy(optimizer.state_dict())  # its tensors are the live buffers
+
+    def restore() -> None:
+        optimizer.load_state_dict(copy.deepcopy(state))  # loaded tensors become live ones
+    return restore
 
 
 def _start_momentum_at_zero(optimizer: torch.optim.SGD) -> None:

@@ -41,7 +41,7 @@ from torch_impl.device import (  # noqa: F401 - the protocol's: compare.run.work
 )
 from torch_impl.model import build_model, export_gradients, export_weights, load_weights
 from torch_impl.model import describe_model as describe_model  # noqa: PLC0414 - the protocol's
-from torch_impl.optimizer import make_optimizer
+from torch_impl.optimizer import make_optimizer, restorer
 from torch_impl.scalars import ScalarWriter
 
 # After one DDP process ends with an error, the others get this long (s) to end on their own
@@ -104,15 +104,16 @@ class Trainer:
             self.device.type, init_scale=config.loss_scale_initial,
             growth_interval=config.loss_scale_growth_interval,
             enabled=self.numerics["loss_scaling"])
+        self._restore_optimizer = restorer(self.optimizer)  # to new, by reset()
+        self._new_scaler = self.scaler.state_dict()  # its initial scale
         self.non_blocking = config.pipeline.non_blocking and choice.on_gpu
         self.train_batches = torch_data.train_pipeline(dataset, config, choice)
         self.test_batches = torch_data.test_pipeline(dataset, config, choice)
         self.steps_per_epoch = self.train_batches.steps_per_epoch
         self.epoch_events = None
         self.profiling = False  # a profiler records: the step marks its phases
-        # NVML samples every GPU of the run on this machine (DDP's other local processes'
-        # too, every model-parallel stage's; one board when they share it), as TensorFlow's
-        # process samples all of its replicas' GPUs.
+        # NVML samples every GPU of the run on this machine (DDP's other local processes',
+        # every model-parallel stage's; one board if shared), as TF's samples its replicas'.
         local = tuple(dict.fromkeys(
             choice.names if config.parallel == "model" or choice.shared_chip else
             (f"cuda:{i}" for i in range(cluster.launch(FRAMEWORK).local_processes))))
@@ -170,9 +171,8 @@ class Trainer:
         return loss.detach()
 
     def _phase(self, name: str):
-        """A profiler range marking one phase of the step (compare.run.phases), opened only
-        while a profiler records. Otherwise a shared no-op context: the five of a step cost
-        about 1 us together (timeit, this project's CPU), a range several us each."""
+        """A profiler range marking one phase of the step (compare.run.phases) while a profiler
+        records; else a shared no-op (a step's five cost 1 us together, one range several us)."""
         return torch.profiler.record_function(scope(name)) if self.profiling else NOT_PROFILING
 
     def losses(self, pending: list[torch.Tensor]) -> list[float]:
@@ -227,8 +227,7 @@ class Trainer:
         state = {"spec": self.spec.name, "num_classes": self.spec.num_classes,
                  "state_dict": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
                  "config": self.config.to_dict()}
-        files.write_atomic(Path(directory) / "model.pt", lambda f: torch.save(state, f),
-                             mode="wb")
+        files.write_atomic(Path(directory) / "model.pt", lambda f: torch.save(state, f), mode="wb")
         return "model.pt"
 
     def save_checkpoint(self, directory: Path) -> str:
@@ -310,8 +309,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return logits.detach().to(self.numerics["dtype"]).cpu().numpy(), float(loss.detach()), grads
 
-    def reset_weights(self) -> None:
+    def reset(self) -> None:
         load_weights(self.model, self.initial, self.spec)
+        self._restore_optimizer()
+        self.scaler.load_state_dict(self._new_scaler)
 
     def loss_scale(self) -> float | None:
         """The dynamic loss scale now (GradScaler's), None without loss scaling."""

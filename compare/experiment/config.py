@@ -266,13 +266,12 @@ class RunConfig:
         "(windows end on call boundaries).", number(0, low_open=True,
                                                      what="a number of seconds")))
     timing_window: int | None = None  # steps
-    # Training steps recorded by each framework's profiler after the last epoch (rounded up
-    # to whole calls), split into the step's phases (compare.run.phases); 0: none.
+    # Steps profiled after the last epoch (whole calls), split into phases (compare.run.phases)
     profile_steps: int = field(default=32, metadata=option(
         "--profile", "After the last epoch, train this many more steps under each framework's "
         "profiler and split a step's time into its phases (input, copy, forward, backward, "
-        "all-reduce, update); 0: off. compare profiles each framework's first seed. They "
-        "count in no other figure.", count(0)))
+        "all-reduce, update); 0: off; compare: each framework's first seed. They count in no "
+        "other figure.", count(0)))
     target_accuracy: float | None = field(default=None, metadata=option(  # a fraction
         "--target-accuracy", "Report the training time to reach this test accuracy "
         "(fraction).", optional(number(0, 1, low_open=True, what="a fraction"))))

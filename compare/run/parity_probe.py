@@ -22,17 +22,18 @@ def write_probe(trainer: ProbeTrainer, config: RunConfig, path: Path, steps: int
     (bn/<layer>: momentum, values per channel in a batch; running_variance_unbiased).
     `perturb` first moves every initial weight by one ulp of the precision the run computes
     in (float32, or bfloat16/float16 under mixed precision, where a float32 ulp would vanish
-    in the cast), to measure how far rounding alone carries the same framework."""
+    in the cast), to measure how far rounding alone carries the same framework. The trainer
+    starts from its reset state, so one that has probed before probes as a new one would."""
     if perturb:
         trainer.initial = {name: parity.one_ulp_up(w, parity.compute_epsilon(trainer.manifest()))
                            for name, w in trainer.initial.items()}
-        trainer.reset_weights()
+    trainer.reset()
     # the plan's batches in order, into the next epoch's where a tiny training set has
     # fewer batches than the probe takes steps
     batches = (batch for epoch in itertools.count() for batch in trainer.batches(epoch))
     first = next(batches)
     logits, loss, grads = trainer.gradients(first)
-    trainer.reset_weights()  # the probe's forward moved BatchNorm statistics
+    trainer.reset()  # the probe's forward moved BatchNorm statistics
     total = trainer.steps_per_epoch * config.epochs
     for step, batch in zip(range(steps), itertools.chain([first], batches)):
         trainer.train_step(batch, parity.probe_learning_rate(config, step, total))

@@ -105,7 +105,9 @@ def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, ste
           perturb: bool = False, floor: Path | None = None) -> None:
     """This framework's side of the parity check, in the config it is given (the parent
     chooses: parity.probe_config or timed_config); see compare.run.parity_probe.write_probe.
-    With `floor`, a second probe from a new trainer whose initial weights are moved by 1 ulp.
+    With `floor`, a second probe from the same trainer, reset, its initial weights moved by
+    1 ulp (a new trainer would trace its steps again: 0.5 s of TensorFlow's, on the parity
+    check's critical path, on a 2-core Xeon).
     A float64 probe that fails where the framework has no float64 kernel for a layer writes
     only `float64_unsupported` (the layer, its kind and the framework's line) instead."""
     import numpy as np
@@ -114,8 +116,9 @@ def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, ste
     from compare.experiment import networks, precision
     from compare.run import parity_probe
     try:
-        parity_probe.write_probe(impl.Trainer(config, dataset, impl.select_device(config)),
-                                 config, path, steps, perturb)
+        trainer = impl.Trainer(config, dataset, impl.select_device(config))
+        shared = trainer.initial  # the floor moves these, whether or not the first moved them
+        parity_probe.write_probe(trainer, config, path, steps, perturb)
     except Exception:
         if config.precision != precision.PROBE_ONLY:
             raise
@@ -126,8 +129,8 @@ def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, ste
                            mode="wb")
         return
     if floor is not None:
-        parity_probe.write_probe(impl.Trainer(config, dataset, impl.select_device(config)),
-                                 config, floor, steps, perturb=True)
+        trainer.initial = shared
+        parity_probe.write_probe(trainer, config, floor, steps, perturb=True)
 
 
 def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice: DeviceChoice,
