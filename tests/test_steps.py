@@ -97,6 +97,28 @@ def test_tf_steps_per_call_over_two_mirrored_replicas(tmp_path, tf_two_cpus):
                                rtol=1e-5)
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_tf_evaluates_the_whole_test_set_in_one_call(tmp_path, tf_two_cpus, replicas):
+    """TF's evaluation reads every test batch in one call, traced once whatever the last
+    batch's size (70 images in batches of 32: the last holds 6): its loss and accuracy are
+    the model's on the whole normalised test set, on one device or two mirrored replicas."""
+    from compare.experiment import plan
+    config = tiny_config(tmp_path, synthetic_test_size=70, devices=replicas)
+    dataset = datasets.config_dataset(config)
+    trainer = tf_two_cpus.Trainer(config, dataset, tf_two_cpus.select_device(config))
+    images = plan.normalise(dataset.test_x, dataset.mean, dataset.std)
+    logits = trainer.model(images, training=False).numpy().astype(np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    picked = shifted[np.arange(len(logits)), dataset.test_y]
+    expected_loss = np.mean(np.log(np.exp(shifted).sum(axis=1)) - picked)
+    expected_accuracy = np.mean(logits.argmax(axis=1) == dataset.test_y)
+    for _ in range(2):
+        loss, accuracy = trainer.evaluate()
+        assert loss == pytest.approx(expected_loss, rel=1e-5)
+        assert accuracy == pytest.approx(expected_accuracy)
+    assert trainer._evaluate.experimental_get_tracing_count() == 1
+
+
 def test_torch_three_steps_per_call_give_the_losses_of_one(tmp_path):
     from torch_impl import train as torch_train
     _train(torch_train, _config(tmp_path, "torch", "one", steps_per_call=1))

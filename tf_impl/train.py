@@ -7,6 +7,7 @@ compare.experiment.frameworks.process_environment gives it: TensorFlow quiet fro
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -68,6 +69,7 @@ class Trainer:
             self.train_batches = tf_data.train_pipeline(dataset, config, choice)
             self.test_batches = tf_data.test_pipeline(dataset, config, choice)
         self.steps_per_epoch = self.train_batches.steps_per_epoch
+        self.test_calls = math.ceil(len(dataset.test_y) / config.batch_size)  # global batches
         boards = choice.names[:1] if choice.shared_chip else choice.names  # logical GPUs: one
         self.gpu_indices = (gpu_metrics.nvml_indices(_pci_bus_ids(choice)[:len(boards)], boards)
                             if choice.on_gpu else None)
@@ -85,7 +87,9 @@ class Trainer:
         # last call, shorter when steps_per_epoch is not a multiple of steps_per_call, would
         # otherwise trace it again (0.3-0.45 s of the first epoch on a 2-core Xeon).
         self._train_steps = tf.function(self._distributed_steps, autograph=False)
-        self._eval_step = tf.function(self._distributed_eval, autograph=False)
+        # The whole test set in one call: one trace whatever the last batch's size, and no
+        # host round trip per batch
+        self._evaluate = tf.function(self._distributed_evaluate, autograph=False)
         self.profiling = False  # a profiler records: train_steps keeps the input waits
         self.profiled_waits: list = []
 
@@ -148,12 +152,9 @@ class Trainer:
         return None  # TF has no CUDA events; its epoch clock is the synchronised wall clock
 
     def evaluate(self) -> tuple[float, float]:
-        total_loss = correct = count = tf.constant(0.0, tf.float64)
-        for batch in self.test_batches:  # sums stay on the device until the end
-            loss, right, n = self._eval_step(batch)
-            total_loss, correct, count = total_loss + loss, correct + right, count + n
-        count = float(count)
-        return float(total_loss) / count, float(correct) / count
+        total_loss, correct, count = (float(s) for s in self._evaluate(
+            iter(self.test_batches), tf.constant(self.test_calls)))
+        return total_loss / count, correct / count
 
     def peak_memory(self) -> tuple[int | None, str | None]:
         if self.choice.on_gpu:
@@ -366,10 +367,15 @@ class Trainer:
         return (tf.cast(loss, tf.float64), tf.cast(correct, tf.float64),
                 tf.cast(tf.size(labels), tf.float64))
 
-    def _distributed_eval(self, batch):
-        per_replica = self.strategy.run(self._replica_eval, args=batch)
-        return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
-                for v in per_replica]
+    def _distributed_evaluate(self, iterator, calls):
+        """The test set's summed loss, correct predictions and images, over all replicas:
+        `calls` batches from the iterator in a tf.while_loop, the sums on the device."""
+        def batch(i, sums):
+            per_replica = self.strategy.run(self._replica_eval, args=iterator.get_next())
+            return i + 1, [total + self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+                           for total, v in zip(sums, per_replica)]
+        zero = tf.constant(0.0, tf.float64)
+        return tf.while_loop(lambda i, sums: i < calls, batch, (tf.constant(0), [zero] * 3))[1]
 
 
 def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
