@@ -36,9 +36,10 @@ FRESH = "fresh-processes"  # the baseline that forks nothing
 # The stages of a run, in seconds, from its --debug table (compare.process.timing): what the
 # command's own clock does not see (the interpreter's start and the CLI's imports before it,
 # the servers' exit after it), its parity check and report, and the framework processes'
-# training (first and later epochs) and everything else they did.
-STAGES = ("outside the command's clock", "checks and parity", "training", "rest of the processes",
-          "report", "command")
+# training (their first epochs, with each framework's start-up, and their later epochs: a
+# change that leaves them alone shows the machine's drift) and everything else they did.
+STAGES = ("outside the command's clock", "checks and parity", "first epochs", "later epochs",
+          "rest of the processes", "report", "command")
 
 
 def timed(checkout: Path, out: Path, env: dict[str, str]) -> tuple[float, str]:
@@ -66,10 +67,11 @@ def stages(output: str, wall_s: float) -> dict[str, float]:
     def number(text: str) -> float:
         return float(text) if text else 0.0
     total = rows["all processes"]  # start, import, ..., first epoch, later epochs, ..., process
-    training = number(total[4]) + number(total[5])
+    first, later = number(total[4]), number(total[5])
     return {"outside the command's clock": wall_s - number(rows["command"][-1]),
             "checks and parity": number(rows["checks and parity"][-1]),
-            "training": training, "rest of the processes": number(total[-1]) - training,
+            "first epochs": first, "later epochs": later,
+            "rest of the processes": number(total[-1]) - first - later,
             "report": number(rows["report"][-1]), "command": number(rows["command"][-1])}
 
 
