@@ -177,9 +177,10 @@ def phase_split(g: dict) -> Section | None:
     return Section(
         "phases", "Where a step's time goes",
         "From each framework's own profiler, on `--profile` steps trained after the last "
-        "epoch (they count in no other figure; the profiler slows them, so read the shares "
-        "more than the milliseconds). Each phase: the time in which at least one of its "
-        "operations ran, per step, and its share of the profiled step. Phases can overlap "
+        "epoch of its first seed (they count in no other figure; the profiler slows them, "
+        "so read the shares more than the milliseconds). Each phase: the time in which at "
+        "least one of its operations ran, per step, and its share of the profiled step. "
+        "Phases can overlap "
         "(DDP all-reduces while the backward pass runs), so they need not add up; \"Other\" is "
         "the time in which none ran. Clock \"device\": kernels and copies on GPU 0; \"host\": "
         "the host's work (CPU runs, where the host computes)."
