@@ -31,7 +31,7 @@ def main() -> None:
         started = time.perf_counter()
         with tempfile.TemporaryDirectory() as directory:
             probes, errors = parity_check._probes(parity.probe_config(config), Path(directory),
-                                                  steps=3)
+                                                  steps=3)[0]
         if errors:
             print(f"{model} (batch {batch}): could not run: {errors}")
             continue

@@ -28,6 +28,7 @@ def _probe(tmp_path, module, name: str, **changes) -> dict:
     """One framework's float64 probe of examples/my_cnn.py (a strided convolution, depthwise
     ones, BatchNorm, residual adds; 16 images) in this process."""
     import keras
+
     from compare.machine import precision
     # resolved as the parity check resolves the probe's config before starting its process
     config = precision.carry(parity.probe_config(tiny_config(tmp_path, model=MY_CNN,
@@ -146,10 +147,15 @@ def probes_in_this_process(monkeypatch, tf_two_cpus):
     from torch_impl import train as torch_train
     modules = {"tf": tf_two_cpus, "torch": torch_train}
 
-    def run_probe(config, path, steps, perturb=False, floor=None):
+    def run_probe(config, path, steps, perturb=False, floor=None, then=None):
         try:
             worker.probe(modules[config.framework], config, datasets.config_dataset(config),
                          path, steps, perturb, floor)
+            if then is not None:
+                follow, follow_path, follow_floor = then
+                worker.probe(modules[config.framework], follow,
+                             datasets.config_dataset(follow), follow_path, steps,
+                             floor=follow_floor)
             return 0, None
         except Exception as exc:  # noqa: BLE001 - as the subprocess's one line
             return 1, f"{exc.__class__.__name__}: {exc}"
@@ -205,6 +211,38 @@ def test_a_framework_that_cannot_run_is_named_not_called_a_different_experiment(
     said = parity.describe(record)
     assert said.startswith("parity check could not run: PyTorch on the CPU, float64: "
                            "DeviceError: CUDA error") and "same experiment" not in said
+
+
+def test_on_a_cpu_each_gate_process_probes_the_timed_configuration_next(
+        tmp_path, probes_in_this_process, monkeypatch):
+    """On the CPU one process a framework probes the gate and then the timed configuration
+    (two calls, not four): the timed figures are those of the timed configuration probed in
+    processes of its own. A timed probe that fails after the gate's leaves the gate passed
+    and the drift not measured, with the failure's line."""
+    from compare.experiment import precision
+    from compare.process import parity_check, runner
+    probe = runner.run_probe
+    calls = []
+
+    def counted(config, path, steps, perturb=False, floor=None, then=None):
+        calls.append(then is not None)
+        return probe(config, path, steps, perturb, floor, then)
+    monkeypatch.setattr(runner, "run_probe", counted)
+    config = tiny_config(tmp_path, model="lenet")
+    record = parity_check.run_parity(config, tmp_path / "together")
+    assert calls == [True, True] and record["passed"]
+    alone = parity_check._timed_record(parity.timed_config(config), tmp_path / "alone", 3)
+    assert record["timed_configuration"] == alone and alone["agrees"]
+
+    real = worker.probe
+
+    def no_float32(module, config, *args, **kwargs):
+        if config.precision != precision.PROBE_ONLY:
+            raise RuntimeError("float32 kernel failed")
+        return real(module, config, *args, **kwargs)
+    monkeypatch.setattr(worker, "probe", no_float32)
+    record = parity_check.run_parity(config, tmp_path / "failed")
+    assert record["passed"] and "float32 kernel failed" in record["timed_configuration"]["error"]
 
 
 def test_the_report_shows_the_float64_gate_beside_the_timed_drift():

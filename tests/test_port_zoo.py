@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_port import compare_ported
 
 from compare.cli import cli
-from test_port import compare_ported
 
 
 def _source(tmp_path: Path, kind: str) -> list[str]:

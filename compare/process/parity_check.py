@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,8 +41,14 @@ def run_parity(config: RunConfig, directory: Path,
     against its noise floor (recorded, not gated). Probes run in subprocesses; failures are
     recorded with their cause, not raised."""
     directory.mkdir(parents=True, exist_ok=True)
-    gate = precision.carry(probe_config(config))
-    probes, errors = _probes(gate, directory, steps)
+    gate, timed = precision.carry(probe_config(config)), timed_config(config)
+    # Where the timed configuration trains on the CPU too, each framework's gate process
+    # probes it next: one process start and framework set-up less on the check's critical
+    # path (TensorFlow's: about 0.9 s on a 2-core Xeon). On a GPU it needs a process of its
+    # own: the gate's TensorFlow hides the GPUs from its process.
+    then = (timed, directory / "timed") if _device_kind(timed) == "cpu" else None
+    gated, *followed = _probes(gate, directory, steps, then=then)
+    probes, errors = gated
     if errors:
         return _error_record(errors, gate, steps)
     missing = {fw: str(p["float64_unsupported"]) for fw, p in probes.items()
@@ -54,7 +61,8 @@ def run_parity(config: RunConfig, directory: Path,
     else:
         record = compare_probes(probes["tf"], probes["torch"], steps, tolerances)
     if not record.get("error"):
-        record["timed_configuration"] = _timed_record(config, directory / "timed", steps)
+        record["timed_configuration"] = _timed_record(timed, directory / "timed", steps,
+                                                      *followed)
     return record
 
 
@@ -63,7 +71,7 @@ def _float32_gate(config: RunConfig, directory: Path, steps: int,
     """The float32 gate on the CPU: figures after the steps within NOISE_FACTOR x their noise
     floor (PyTorch against itself moved by 1 ulp) pass where logits, loss and gradients agree."""
     gate = precision.carry(probe_config(config, "fp32"))
-    probes, errors = _probes(gate, directory, steps, floors=("torch",))
+    probes, errors = _probes(gate, directory, steps, floors=("torch",))[0]
     if errors:
         return _error_record(errors, gate, steps)
     record = compare_probes(probes["tf"], probes["torch"], steps, tolerances)
@@ -71,37 +79,69 @@ def _float32_gate(config: RunConfig, directory: Path, steps: int,
         probes["torch-perturbed"], probes["torch"], steps, tolerances))
 
 
-def _probes(config: RunConfig, directory: Path, steps: int,
-            floors: tuple[str, ...] = ()) -> tuple[dict, dict]:
-    """Each framework's probe of `config` (and, for `floors`, a 1-ulp-perturbed one written
-    by the same process: NAME-perturbed); (probes by name, errors by framework)."""
-    probes, errors = {}, {}
+class Probed(NamedTuple):
+    """The probes of one configuration: arrays by name (tf, torch, NAME-perturbed for a
+    floor) and, for a framework whose probe is missing, its error line."""
+    probes: dict[str, dict[str, np.ndarray]]
+    errors: dict[str, str]
+
+
+def _probes(config: RunConfig, directory: Path, steps: int, floors: tuple[str, ...] = (),
+            then: tuple[RunConfig, Path] | None = None) -> list[Probed]:
+    """Each framework's probe of `config` into `directory` (and, for `floors`, a
+    1-ulp-perturbed one written by the same process: NAME-perturbed); with `then` (a config
+    and its directory), each process probes that config next, with both floors. One Probed
+    per configuration, `config`'s first. A probe counts once its file is written: a process
+    that fails in `then`'s probe leaves `config`'s."""
+    wanted = [(config, directory, floors)] + ([(*then, FRAMEWORKS)] if then is not None else [])
+    for _, folder, floored in wanted:  # no file of an earlier check is read as this one's
+        folder.mkdir(parents=True, exist_ok=True)
+        for framework in FRAMEWORKS:
+            for name in _names(framework, floored):
+                (folder / f"{name}.npz").unlink(missing_ok=True)
 
     def probe(framework: str):
         floor = directory / f"{framework}-perturbed.npz" if framework in floors else None
+        follow = None
+        if then is not None:
+            follow = (then[0].replace(framework=framework, out=str(then[1] / framework)),
+                      then[1] / f"{framework}.npz", then[1] / f"{framework}-perturbed.npz")
         return runner.run_probe(config.replace(framework=framework,
                                                out=str(directory / framework)),
-                                directory / f"{framework}.npz", steps, floor=floor)
+                                directory / f"{framework}.npz", steps, floor=floor,
+                                then=follow)
     # Untimed, and mostly process start-up: two at a time
     done = runner.concurrently([lambda fw=fw: probe(fw) for fw in FRAMEWORKS])
-    for framework, (code, error) in zip(FRAMEWORKS, done):
-        names = [framework] + ([f"{framework}-perturbed"] if framework in floors else [])
-        paths = [directory / f"{name}.npz" for name in names]
-        if code != 0 or not all(p.exists() for p in paths):
-            errors[framework] = error or runner.exit_reason(code)
-            continue
-        for name, path in zip(names, paths):
-            with np.load(path) as z:
-                probes[name] = {k: z[k] for k in z.files}
-    return probes, errors
+    found = []
+    for _, folder, floored in wanted:
+        probed = Probed({}, {})
+        for framework, (code, error) in zip(FRAMEWORKS, done):
+            paths = {name: folder / f"{name}.npz" for name in _names(framework, floored)}
+            if not all(p.exists() for p in paths.values()):
+                probed.errors[framework] = error or runner.exit_reason(code)
+                continue
+            for name, path in paths.items():
+                with np.load(path) as z:
+                    probed.probes[name] = {k: z[k] for k in z.files}
+        found.append(probed)
+    return found
+
+
+def _names(framework: str, floors: tuple[str, ...]) -> list[str]:
+    """The probes a framework's process writes: its own, and its floor's if it has one."""
+    return [framework] + ([f"{framework}-perturbed"] if framework in floors else [])
+
+
+def _device_kind(config: RunConfig) -> str:
+    """gpu or cpu: where a probe of `config` runs."""
+    if config.device == "auto":  # the GPU where the driver shows one, as each framework decides
+        return "gpu" if precision.nvml_capability() is not None else "cpu"
+    return config.device
 
 
 def where(config: RunConfig) -> str:
     """The device and precision a probe of `config` asked for, in words."""
-    kind = config.device
-    if kind == "auto":  # the GPU where the driver shows one, as each framework decides
-        kind = "gpu" if precision.nvml_capability() is not None else "cpu"
-    device = "the GPU" if kind == "gpu" else "the CPU"
+    device = "the GPU" if _device_kind(config) == "gpu" else "the CPU"
     compute = precision.expected(config.precision, config.device, config.model).compute_type
     return f"{device}, {compute}"
 
@@ -116,14 +156,15 @@ def _error_record(errors: dict[str, str], config: RunConfig, steps: int) -> dict
             "failed": ["probe"]}
 
 
-def _timed_record(config: RunConfig, directory: Path, steps: int) -> dict:
+def _timed_record(timed: RunConfig, directory: Path, steps: int,
+                  probed: Probed | None = None) -> dict:
     """The timed configuration's TF-vs-PyTorch figures, each framework's noise floor, and
-    whether the one is within the other."""
-    timed = timed_config(config)  # the run's own precision, as the command resolved it
+    whether the one is within the other; from `probed` where the gate's processes probed it
+    already, else probed here."""
     described = {"precision": timed.precision, "tf32": timed.tf32, "compile": timed.compile,
                  "cuda_graphs": timed.cuda_graphs, "replicas_probed": 1,
                  "device": where(timed)}
-    probes, errors = _probes(timed, directory, steps, floors=FRAMEWORKS)
+    probes, errors = probed or _probes(timed, directory, steps, floors=FRAMEWORKS)[0]
     if errors:
         return {"configuration": described,
                 "error": "; ".join(f"{FRAMEWORK_NAMES[fw]} on {where(timed)}: {e}"

@@ -237,12 +237,20 @@ def own_loop_status(out: Path) -> str:
 
 
 def run_probe(config: RunConfig, path: Path, steps: int, perturb: bool = False,
-              floor: Path | None = None) -> tuple[int, str | None]:
+              floor: Path | None = None,
+              then: tuple[RunConfig, Path, Path] | None = None) -> tuple[int, str | None]:
     """The parity probe of `config.framework`, as configured, written to `path` (initial
     weights moved by 1 ulp with `perturb`), and with `floor` a second one so moved, written
-    there by the same process; (exit code, last error)."""
+    there by the same process; with `then` (a config, a path, a floor's path), that config's
+    probe and floor next, by the same process; (exit code, last error)."""
     extra = ("--parity", str(path), "--parity-steps", str(steps)) + (("--perturb",) * perturb)
     extra += ("--parity-floor", str(floor)) if floor is not None else ()
+    if then is not None:
+        follow, follow_path, follow_floor = then
+        Path(follow.out).mkdir(parents=True, exist_ok=True)
+        written = files.write_atomic(files.RunDir(Path(follow.out)).config,
+                                     lambda f: f.write(follow.to_json()))
+        extra += ("--then", str(written), str(follow_path), str(follow_floor))
     outcome = run_framework(config, on_line=lambda line: None, extra=extra)
     return outcome.code, outcome.error
 

@@ -37,6 +37,9 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
                         help="parity probe: move every initial weight by 1 ulp (the noise floor)")
     parser.add_argument("--parity-floor", metavar="NPZ",
                         help="parity probe: then a second, every initial weight moved by 1 ulp")
+    parser.add_argument("--then", nargs=3, metavar=("CONFIG", "NPZ", "FLOOR"),
+                        help="parity probe: then CONFIG's (a RunConfig JSON file) to NPZ and "
+                             "its floor to FLOOR, in this process")
     parser.add_argument("--own-loop", action="store_true",
                         help="train with the framework's own loop instead (compare.run.own_loop)")
     parser.add_argument("--resume", action="store_true",
@@ -82,6 +85,10 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
             with shutdown.interruptible():  # nothing to keep: stop at once
                 probe(impl, config, dataset, Path(args.parity), args.parity_steps, args.perturb,
                       Path(args.parity_floor) if args.parity_floor else None)
+                if args.then:  # the next configuration's probe, without a process of its own
+                    then = carried_precision(RunConfig.from_json(Path(args.then[0]).read_text()))
+                    probe(impl, then, datasets.config_dataset(then), Path(args.then[1]),
+                          args.parity_steps, floor=Path(args.then[2]))
             return 0
         if args.own_loop:
             from compare.run import own_loop
