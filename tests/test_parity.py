@@ -174,6 +174,25 @@ def test_a_floor_probed_by_the_same_trainer_is_a_new_trainers(tmp_path, framewor
         assert not np.array_equal(first["param/fc1.weight"], new["param/fc1.weight"])
 
 
+def test_a_torch_optimizer_restores_its_momentum_buffers_from_host_memory():
+    """Where momentum buffers exist from the start (zeros, as the fused SGD's on a GPU), the
+    reset puts them back after steps have moved them, as often as it is called: its copy
+    is never the live buffer."""
+    import torch
+
+    from torch_impl.optimizer import _start_momentum_at_zero, restorer
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=0.1, momentum=0.9)
+    _start_momentum_at_zero(optimizer)
+    restore = restorer(optimizer)
+    for _ in range(2):
+        weight.grad = torch.ones(3)
+        optimizer.step()
+        assert optimizer.state[weight]["momentum_buffer"].abs().sum() > 0
+        restore()
+        assert torch.equal(optimizer.state[weight]["momentum_buffer"], torch.zeros(3))
+
+
 def test_parity_catches_a_real_difference(tmp_path, tf_two_cpus):
     probes = _probes(tmp_path, tf_two_cpus, "lenet", 32)
     wrong = dict(probes["tf"])

@@ -30,10 +30,14 @@ def make_optimizer(model: torch.nn.Module, config: RunConfig, choice: DeviceChoi
 
 def restorer(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
     """A function that sets `optimizer` back to its state now (its momentum buffers: none
-    yet, or zeros), so a trainer reset probes as a new one would."""
-    state = copy.deepcopy(optimizer.state_dict())  # its tensors are the live buffers
+    yet, or zeros), so a trainer reset probes as a new one would. The copy waits in host
+    memory: on a GPU it would count in every run's peak memory."""
+    state = optimizer.state_dict()  # its tensors are the live buffers: copied
+    state = {**state, "state": {index: {name: value.detach().to("cpu", copy=True)
+                                        for name, value in buffers.items()}
+                                for index, buffers in state["state"].items()}}
 
-    def restore() -> None:
+    def restore() -> None:  # load_state_dict moves each tensor to its parameter's device
         optimizer.load_state_dict(copy.deepcopy(state))  # loaded tensors become live ones
     return restore
 
