@@ -327,3 +327,13 @@ def test_tfds_source_through_tensorflow_datasets(monkeypatch, tmp_path):
 def test_check_arrays_rejects_the_wrong_image_size():
     with pytest.raises(DataError, match=r"\(N, 32, 32, 3\)"):
         datasets.check_arrays(np.zeros((2, 28, 28, 3), np.uint8), np.zeros(2, np.int64), 10, "x")
+
+
+def test_the_parity_probes_configs_load_the_runs_dataset():
+    """The gate's and the timed configuration's probes load the run's own data, so the
+    process that probes both loads it once; a config that names other data does not."""
+    from compare.experiment import parity
+    from compare.experiment.config import RunConfig
+    run = RunConfig(dataset="synthetic", synthetic_train_size=96, synthetic_test_size=32)
+    assert datasets.same_data(parity.probe_config(run), parity.timed_config(run))
+    assert not datasets.same_data(run, run.replace(synthetic_test_size=64))

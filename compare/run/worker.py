@@ -87,8 +87,10 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
                       Path(args.parity_floor) if args.parity_floor else None)
                 if args.then:  # the next configuration's probe, without a process of its own
                     then = carried_precision(RunConfig.from_json(Path(args.then[0]).read_text()))
-                    probe(impl, then, datasets.config_dataset(then), Path(args.then[1]),
-                          args.parity_steps, floor=Path(args.then[2]))
+                    data = (dataset if datasets.same_data(then, config)  # not loaded twice
+                            else datasets.config_dataset(then))
+                    probe(impl, then, data, Path(args.then[1]), args.parity_steps,
+                          floor=Path(args.then[2]))
             return 0
         if args.own_loop:
             from compare.run import own_loop

@@ -90,6 +90,16 @@ def load(source: str, data_dir: str | None = None, *, seed: int = 0,
     return load_torchvision(data_dir, download=download, progress=progress)
 
 
+# The RunConfig fields that name the data: two configs equal in these load the same dataset
+DATA_FIELDS = ("dataset", "data_dir", "synthetic_train_size", "synthetic_test_size",
+               "validation_fraction")
+
+
+def same_data(a, b) -> bool:
+    """Whether RunConfigs `a` and `b` load the same dataset (config_dataset)."""
+    return all(getattr(a, name) == getattr(b, name) for name in DATA_FIELDS)
+
+
 def config_dataset(config) -> Dataset:
     """The dataset a RunConfig names. The dataset itself (synthetic images, a folder's
     held-out split) does not depend on the run's seed: seeds vary initial weights and the
