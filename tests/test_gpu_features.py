@@ -10,6 +10,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from on_gpu import gpu_config, tf_run, tf_scenario, torch_trainer
 
@@ -164,6 +165,54 @@ def test_tf_peak_memory_is_reset_each_epoch(tmp_path, tf_gpus):
     each epoch's evaluation."""
     found = tf_scenario("peak_memory", tmp_path)
     assert found["big_peak"] >= 2**30 and 0 < found["after_reset"] < found["big_peak"] / 4
+
+
+def test_torch_a_reset_trainer_starts_again_as_a_new_one_on_the_gpu(tmp_path, torch_gpu):
+    """Claim: A trainer reset for the parity check's noise floor starts again as a new one on
+    the GPU (weights, momentum, loss scale), and its copy of the momentum buffers waits in
+    host memory, not in the GPU's."""
+    import torch
+    config = gpu_config(tmp_path, precision="mixed", momentum=0.9, weight_decay=5e-4)
+    trainer = torch_trainer(torch_gpu, config)
+    new = {k: v.copy() for k, v in trainer.weights().items()}
+    scale = trainer.loss_scale()
+    first = trainer.losses([trainer.train_step(b, 0.05) for _, b in
+                            zip(range(3), trainer.batches(0))])
+    trainer.sync()
+    moved = torch.cuda.memory_allocated(trainer.device)
+    trainer.reset()
+    for key, value in trainer.weights().items():
+        np.testing.assert_array_equal(value, new[key], err_msg=key)
+    buffers = [s["momentum_buffer"] for s in trainer.optimizer.state.values()]
+    assert buffers and all(b.is_cuda and not b.any() for b in buffers)
+    assert trainer.loss_scale() == scale
+    assert torch.cuda.memory_allocated(trainer.device) <= moved  # no second set of buffers
+    again = trainer.losses([trainer.train_step(b, 0.05) for _, b in
+                            zip(range(3), trainer.batches(0))])
+    assert again == pytest.approx(first, rel=1e-3)  # cuDNN may pick other kernels: not bits
+
+
+def test_both_parity_check_times_the_gpu_in_processes_of_its_own(tmp_path, torch_gpu,
+                                                                  tf_gpus, monkeypatch):
+    """Claim: On a GPU host the parity check's gate runs in float64 on the CPU and the timed
+    configuration is probed on the GPU in processes of its own, with each framework's noise
+    floor."""
+    from compare.process import parity_check
+    probe, calls = runner.run_probe, []
+
+    def counted(config, path, steps, perturb=False, floor=None, then=None):
+        calls.append((config.device, then is not None))
+        return probe(config, path, steps, perturb, floor, then)
+    monkeypatch.setattr(runner, "run_probe", counted)
+    record = parity_check.run_parity(gpu_config(tmp_path, model="lenet", precision="mixed"),
+                                     tmp_path / "parity")
+    assert record["passed"], record.get("error") or record.get("failed")
+    assert sorted(calls) == [("cpu", False)] * 2 + [("gpu", False)] * 2
+    timed = record["timed_configuration"]
+    assert "error" not in timed, timed.get("error")
+    assert timed["configuration"]["device"] == "the GPU, float16"
+    assert all(timed["noise_floors"][fw]["params_rel_update_diff_after_steps"] > 0
+               for fw in ("tf", "torch"))  # 1 ulp moved each framework's own result
 
 
 # ---------------------------------------------------------------- energy, MFU, phases
