@@ -119,6 +119,27 @@ def test_tf_evaluates_the_whole_test_set_in_one_call(tmp_path, tf_two_cpus, repl
     assert trainer._evaluate.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.machine_sensitive  # whether a float16 step overflows depends on the kernels
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_tf_mirrored_strategy_records_its_float16_loss_scale(tmp_path, tf_two_cpus, replicas):
+    """Under MirroredStrategy (asked for: one replica, or two on logical CPUs) a float16 run's
+    loss scale is read each epoch: the scaler's variable is mirrored, and a float() of it
+    failed the run on a GPU. 8 finite steps an epoch, a doubling every 4: 256 -> 1024."""
+    config = tiny_config(tmp_path, precision="fp16", devices=replicas, strategy="mirrored",
+                         loss_scale_initial=256.0, loss_scale_growth_interval=4)
+    try:
+        trainer = tf_two_cpus.Trainer(config, datasets.config_dataset(config),
+                                      tf_two_cpus.select_device(config))
+        assert trainer.replicas == replicas and trainer.loss_scale() == 256.0
+        recorder = recorder_module.Recorder(config, trainer, trainer.spec, {}, {}, {})
+        assert loop.train_epochs(trainer, config, recorder) == 0
+        assert trainer.manifest()["strategy"]["wrapper"] == "MirroredStrategy"
+    finally:
+        tf_two_cpus.keras.mixed_precision.set_global_policy("float32")
+    result = schema.read_result(tmp_path / "run" / "result.json")
+    assert [e["loss_scale"] for e in result["epochs"]] == [1024.0]
+
+
 def test_torch_three_steps_per_call_give_the_losses_of_one(tmp_path):
     from torch_impl import train as torch_train
     _train(torch_train, _config(tmp_path, "torch", "one", steps_per_call=1))

@@ -259,7 +259,9 @@ class Trainer:
     def loss_scale(self) -> float | None:
         """The dynamic loss scale now (LossScaleOptimizer's), None without loss scaling."""
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-            return float(self.optimizer.dynamic_scale)
+            # .numpy(): float() of a Keras variable fails under MirroredStrategy, where
+            # its value is a MirroredVariable
+            return float(self.optimizer.dynamic_scale.numpy())
         return None
 
     def compilation(self) -> dict:
