@@ -43,8 +43,8 @@ training process (start-up, imports, building, the first call's tracing) measure
 project's CPU (`--calibrate` measures it again and writes benchmarks/gpu_battery_calibration.json),
 plus per epoch the larger of the compute time (analytic training FLOPs x images / the H100's
 dense peak x an assumed utilisation) and the host time (steps x an assumed host cost per
-step), plus the evaluation. Where a configuration ran on an H200 (benchmarks/battery/
-estimates.py, MEASURED_H200), its measured step, first epoch, evaluation and fixed cost
+step), plus the evaluation. Where a configuration ran on a GPU (benchmarks/battery/
+estimates.py, MEASURED), its measured step, first epoch, evaluation and fixed cost
 replace them. Each stage's `how` names what its estimate rests on.
 """
 
@@ -71,7 +71,12 @@ from benchmarks.battery.estimates import (  # noqa: E402
     Context,
 )
 from benchmarks.battery.pack import pack, write_summary  # noqa: E402
-from benchmarks.battery.running import child_environment, read_json, run_stage  # noqa: E402
+from benchmarks.battery.running import (  # noqa: E402
+    child_environment,
+    read_json,
+    run_stage,
+    stop_stages_with_the_battery,
+)
 from benchmarks.battery.stages import (  # noqa: E402
     CALIBRATION,
     CLI,
@@ -184,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     # --time-left counts from the process's start as a script, from this call otherwise
     started = STARTED if argv is None else time.perf_counter()
     args = arguments(argv)
+    if argv is None:  # as a script
+        stop_stages_with_the_battery()
     if args.calibrate:
         print(json.dumps(calibrate(), indent=2))
         return 0

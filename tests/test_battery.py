@@ -34,7 +34,8 @@ def test_the_plan_fits_a_rental_with_pytorch_first_and_says_how_each_estimate_wa
     plan = _plan()
     rows = plan["stages"]
     assert {r["stage"] for r in rows} == {s.name for s in battery.STAGES}
-    assert all(0 < r["limit_s"] < 570 and r["estimate_s"] > 0 and r["estimated_how"]
+    # each stage's limit within a 10-minute command, its estimate within the limit
+    assert all(0 < r["estimate_s"] < r["limit_s"] <= 570 and r["estimated_how"]
                and r["commands"] for r in rows)
     core = [r for r in rows if r["core"]]
     assert [r["framework"] for r in core] == ["torch"] * 5 + ["tf"] * 6  # PyTorch's first
@@ -70,40 +71,30 @@ def test_seeds_for_a_short_rental_reach_every_comparison_and_its_estimate():
 
 def test_estimates_of_runs_measured_on_a_gpu_match_those_runs():
     """Each training run the battery made on an H200 (benchmarks/results/gpu-h200-lenet-mixed/
-    and benchmarks/results/gpu-h200-resnet9-mixed/), against the plan's estimate of that run:
+    and benchmarks/results/gpu-h200-resnet9-mixed/) and an H100 (benchmarks/results/gpu-h100/
+    mobilenetv2-mixed/), against the plan's estimate of that run over the epochs it ran:
     within 15% of its wall time, so a queue under one deadline skips what would not fit and
     lets the rest run."""
     from datetime import datetime
     ctx = battery.context(battery.arguments(["--plan"]))
     results = REPO / "benchmarks" / "results"
-    found = sorted(path for comparison in ("gpu-h200-lenet-mixed", "gpu-h200-resnet9-mixed")
+    found = sorted(path for comparison in ("gpu-h200-lenet-mixed", "gpu-h200-resnet9-mixed",
+                                           "gpu-h100/mobilenetv2-mixed")
                    for path in (results / comparison).glob("runs/*/result.json"))
-    assert len(found) >= 4
+    assert len(found) >= 5
     for path in found:
         result = json.loads(path.read_text())
         if len(result["sessions"]) != 1:  # resumed: two processes' fixed costs
             continue
         c = result["config"]
         recipe = battery_stages.Recipe(c["model"], c["precision"], c["batch_size"],
-                                       c["epochs"], 1)
+                                       len(result["epochs"]), 1)  # a run cut short: its own
         estimate, how = battery_stages.run_seconds(c["framework"], recipe, ctx)
         took = (datetime.fromisoformat(result["finished_at"])
                 - datetime.fromisoformat(result["started_at"])).total_seconds()
         assert estimate == pytest.approx(took, rel=0.15), (path, how)
-        assert how.startswith("measured on an NVIDIA H200")
-
-
-@pytest.mark.machine_sensitive  # a limit
-def test_a_stage_cut_by_its_limit_keeps_what_it_wrote(tmp_path):
-    said = running.run_command([sys.executable, "-c", "import time; print('half done', "
-                                "flush=True); time.sleep(30)"], tmp_path / "log", 2)
-    assert said["timed_out"] and said["seconds"] < 30  # cut at 2 s, not after its 30-s sleep
-    assert "half done" in (tmp_path / "log").read_text()
-    # stdout apart from stderr: a stray stderr line does not spoil doctor's JSON
-    running.run_command([sys.executable, "-c", "import sys; print('note: x', file=sys.stderr);"
-                         " print('{\"verdict\": \"ok\"}')"], tmp_path / "log2", 30,
-                        stdout=tmp_path / "out.json")
-    assert json.loads((tmp_path / "out.json").read_text()) == {"verdict": "ok"}
+        gpu = result["environment"]["hardware"]["device_model"].split()[1]  # H200, H100
+        assert how.startswith(f"measured on an NVIDIA {gpu}"), how
 
 
 def test_the_battery_trains_on_real_cifar10_unless_tiny(tmp_path):

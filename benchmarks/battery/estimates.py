@@ -61,26 +61,36 @@ class Context:
 # host's cost of one training step on a GPU (PyTorch: each step's kernel launches from
 # Python, ~5 us each; TensorFlow: the step's ops inside one graph call of 32 steps).
 ASSUMED_UTILISATION = {"fp16": 0.25, "fp32": 0.5}
-# ResNet-18 and MobileNetV2 by their layer counts against ResNet-9's (about 2x and 6x the
-# kernels of a step); LeNet's measured at batch 4 in mixed precision on an H200
-# (MEASURED_H200), float32 taken as the same.
+# TensorFlow's ResNet-18 and MobileNetV2 by their layer counts against ResNet-9's (about 2x
+# and 6x the kernels of a step); LeNet's measured at batch 4 in mixed precision on an H200
+# (MEASURED), float32 taken as the same; PyTorch's ResNet-18 as its run on an H100 took,
+# beside a MobileNetV2 run on the same GPU (an upper bound: benchmarks/results/gpu-h100/),
+# and its MobileNetV2 as measured there alone (MEASURED).
 ASSUMED_HOST_STEP_MS = {("torch", "lenet"): 3.0, ("torch", "resnet9"): 0.9,
-                        ("torch", "resnet18"): 1.8, ("torch", "mobilenetv2"): 5.0,
+                        ("torch", "resnet18"): 12.4, ("torch", "mobilenetv2"): 31.3,
                         ("tf", "lenet"): 2.35, ("tf", "resnet9"): 0.5,
                         ("tf", "resnet18"): 1.0, ("tf", "mobilenetv2"): 3.0}
 CUDA_START_S = 5.0  # assumed on top of the CPU's fixed cost: CUDA context, cuDNN, autotuning
-# Measured on an NVIDIA H200 (each run's result.json in benchmarks/results/gpu-h200-lenet-mixed/
-# and benchmarks/results/gpu-h200-resnet9-mixed/, 2026-11-26),
-# used in place of the assumptions above where a configuration ran there: the steady step
-# (ms; LeNet at batch 4 is host-bound at 8-12x the assumed host step), the first epoch's extra
-# (s: tracing, cuDNN autotuning, TensorFlow's PTX compiled for the GPU), one test-set pass (s)
-# and a training process's time outside its epochs (s).
-MEASURED_H200 = {
-    ("torch", "lenet", "mixed", 4): {"step_ms": 3.01, "first_epoch_s": 2.5, "eval_s": 3.3},
-    ("tf", "lenet", "mixed", 4): {"step_ms": 2.35, "first_epoch_s": 1.4, "eval_s": 4.0},
-    ("torch", "resnet9", "mixed", 512): {"step_ms": 7.51, "first_epoch_s": 4.9, "eval_s": 0.11},
-    ("tf", "resnet9", "mixed", 512): {"step_ms": 24.25, "first_epoch_s": 7.5, "eval_s": 0.15},
+# Measured on a GPU, used in place of the assumptions above where a configuration ran there:
+# the steady step (ms; LeNet at batch 4 is host-bound at 8-12x the assumed host step,
+# MobileNetV2 at 6x), the first epoch's extra (s: tracing, cuDNN autotuning, TensorFlow's PTX
+# compiled for the GPU) and one test-set pass (s). H200: each run's result.json in
+# benchmarks/results/gpu-h200-lenet-mixed/ and gpu-h200-resnet9-mixed/; H100: in
+# benchmarks/results/gpu-h100/mobilenetv2-mixed/ (2026-11-26).
+MEASURED = {
+    ("torch", "lenet", "mixed", 4): {"gpu": "H200", "step_ms": 3.01, "first_epoch_s": 2.5,
+                                     "eval_s": 3.3},
+    ("tf", "lenet", "mixed", 4): {"gpu": "H200", "step_ms": 2.35, "first_epoch_s": 1.4,
+                                  "eval_s": 4.0},
+    ("torch", "resnet9", "mixed", 512): {"gpu": "H200", "step_ms": 7.51, "first_epoch_s": 4.9,
+                                         "eval_s": 0.11},
+    ("tf", "resnet9", "mixed", 512): {"gpu": "H200", "step_ms": 24.25, "first_epoch_s": 7.5,
+                                      "eval_s": 0.15},
+    # epochs 3-8, alone on the GPU (epochs 1-2 shared it with a ResNet-18 run)
+    ("torch", "mobilenetv2", "mixed", 128): {"gpu": "H100", "step_ms": 31.3,
+                                             "first_epoch_s": 27.5, "eval_s": 0.75},
 }
+# a training process's time outside its epochs (s), on the H200
 MEASURED_FIXED_S = {"torch": 6.0, "tf": 10.5}
 # The second framework's `compare --resume` up to its first run: start-up and the parity
 # check (float64 on the H200 host's 16 cores, then the timed configuration's drift on the
@@ -90,8 +100,8 @@ MEASURED_PARITY_S = {"lenet": 22.0, "resnet9": 91.0}
 
 def run_seconds(framework: str, recipe: Recipe, ctx: Context, epochs: int | None = None,
                 train_images: int | None = None) -> tuple[float, str]:
-    """One training process: (GPU seconds, how that was estimated): as measured on an H200
-    where this configuration ran there on CIFAR-10, else from FLOPs on an H100 SXM."""
+    """One training process: (GPU seconds, how that was estimated): as measured where this
+    configuration ran on a GPU on CIFAR-10 (MEASURED), else from FLOPs on an H100 SXM."""
     spec = networks.get_spec(recipe.model)
     mode = "fp16" if recipe.precision == "mixed" else "fp32"
     peak = gpu_metrics.PEAK_TFLOPS["H100"][mode] * 1e12 * ASSUMED_UTILISATION[mode]
@@ -103,13 +113,13 @@ def run_seconds(framework: str, recipe: Recipe, ctx: Context, epochs: int | None
     evaluation = max(ctx.test_images * specs.forward_flops(spec) / peak,  # a third of the
                      math.ceil(ctx.test_images / recipe.batch) * host_step / 3)  # host's step
     epochs = epochs or recipe.epochs
-    measured = (MEASURED_H200.get((framework, recipe.model, recipe.precision, recipe.batch))
+    measured = (MEASURED.get((framework, recipe.model, recipe.precision, recipe.batch))
                 if ctx.device == "gpu" and images == CIFAR10[0] else None)
     if measured is not None:
         fixed = MEASURED_FIXED_S[framework]
         epoch = steps * measured["step_ms"] / 1000
         total = fixed + measured["first_epoch_s"] + epochs * (epoch + measured["eval_s"])
-        return total, (f"measured on an NVIDIA H200: {fixed:.0f} s fixed + "
+        return total, (f"measured on an NVIDIA {measured['gpu']}: {fixed:.0f} s fixed + "
                        f"{measured['first_epoch_s']} s first epoch + {epochs} epochs x "
                        f"({steps} steps x {measured['step_ms']} ms + "
                        f"{measured['eval_s']} s evaluation)")

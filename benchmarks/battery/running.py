@@ -33,7 +33,17 @@ def run_command(argv: list[str], log: Path, limit_s: float, stdout: Path | None 
             timed_out = True
             _stop(process)
             code = process.returncode
+        except BaseException:  # the battery stopped (stop_stages_with_the_battery, Ctrl-C):
+            _stop(process)     # its own session would outlive it, on the GPU, unwatched
+            raise
     return {"exit_code": code, "seconds": time.perf_counter() - started, "timed_out": timed_out}
+
+
+def stop_stages_with_the_battery() -> None:
+    """SIGTERM to the battery (a rental's queue stopped, `timeout`) ends it as Ctrl-C does,
+    so the stage it runs is stopped too; without it that stage's process group ran on, on the
+    GPU beside the next stage's."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def child_environment(base: dict[str, str] | None = None) -> dict[str, str]:
