@@ -11,6 +11,8 @@
 #   bash benchmarks/battery/rental.sh poll WAIT       # wait up to WAIT s, bring back the pack
 #   bash benchmarks/battery/rental.sh reorder "tf:resnet9-mixed:1 torch:doctor: ..."
 #                                                     # the queue goes on in this order instead
+#   bash benchmarks/battery/rental.sh skip            # stop the stage running now (its
+#                                                     # training too); the queue goes on
 #   RENTAL_LEFT=SECONDS and RENTAL_REFRESH=1 before any verb: below; RENTAL_ORDER=... before
 #   `start`: that order only (a later rental runs what an earlier one did not)
 # Every verb ends by copying the battery's pack (at most 8 files) into $OUT.
@@ -153,10 +155,16 @@ case ${1:-} in
     pkill -f "^bash $S/queue.sh queue"; cp "$0" $S/queue.sh; rm -f $S/queue-done
     RENTAL_ORDER="${2:?the new order}" setsid nohup bash $S/queue.sh queue >> $S/queue.log 2>&1 < /dev/null &
     say "queue started again: $2"; sleep 1; report ;;
+  skip)  # stop the stage running now: SIGTERM to its battery, which stops the stage's own
+    # process group (each stage runs in a session of its own) and exits; the queue goes on.
+    # The bracket keeps the pattern from matching this command's own shell.
+    pkill -TERM -f "[b]enchmarks.gpu_battery" && say "stage stopped" || say "no stage running"
+    sleep 3; report ;;
   poll)  # poll WAIT: wait until the queue is done or WAIT s have passed
     end=$(( $(date +%s) + ${2:-0} ))
     while [ ! -f $S/queue-done ] && [ "$(date +%s)" -lt $end ]; do sleep 2; done
     report ;;
   queue) queue ;;
-  *) echo "usage: rental.sh start SECONDS | part cNN | reorder ORDER | poll WAIT" >&2; exit 2 ;;
+  *) echo "usage: rental.sh start SECONDS | part cNN | reorder ORDER | skip | poll WAIT" >&2
+     exit 2 ;;
 esac
