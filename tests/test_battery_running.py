@@ -52,3 +52,26 @@ def test_a_stopped_battery_stops_the_stage_it_runs(tmp_path):
     assert battery.wait(timeout=patience(60)) == 128 + signal.SIGTERM
     with pytest.raises(ProcessLookupError):  # stopped and reaped by the battery
         os.kill(stage_pid, 0)
+
+
+def test_a_gpu_test_stage_says_what_ran_even_when_cut_by_its_limit():
+    """pytest's closing line where it got there; else, from -v's lines, the outcomes of the
+    tests that ended, the failed ones named (a TensorFlow stage on an H100 was cut after 11
+    of its 19 tests, and its -q dots named none)."""
+    done = ["tests/test_gpu.py::test_torch_ddp_over_every_gpu SKIPPED (one GPU here) [ 14%]",
+            "SKIPPED [1] tests/test_gpu.py:116: one GPU here: DDP over several needs two or more",
+            "======= 12 passed, 2 skipped, 606 deselected, 2 warnings in 44.73s ======="]
+    assert running.summary_of_tests(done) == (
+        "12 passed, 2 skipped, 606 deselected, 2 warnings in 44.73s")
+    cut = ["$ python -m pytest -m gpu -k 'test_tf_ or test_both_' -v -rs",
+           "tests/test_gpu.py::test_tf_float16_loss_scaling_skips_and_rescales PASSED [  5%]",
+           "tests/test_gpu.py::test_tf_mirrored_strategy_over_every_gpu FAILED      [ 10%]",
+           "tests/test_gpu.py::test_tf_model_parallel_puts_each_stage_on_its_gpu SKIPPED (one "
+           "GPU here: model parallelism over GPUs needs two or more) [ 15%]",
+           "tests/test_gpu_features.py::test_tf_every_pipeline_trains_on_the_gpus[naive] PASSED"
+           " [ 30%]",
+           "tests/test_gpu_features.py::test_tf_xla_on_the_gpu "]  # cut while it ran
+    assert running.summary_of_tests(cut) == (
+        "cut after 4 tests: 1 failed, 2 passed, 1 skipped "
+        "(failed: test_tf_mirrored_strategy_over_every_gpu)")
+    assert running.summary_of_tests(["$ python -m pytest", "collecting ..."]) is None

@@ -3,8 +3,10 @@ output streamed to a log, its status and headline figures read from what it wrot
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -175,6 +177,25 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
     return done
 
 
+def summary_of_tests(lines: list[str]) -> str | None:
+    """pytest's closing line ("12 passed, 2 skipped in 44.73s"); for a run cut before it,
+    the outcomes of the tests that ended, from -v's lines ("tests/x.py::test_y PASSED [ 5%]"),
+    with the failed ones named."""
+    closing = [ln for ln in lines if re.search(r"\d+ (passed|failed|skipped|error)", ln)
+               and " in " in ln]
+    if closing:
+        return closing[-1].strip("= ")
+    ended = [m.groups() for m in (re.match(r"(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR)", ln)
+                                  for ln in lines) if m]
+    if not ended:
+        return None
+    counts = collections.Counter(outcome.lower() for _, outcome in ended)
+    failed = [name.split("::")[-1] for name, outcome in ended if outcome in ("FAILED", "ERROR")]
+    return (f"cut after {len(ended)} tests: "
+            + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+            + (f" (failed: {', '.join(failed)})" if failed else ""))
+
+
 def every_test_skipped(junit: Path) -> list[str] | None:
     """The distinct skip reasons when every test in a pytest JUnit XML report skipped (or it
     ran none); None when at least one test ran."""
@@ -217,8 +238,7 @@ def figures(stage: Stage, framework: str, ctx: Context) -> dict:
     if stage.name == "gpu-tests":
         log = (ctx.out / "logs" / f"gpu-tests-{framework}.log")
         lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-        closing = [ln for ln in lines if " passed" in ln or " failed" in ln or " skipped" in ln]
-        return {"summary": closing[-1] if closing else None}
+        return {"summary": summary_of_tests(lines)}
     if stage.name == "tool-overhead":
         found = read_json(ctx.out / "tool-overhead" / framework / "overhead.json")
         return {"ratios": {r["config"]: r.get("ratio") for r in found.get("rows") or []}}
