@@ -179,7 +179,7 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
 
 def summary_of_tests(lines: list[str]) -> str | None:
     """pytest's closing line ("12 passed, 2 skipped in 44.73s"); for a run cut before it,
-    the outcomes of the tests that ended, from -v's lines ("tests/x.py::test_y PASSED [ 5%]"),
+    the outcomes of the tests that ended, from -v's lines ("FILE::TEST PASSED [ 5%]"),
     with the failed ones named."""
     closing = [ln for ln in lines if re.search(r"\d+ (passed|failed|skipped|error)", ln)
                and " in " in ln]
