@@ -158,6 +158,10 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit-factor", type=float, default=2.0,
                         help="each stage's time limit as a multiple of its estimate, at least "
                              "120 s and at most the command's 570 s [default: 2]")
+    parser.add_argument("--tests", type=lambda names: tuple(filter(None, names.split(","))),
+                        default=(), help="the GPU-test stage runs only the tests whose names "
+                                         "hold one of these comma-separated parts [default: "
+                                         "every GPU test of the framework]")
     parser.add_argument("--calibrate", action="store_true",
                         help="measure the fixed cost per training process on this CPU into "
                              f"{CALIBRATION.name}, then exit")
@@ -182,7 +186,7 @@ def context(args: argparse.Namespace) -> Context:
                                               else [])
         sizes = CIFAR10
     return Context(args.out.resolve(), args.device, args.tiny, data, *sizes, calibration,
-                   args.seeds, args.limit_factor)
+                   args.seeds, args.limit_factor, args.tests)
 
 
 def main(argv: list[str] | None = None) -> int:

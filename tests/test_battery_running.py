@@ -75,3 +75,17 @@ def test_a_gpu_test_stage_says_what_ran_even_when_cut_by_its_limit():
         "cut after 4 tests: 1 failed, 2 passed, 1 skipped "
         "(failed: test_tf_mirrored_strategy_over_every_gpu)")
     assert running.summary_of_tests(["$ python -m pytest", "collecting ..."]) is None
+
+
+def test_the_gpu_test_stage_runs_only_the_tests_named_by_tests(tmp_path):
+    """--tests narrows the GPU-test stage to the tests a rental did not reach: pytest
+    collects exactly those of the framework whose names hold one of the parts."""
+    from benchmarks import gpu_battery
+    from benchmarks.battery.stages import test_commands
+    ctx = gpu_battery.context(gpu_battery.arguments(
+        ["--tiny", "--out", str(tmp_path), "--tests", "resume,doctor,"]))
+    argv = test_commands("tf", ctx)[0]
+    collected = subprocess.run([*argv[:argv.index("-v")], "--collect-only", "-q"], cwd=REPO,
+                               capture_output=True, text=True, timeout=patience(120)).stdout
+    names = sorted(line.split("::")[-1] for line in collected.splitlines() if "::" in line)
+    assert names == ["test_both_doctor_on_a_gpu_host", "test_tf_resume_restores_the_loss_scale"]

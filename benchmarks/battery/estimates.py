@@ -54,6 +54,9 @@ class Context:
     # a stage's time limit as a multiple of its estimate (at least 120 s): 2 where stages
     # share commands of 10 minutes; a queue under one deadline can afford looser limits
     limit_factor: float = 2.0
+    # the GPU-test stage's tests, by parts of their names (pytest -k ... or ...), for a rental
+    # that runs what an earlier one did not reach; empty: every GPU test of the framework
+    tests: tuple[str, ...] = ()
 
 
 # What the estimate assumes where no CPU run can tell: the share of the H100's dense peak a

@@ -14,7 +14,10 @@
 #   bash benchmarks/battery/rental.sh skip            # stop the stage running now (its
 #                                                     # training too); the queue goes on
 #   RENTAL_LEFT=SECONDS and RENTAL_REFRESH=1 before any verb: below; RENTAL_ORDER=... before
-#   `start`: that order only (a later rental runs what an earlier one did not)
+#   `start`: that order only (a later rental runs what an earlier one did not), and with it
+#   RENTAL_FILL=...: PyTorch stages run in that order while TensorFlow is on its way, the
+#   rest after the order; RENTAL_OPTIONS=...: more options of every stage's battery
+#   ("--tests resume,doctor": the GPU-test stage runs only those)
 # Every verb ends by copying the battery's pack (at most 8 files) into $OUT.
 #
 # The queue (its order is the priorities): PyTorch's core comparisons, then short
@@ -83,6 +86,10 @@ queue() {
     for item in $RENTAL_ORDER; do
       if [ "${item%%:*}" = tf ] && [ $activated = 0 ]; then
         activated=1
+        for fill in ${RENTAL_FILL:-}; do  # PyTorch's stages while TensorFlow is on its way
+          [ -f $S/tf-unpacked ] || [ -f $S/tf-failed ] && break
+          run "$fill"; [ $? -eq 2 ] && break
+        done
         wait_for_tf
         if [ -f $S/tf-unpacked ]; then
           # shellcheck disable=SC1091
@@ -92,6 +99,9 @@ queue() {
       fi
       [ "${item%%:*}" = tf ] && [ $tf_ok = 0 ] && continue
       run "$item"; [ $? -eq 2 ] && break
+    done
+    for fill in ${RENTAL_FILL:-}; do  # what the wait for TensorFlow left, as time allows
+      run "$fill"; [ $? -eq 2 ] && break
     done
     say "queue done"; touch $S/queue-done; return
   fi

@@ -189,6 +189,8 @@ def test_commands(framework: str, ctx: Context) -> list[list[str]]:
     # GPU tests are named test_torch_*, test_tf_* or test_both_* (tests/test_gpu.py and
     # tests/test_gpu_features.py)
     chosen = "test_torch_" if framework == "torch" else "test_tf_ or test_both_"
+    if ctx.tests:
+        chosen = f"({chosen}) and ({' or '.join(ctx.tests)})"
     # -v: each test's outcome on a line of its own as it ends, so a stage cut by its limit
     # still says which tests passed and which failed (summary_of_tests)
     return [[sys.executable, "-m", "pytest", "-m", "gpu", "-k", chosen, "-v", "-rs",
