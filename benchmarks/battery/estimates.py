@@ -64,22 +64,22 @@ class Context:
 # host's cost of one training step on a GPU (PyTorch: each step's kernel launches from
 # Python, ~5 us each; TensorFlow: the step's ops inside one graph call of 32 steps).
 ASSUMED_UTILISATION = {"fp16": 0.25, "fp32": 0.5}
-# TensorFlow's ResNet-18 and MobileNetV2 by their layer counts against ResNet-9's (about 2x
-# and 6x the kernels of a step); LeNet's measured at batch 4 in mixed precision on an H200
-# (MEASURED), float32 taken as the same; PyTorch's ResNet-18 as its run on an H100 took,
-# beside a MobileNetV2 run on the same GPU (an upper bound: benchmarks/results/gpu-h100/),
-# and its MobileNetV2 as measured there alone (MEASURED).
+# LeNet's measured at batch 4 in mixed precision on an H200 (MEASURED), float32 taken as the
+# same; ResNet-18's and MobileNetV2's as their steady steps at batch 128 on an H100 (MEASURED),
+# where the GPU idled most of each step (ResNet-18: 87% in PyTorch, 65% in TensorFlow, by
+# each framework's profiler).
 ASSUMED_HOST_STEP_MS = {("torch", "lenet"): 3.0, ("torch", "resnet9"): 0.9,
-                        ("torch", "resnet18"): 12.4, ("torch", "mobilenetv2"): 31.3,
+                        ("torch", "resnet18"): 13.05, ("torch", "mobilenetv2"): 31.3,
                         ("tf", "lenet"): 2.35, ("tf", "resnet9"): 0.5,
-                        ("tf", "resnet18"): 1.0, ("tf", "mobilenetv2"): 3.0}
+                        ("tf", "resnet18"): 18.45, ("tf", "mobilenetv2"): 48.1}
 CUDA_START_S = 5.0  # assumed on top of the CPU's fixed cost: CUDA context, cuDNN, autotuning
 # Measured on a GPU, used in place of the assumptions above where a configuration ran there:
 # the steady step (ms; LeNet at batch 4 is host-bound at 8-12x the assumed host step,
 # MobileNetV2 at 6x), the first epoch's extra (s: tracing, cuDNN autotuning, TensorFlow's PTX
 # compiled for the GPU) and one test-set pass (s). H200: each run's result.json in
-# benchmarks/results/gpu-h200-lenet-mixed/ and gpu-h200-resnet9-mixed/; H100: in
-# benchmarks/results/gpu-h100/mobilenetv2-mixed/ (2026-11-26).
+# benchmarks/results/gpu-h200-lenet-mixed/ and gpu-h200-resnet9-mixed/; H100 (2026-11-26): in
+# benchmarks/results/gpu-h100/mobilenetv2-mixed/, gpu-h100-resnet18-mixed/ and
+# gpu-h100-rental2/mobilenetv2-mixed/.
 MEASURED = {
     ("torch", "lenet", "mixed", 4): {"gpu": "H200", "step_ms": 3.01, "first_epoch_s": 2.5,
                                      "eval_s": 3.3},
@@ -92,6 +92,13 @@ MEASURED = {
     # epochs 3-8, alone on the GPU (epochs 1-2 shared it with a ResNet-18 run)
     ("torch", "mobilenetv2", "mixed", 128): {"gpu": "H100", "step_ms": 31.3,
                                              "first_epoch_s": 27.5, "eval_s": 0.75},
+    ("torch", "resnet18", "mixed", 128): {"gpu": "H100", "step_ms": 13.05,
+                                          "first_epoch_s": 8.5, "eval_s": 0.44},
+    ("tf", "resnet18", "mixed", 128): {"gpu": "H100", "step_ms": 18.45,
+                                       "first_epoch_s": 10.6, "eval_s": 0.37},
+    # its second epoch's windows (the run was cut in its third); the first took 43 s more
+    ("tf", "mobilenetv2", "mixed", 128): {"gpu": "H100", "step_ms": 48.1,
+                                          "first_epoch_s": 43.1, "eval_s": 0.66},
 }
 # a training process's time outside its epochs (s), on the H200
 MEASURED_FIXED_S = {"torch": 6.0, "tf": 10.5}
