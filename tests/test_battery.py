@@ -72,16 +72,19 @@ def test_seeds_for_a_short_rental_reach_every_comparison_and_its_estimate():
 def test_estimates_of_runs_measured_on_a_gpu_match_those_runs():
     """Each training run the battery made on an H200 (benchmarks/results/gpu-h200-lenet-mixed/
     and benchmarks/results/gpu-h200-resnet9-mixed/) and an H100 (benchmarks/results/gpu-h100/
-    mobilenetv2-mixed/), against the plan's estimate of that run over the epochs it ran:
+    mobilenetv2-mixed/ and gpu-h100-resnet18-mixed/; not TensorFlow's MobileNetV2 there, stopped
+    well into an epoch it did not finish), against the plan's estimate of that run over the
+    epochs it ran:
     within 15% of its wall time, so a queue under one deadline skips what would not fit and
     lets the rest run."""
     from datetime import datetime
     ctx = battery.context(battery.arguments(["--plan"]))
     results = REPO / "benchmarks" / "results"
     found = sorted(path for comparison in ("gpu-h200-lenet-mixed", "gpu-h200-resnet9-mixed",
-                                           "gpu-h100/mobilenetv2-mixed")
+                                           "gpu-h100/mobilenetv2-mixed",
+                                           "gpu-h100-resnet18-mixed")
                    for path in (results / comparison).glob("runs/*/result.json"))
-    assert len(found) >= 5
+    assert len(found) >= 7
     for path in found:
         result = json.loads(path.read_text())
         if len(result["sessions"]) != 1:  # resumed: two processes' fixed costs
@@ -211,6 +214,19 @@ def test_the_plan_keeps_the_data_options_in_every_call():
     assert calls and all("--dataset cifar10 --data-dir /data/cifar-10-batches-py" in c["command"]
                          for c in calls)
     assert all(len(c["command"]) <= 2000 for c in calls)  # what one device command may hold
+
+
+def test_every_training_command_names_the_schedule_its_stage_describes():
+    """A network's own default schedule never runs in place of the stage's: each compare and
+    sweep command passes its epochs and batch, the ones the stage's description states."""
+    for row in _plan("--framework", "torch", "--framework", "tf")["stages"]:
+        for command in row["commands"]:
+            if " compare " not in command and " sweep " not in command:
+                continue
+            epochs = int(re.search(r"--epochs (\d+)", command).group(1))
+            batch = int(re.search(r"--batch-size (\d+)", command).group(1))
+            if " sweep " in command:
+                assert f"batch {batch}, {epochs} epoch" in row["what"], (row["stage"], command)
 
 
 def test_a_gpu_test_stage_where_every_test_skipped_fails_with_the_reasons(tmp_path):

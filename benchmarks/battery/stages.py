@@ -4,8 +4,9 @@ estimates.py) and limits; what --tiny runs instead."""
 from __future__ import annotations
 
 import json
+import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -197,27 +198,44 @@ def test_commands(framework: str, ctx: Context) -> list[list[str]]:
              "-p", "no:cacheprovider", "--junitxml", str(ctx.out / f"pytest-gpu-{framework}.xml")]]
 
 
-def sweep_commands(name: str, varies: list[str], options: list[str],
+def sweep_commands(name: str, varies: list[str], recipe: Recipe, extra: tuple[str, ...] = (),
                    tiny_varies: list[str] | None = None) -> Callable[[str, Context], list]:
+    """`cnncompare sweep` of the recipe (its model, precision, batch, epochs and learning
+    rate, each passed: a network's own defaults would run another schedule than the stage
+    says and its estimate assumes) with `extra` options, one framework at a time."""
     def commands(framework: str, ctx: Context) -> list[list[str]]:
         chosen = tiny_varies if ctx.tiny and tiny_varies is not None else varies
-        shown = list(options)
-        if ctx.tiny:
-            at = shown.index("--precision") + 1
-            shown[at] = TINY.precision(shown[at], ctx.device)
-        epochs = ["--epochs", str(TINY.epochs)] if ctx.tiny else []
-        batch = ["--batch-size", str(TINY.batch)] if ctx.tiny and "resnet9" in options else []
+        run = recipe if not ctx.tiny else replace(
+            recipe, precision=TINY.precision(recipe.precision, ctx.device),
+            batch=min(recipe.batch, TINY.batch), epochs=TINY.epochs)
         device = [] if any(v.startswith("device=") for v in chosen) else ["--device", ctx.device]
-        return [[*CLI, "sweep", "--framework", framework, *shown, *epochs, *batch, *device,
+        return [[*CLI, "sweep", "--framework", framework, *run.options(), *extra, *device,
                  *[x for v in chosen for x in ("--vary", v)], *ctx.data, "--quiet",
                  "--out", str(ctx.out / name / framework)]]
     return commands
+
+
+def sweep_stage(name: str, frameworks: tuple[str, ...], what: str, varies: list[str],
+                recipe: Recipe, extra: tuple[str, ...] = (),
+                tiny_varies: list[str] | None = None,
+                estimate: Callable[[str, Context], tuple] | None = None) -> Stage:
+    """A sweep stage whose description, commands and estimate come from one recipe."""
+    runs = math.prod(len(v.split("=", 1)[1].split(",")) for v in varies)
+    epochs = f"{recipe.epochs} epoch{'s' if recipe.epochs != 1 else ''}"
+    described = (f"sweep --vary {' --vary '.join(varies)}{''.join(' ' + x for x in extra)}: "
+                 f"{what} ({recipe.model}, {recipe.precision}, batch {recipe.batch}, {epochs})")
+    return Stage(name, False, frameworks, described,
+                 sweep_commands(name, varies, recipe, extra, tiny_varies),
+                 estimate or sweep_estimate(runs, recipe))
 
 
 # LeNet at batch 4 on a GPU host's CPU: 15.6 ms a step, PyTorch's over a whole epoch with one
 # thread per core on an H100 host's 16 cores (benchmarks/results/gpu-h100/cpu-vs-gpu/); its
 # estimate had assumed 1.5 ms. TensorFlow's is taken as the same.
 CPU_LENET_STEP_S = 15.6e-3
+CPU_VS_GPU = Recipe("lenet", "fp32", 4, 1, 1, lr=0.001)  # the tutorial's recipe, one epoch
+# LeNet in the sweeps of a GPU's settings: two epochs, as on the H200 and the H100
+SWEPT_LENET = Recipe("lenet", "mixed", 32, 2, 1)
 
 
 # The shared loop against each framework's own on a GPU: LeNet at batch 32 and ResNet-9 at
@@ -236,10 +254,9 @@ def overhead_commands(framework: str, ctx: Context) -> list[list[str]]:
              "--out", str(ctx.out / "tool-overhead" / framework)]]
 
 
-def sweep_estimate(runs: int, recipe: Recipe, epochs: int,
-                   train_images: int | None = None) -> Callable[[str, Context], tuple]:
+def sweep_estimate(runs: int, recipe: Recipe) -> Callable[[str, Context], tuple]:
     def estimate(framework: str, ctx: Context) -> tuple[float, str]:
-        one, how = run_seconds(framework, recipe, ctx, epochs, train_images)
+        one, how = run_seconds(framework, recipe, ctx)
         return runs * one, f"{runs} runs x [{how}]"
     return estimate
 
@@ -297,39 +314,25 @@ STAGES: list[Stage] = [
                                                   "the other 8 and one again 209 s")
                                           if fw == "tf" else
                                           (60.0, "its 14 took 45 s on an H100"))),
-    Stage("cpu-vs-gpu", False, FRAMEWORKS, "sweep --vary device=cpu,gpu: LeNet (the "
-          "tutorial's recipe), 1 epoch, the GPU's speed-up over this machine's CPU",
-          sweep_commands("cpu-vs-gpu", ["device=cpu,gpu"],
-                         ["--model", "lenet", "--batch-size", "4", "--lr", "0.001",
-                          "--precision", "fp32"], tiny_varies=["device=cpu"]),
-          lambda fw, ctx: (2 * run_seconds(fw, Recipe("lenet", "fp32", 4, 1, 1), ctx)[0]
-                           + 1.0 * ctx.train_images / 4 * CPU_LENET_STEP_S,
-                           f"the GPU run + the CPU run ({CPU_LENET_STEP_S * 1e3:.1f} ms a step "
-                           "on the host, as PyTorch's on an H100 host's 16 cores)")),
-    Stage("cuda-graphs", False, ("torch",), "sweep --vary cuda-graphs=off,on: ResNet-9 "
-          "(mixed, 3 epochs): speed and losses against eager; the default",
-          sweep_commands("cuda-graphs", ["cuda-graphs=off,on"],
-                         ["--model", "resnet9", "--precision", "mixed"],
-                         tiny_varies=["cuda-graphs=off"]),  # a CPU refuses CUDA graphs
-          sweep_estimate(2, Recipe("resnet9", "mixed", 512, 3, 1), 3)),
-    Stage("strategy", False, FRAMEWORKS, "sweep --vary strategy=none,mirrored: each "
-          "framework's wrapper (MirroredStrategy, DDP) against none on one GPU (LeNet, batch "
-          "32, 3 epochs)",
-          sweep_commands("strategy", ["strategy=none,mirrored"],
-                         ["--model", "lenet", "--batch-size", "32", "--precision", "mixed"]),
-          sweep_estimate(2, Recipe("lenet", "mixed", 32, 3, 1), 3)),
-    Stage("shared-chip", False, FRAMEWORKS, "sweep --vary devices=1,2 --share-device: the "
-          "multi-device paths (MirroredStrategy over logical GPUs, DDP over gloo) on one GPU "
-          "(LeNet, batch 64, 3 epochs), their losses against one device",
-          sweep_commands("shared-chip", ["devices=1,2"],
-                         ["--model", "lenet", "--batch-size", "64", "--precision", "mixed",
-                          "--share-device"]),
-          sweep_estimate(2, Recipe("lenet", "mixed", 64, 3, 1), 3)),
-    Stage("steps-per-call", False, FRAMEWORKS, "sweep --vary steps-per-call=1,8,32 (LeNet, "
-          "batch 32, 3 epochs): what a call per step costs on a GPU",
-          sweep_commands("steps-per-call", ["steps-per-call=1,8,32"],
-                         ["--model", "lenet", "--batch-size", "32", "--precision", "mixed"]),
-          sweep_estimate(3, Recipe("lenet", "mixed", 32, 3, 1), 3)),
+    sweep_stage("cpu-vs-gpu", FRAMEWORKS, "the GPU's speed-up over this machine's CPU, "
+                "the tutorial's recipe", ["device=cpu,gpu"], CPU_VS_GPU,
+                tiny_varies=["device=cpu"],
+                estimate=lambda fw, ctx: (
+                    run_seconds(fw, CPU_VS_GPU, ctx)[0] + fixed_seconds(fw, "lenet", ctx)
+                    + CPU_VS_GPU.epochs * ctx.train_images / CPU_VS_GPU.batch
+                    * CPU_LENET_STEP_S,
+                    f"the GPU run + the CPU run ({CPU_LENET_STEP_S * 1e3:.1f} ms a step on "
+                    "the host, as PyTorch's on an H100 host's 16 cores)")),
+    sweep_stage("cuda-graphs", ("torch",), "speed and losses against eager; the default",
+                ["cuda-graphs=off,on"], Recipe("resnet9", "mixed", 512, 3, 1),
+                tiny_varies=["cuda-graphs=off"]),  # a CPU refuses CUDA graphs
+    sweep_stage("strategy", FRAMEWORKS, "each framework's wrapper (MirroredStrategy, DDP) "
+                "against none on one GPU", ["strategy=none,mirrored"], SWEPT_LENET),
+    sweep_stage("shared-chip", FRAMEWORKS, "the multi-device paths (MirroredStrategy over "
+                "logical GPUs, DDP over gloo) on one GPU, their losses against one device",
+                ["devices=1,2"], replace(SWEPT_LENET, batch=64), extra=("--share-device",)),
+    sweep_stage("steps-per-call", FRAMEWORKS, "what a call per step costs on a GPU",
+                ["steps-per-call=1,8,32"], SWEPT_LENET),
     Stage("tool-overhead", False, FRAMEWORKS, "benchmarks/tool_overhead.py: the shared loop "
           "against each framework's own loop (LeNet b32, ResNet-9 b512)",
           overhead_commands, overhead_estimate),
