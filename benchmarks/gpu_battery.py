@@ -12,7 +12,8 @@ limit, each rewriting the summary when it ends:
     python -m benchmarks.gpu_battery --device cpu --tiny --out /tmp/b --pack /tmp/p  # plumbing
 
 Stages: `tf-smoke` (TensorFlow's first GPU op: a float16 3x3 convolution forward and
-gradient); `doctor`; `gpu-tests` (pytest -m gpu); the core comparisons `lenet-fp32`,
+gradient); `doctor`; `gpu-tests` (pytest -m gpu); `suite` (the README's test command, the
+quick tier, on the GPU host); the core comparisons `lenet-fp32`,
 `lenet-mixed` (the PyTorch tutorial's recipe: batch 4, lr 0.001, 2 epochs), `resnet9-mixed`
 and `resnet9-fp32` (the DAWNBench recipe, 24 epochs, --target-accuracy 0.94); then
 `resnet18-mixed` and `mobilenetv2-mixed` (pytorch-cifar's networks, 10 epochs),

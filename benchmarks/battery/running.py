@@ -235,8 +235,8 @@ def figures(stage: Stage, framework: str, ctx: Context) -> dict:
             per_framework[fw]["completed"] = entry.get("completed")
         return {"parity_passed": (summary.get("parity") or {}).get("passed"),
                 "frameworks": per_framework, "verdict": summary.get("verdict")}
-    if stage.name == "gpu-tests":
-        log = (ctx.out / "logs" / f"gpu-tests-{framework}.log")
+    if stage.name in ("gpu-tests", "suite"):
+        log = (ctx.out / "logs" / f"{stage.name}-{framework}.log")
         lines = log.read_text(errors="replace").splitlines() if log.exists() else []
         return {"summary": summary_of_tests(lines)}
     if stage.name == "tool-overhead":

@@ -87,6 +87,7 @@ class Stage:
     # Runs under --tiny. A stage whose commands another stage's tiny run already proves, on
     # a network whose tiny run would take minutes of a CPU, says so and is skipped.
     tiny: bool = True
+    tiny_reason: str = ""  # why --tiny skips it, where not TINY_SKIPPED's
     # The stage whose commands this one's are under --tiny on a CPU, where every stage trains
     # float32 (TinyWork.precision): skipped there, saying so, as a second run of the same.
     tiny_cpu_twin: str | None = None
@@ -96,7 +97,7 @@ class Stage:
         if not ctx.tiny:
             return None
         if not self.tiny:
-            return TINY_SKIPPED
+            return self.tiny_reason or TINY_SKIPPED
         if self.tiny_cpu_twin and ctx.device == "cpu":
             return (f"--tiny on a CPU trains float32: the commands of {self.tiny_cpu_twin}, "
                     f"which runs")
@@ -196,6 +197,14 @@ def test_commands(framework: str, ctx: Context) -> list[list[str]]:
     # still says which tests passed and which failed (summary_of_tests)
     return [[sys.executable, "-m", "pytest", "-m", "gpu", "-k", chosen, "-v", "-rs",
              "-p", "no:cacheprovider", "--junitxml", str(ctx.out / f"pytest-gpu-{framework}.xml")]]
+
+
+def suite_commands(framework: str, ctx: Context) -> list[list[str]]:
+    # The README's test command on the GPU host, as a user there runs it: the quick tier on
+    # two workers, in TensorFlow's environment, which holds PyTorch too. Its non-GPU tests
+    # must pass there seeing no GPU (tests/conftest.py hides it from each).
+    return [[sys.executable, "-m", "pytest", "-n", "2", "-rs", "-p", "no:cacheprovider",
+             "--junitxml", str(ctx.out / "pytest-suite.xml")]]
 
 
 def sweep_commands(name: str, varies: list[str], recipe: Recipe, extra: tuple[str, ...] = (),
@@ -314,6 +323,11 @@ STAGES: list[Stage] = [
                                                   "the other 8 and one again 209 s")
                                           if fw == "tf" else
                                           (60.0, "its 14 took 45 s on an H100"))),
+    Stage("suite", False, ("tf",), "pytest -n 2: the README's test command (the quick tier) "
+          "on the GPU host, both frameworks in TensorFlow's environment",
+          suite_commands, fixed_estimate(300.0, "the quick tier took 219 s on two cores "
+                                                "(a 2-core Xeon, CI)"), tiny=False,
+          tiny_reason="--tiny: the test suite, which runs the tiny battery itself"),
     sweep_stage("cpu-vs-gpu", FRAMEWORKS, "the GPU's speed-up over this machine's CPU, "
                 "the tutorial's recipe", ["device=cpu,gpu"], CPU_VS_GPU,
                 tiny_varies=["device=cpu"],
