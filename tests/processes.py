@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,11 +31,20 @@ LONG_RUN = ("--dataset", "synthetic", "--synthetic-size", "640", "--epochs", "20
 def start(*args: str, out: Path, code: str = CLI, env: dict | None = None,
            group: bool = True) -> subprocess.Popen:
     """The CLI in a subprocess (its own process group unless `group` is False), tagged so
-    that every process it starts can be found."""
+    that every process it starts can be found, its stop signals as a terminal gives them."""
     return subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO,
                             env={**os.environ, TAG_ENV: str(out), **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=group)
+                            start_new_session=group, preexec_fn=as_from_a_terminal)
+
+
+def as_from_a_terminal() -> None:
+    """In the child before it runs the CLI: SIGINT and SIGHUP to their defaults, as a command
+    typed at a terminal has them. A test session started in the background (`nohup`, or `&`
+    where the shell has no job control) ignores both, a child inherits that, and Python then
+    leaves Ctrl-C ignored: the tests of what Ctrl-C and a hang-up do would test nothing."""
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def left_behind(out: Path) -> list[str]:
