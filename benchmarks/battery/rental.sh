@@ -70,8 +70,8 @@ queue() {
               torch:cuda-graphs: torch:strategy:
               tf:strategy: torch:shared-chip: tf:shared-chip: torch:cpu-vs-gpu: tf:cpu-vs-gpu:
               torch:steps-per-call: tf:steps-per-call: torch:resnet18-mixed: tf:resnet18-mixed:
-              torch:mobilenetv2-mixed: tf:mobilenetv2-mixed: torch:gpu-tests: tf:gpu-tests: tf:suite:
-              torch:tool-overhead: tf:tool-overhead:)
+              torch:mobilenetv2-mixed: tf:mobilenetv2-mixed: torch:gpu-tests: tf:gpu-tests:
+              tf:suite: torch:tool-overhead: tf:tool-overhead:)
   local -A ran=()
   local item fw stage seeds tf_ok=0
   run() {  # run framework:stage:seeds once; 2 when the deadline is near
