@@ -25,9 +25,12 @@ from typing import IO
 
 # What each server imports before it forks: the framework's train module, which imports the
 # framework (runner.MODULES may name a stand-in in a test; this stays the framework's), and
-# what every run would import later: torch._dynamo, which torch_impl/manifest.py reads the
-# compile counters from (1-1.5 s a process on a 2-core EPYC). Imports only: no op, no device.
-PRELOAD = {"tf": ("tf_impl.train",), "torch": ("torch_impl.train", "torch._dynamo")}
+# what every run would import later: the shared loop (compare.run.loop, 30-40 ms a process)
+# and torch._dynamo, which torch_impl/manifest.py reads the compile counters from (1-1.5 s a
+# process), each on a 2-core EPYC. Imports only: no op, no device. (Not PyTorch's TensorBoard
+# writer: its import needs torch_impl/scalars.py's guard against importing TensorFlow.)
+PRELOAD = {"tf": ("tf_impl.train", "compare.run.loop"),
+           "torch": ("torch_impl.train", "torch._dynamo", "compare.run.loop")}
 DISABLE_ENV = "CNNCOMPARE_FORK_SERVER"  # "0": every framework process started afresh
 SERVER_EXIT_S = 30.0  # how long the command waits for an idle server to end at its close
 
