@@ -58,12 +58,12 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     if args.window_lines:
         progress.ask_for_window_lines()
     wall_time.mark("imported")  # the interpreter and the framework: before main runs
-    # The imported modules' objects (about a million in a framework process) move out of the
+    # The imported modules' objects (about 330,000 in a PyTorch process) move out of the
     # cyclic collector's reach: a full collection then scans only what this run made.
-    # Otherwise each full collection walks the whole import heap: 0.2-0.35 s a pass, two or
-    # three a run, some inside the timed epochs, in both frameworks on a 2-core EPYC
-    # (docs/running.md); and, in a child of a fork server, it would copy every page of
-    # that heap it touches. Imported modules are never freed anyway.
+    # Otherwise each full pass walks the whole import heap: 0.35 s a TensorFlow run, 0.8 s
+    # over three passes a PyTorch one, against none and 0.27 s frozen, on a 2-core EPYC
+    # (benchmarks/gc_pauses.py); and, in a child of a fork server, it would copy every page
+    # of that heap it touches. Imported modules are never freed anyway.
     gc.freeze()
     shutdown.install_trainer()  # stops are remembered from here on, and act where it is safe
     debug = False
