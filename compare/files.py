@@ -79,6 +79,8 @@ class ComparisonDir:
     runs = property(lambda self: self.path / "runs")
     own_loops = property(lambda self: self.path / "own-loops")  # each framework's own loop
     best = property(lambda self: self.path / "best")  # compare --best: a comparison of its own
+    # on a GPU, each framework at its own defaults where the matched runs are not: the same
+    defaults = property(lambda self: self.path / "defaults")
     tensorboard = property(lambda self: self.path / "tensorboard")
     earlier = property(lambda self: self.path / "earlier")  # fuller reports kept aside
 

@@ -127,6 +127,11 @@ class Summary(TypedDict):
     measurement: NotRequired[dict]
     verdict: NotRequired[list[str]]
     own_loops: NotRequired[dict]  # per framework: the shared loop against its own (OwnLoop)
+    # per framework: compiled or eager, and whether that is its own default
+    # (compare.experiment.compile_state.CompileState.to_dict)
+    compile_states: NotRequired[dict]
+    defaults: NotRequired[dict | None]  # each framework at its own defaults (report.defaults)
+    best: NotRequired[dict | None]  # each framework at its own best (report.best)
     order_note: NotRequired[str | None]
     command: NotRequired[str | None]
     created_at: NotRequired[str]
@@ -216,6 +221,9 @@ MANIFEST: dict[str, ManifestField] = {
     "step_batching": ManifestField(_I, "how the framework runs a call's steps"),
     "input_wait": ManifestField(_I, "where the input wait is timed"),
     "compile": ManifestField(_C, "the compiler (XLA, torch.compile)"),
+    "compile_state": ManifestField(_I, "compiled or eager, and whether that is the framework's "
+                                       "own default on this device (Keras' jit_compile=\"auto\"; "
+                                       "PyTorch eager)"),
     "channels_last": ManifestField(_C, "the memory format of activations"),
     "pipeline": ManifestField(_I, "the input pipeline the framework built"),
     "loss_scale_check": ManifestField(_I, "the framework's own overflow check (no setting)"),

@@ -9,7 +9,8 @@ import pytest
 
 from compare import files, schema
 from compare.experiment import networks, plan, specs, weights
-from compare.experiment.config import RunConfig, learning_rate, recipe_config
+from compare.experiment.config import RunConfig, recipe_config
+from compare.experiment.recipe import learning_rate
 from compare.run import summary as run_summary
 
 

@@ -320,7 +320,7 @@ def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     not pass it."""
     import importlib
 
-    from compare.experiment.config import learning_rate
+    from compare.experiment.recipe import learning_rate
     name, module = framework
     config = tiny_config(tmp_path, schedule="onecycle", lr=0.05, augment=True)
     shared = trainer_for(module, config)
@@ -351,7 +351,7 @@ def test_keras_own_loop_lets_go_of_its_iterators_after_the_last_epoch_off_the_ma
     import threading
     import weakref
 
-    from compare.experiment.config import learning_rate
+    from compare.experiment.recipe import learning_rate
     from tf_impl import own_loop
     config = tiny_config(tmp_path, epochs=3)
     trainer = trainer_for(tf_two_cpus, config)

@@ -208,7 +208,7 @@ def test_keras_own_loop_traces_its_step_once(tmp_path, tf_two_cpus):
     fit makes them under a distribution strategy), so TensorFlow does not trace the step a
     second time to keep variables out of it (about 0.7 s of lenet's first epoch). The loss
     runs in Python only while a step is traced, so its calls count the traces."""
-    from compare.experiment.config import learning_rate
+    from compare.experiment.recipe import learning_rate
     from tf_impl import own_loop
     config = tiny_config(tmp_path, epochs=2, steps_per_call=4)
     trainer = trainer_for(tf_two_cpus, config)

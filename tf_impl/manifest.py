@@ -52,6 +52,7 @@ def describe(trainer) -> dict:
         "input_wait": "tf.timestamp before and after the iterator's get_next inside the "
                       "step function (in the graph: no host next() to time)",
         "compile": "XLA jit_compile (forward+backward)" if trainer.config.compile else "off",
+        "compile_default": framework_default_compile(trainer),
         "channels_last": True,  # Keras convolutions compute NHWC; not switchable here
         "pipeline": tf_data.pipeline_settings(trainer.config, trainer.choice),
         "placement": trainer.placement,  # each stage's device (None: one piece)
@@ -86,6 +87,20 @@ def weights_on(trainer) -> list[str]:
                 group.append(component)
     return [", ".join(sorted({"/" + v.device.rsplit("device:", 1)[-1].lower() for v in group}))
             for group in groups]
+
+
+def framework_default_compile(trainer) -> bool:
+    """Whether Keras compiles this model with XLA by default here, asked of Keras: an
+    uncompiled Model's `jit_compile` resolves `"auto"` as `Model.compile` would (the visible
+    devices, the strategy the model was built under, op determinism, every layer's
+    supports_jit). A copy of the flag is read, so the trainer's model keeps it unresolved."""
+    model = trainer.model
+    resolved = model._jit_compile is None  # noqa: SLF001 - set once resolved or compiled
+    try:
+        return bool(model.jit_compile)
+    finally:
+        if resolved:
+            model._jit_compile = None  # noqa: SLF001
 
 
 def compile_baseline() -> dict[str, int]:

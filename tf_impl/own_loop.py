@@ -56,7 +56,7 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
 
 
 class _PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """The run's learning rate of each optimizer step (compare.experiment.config.learning_rate)."""
+    """The run's learning rate of each optimizer step (compare.experiment.recipe.learning_rate)."""
 
     def __init__(self, lrs: list[float]):
         self.lrs = tf.constant(lrs, tf.float32)

@@ -51,6 +51,7 @@ def describe(trainer) -> dict:
         "compile": ("torch.compile, mode reduce-overhead (CUDA graphs)"
                     if trainer.config.cuda_graphs else
                     "torch.compile" if trainer.config.compile else "off"),
+        "compile_default": framework_default_compile(trainer),
         "channels_last": trainer.memory_format == torch.channels_last,
         "pipeline": torch_data.pipeline_settings(trainer.config, trainer.choice),
         "placement": trainer.placement,  # each stage's device (None: one piece)
@@ -77,6 +78,12 @@ def weights_on(trainer) -> list[str]:
     "cuda:0"."""
     stages = trainer.model.body if trainer.placement else [trainer.model]
     return [", ".join(sorted({str(p.device) for p in stage.parameters()})) for stage in stages]
+
+
+def framework_default_compile(trainer) -> bool:
+    """Whether PyTorch compiles this model by default here: never, it runs eagerly until
+    torch.compile is called (Keras' twin asks Keras, whose "auto" can choose XLA)."""
+    return False
 
 
 def compile_baseline() -> dict[str, int]:

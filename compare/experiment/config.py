@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -280,8 +279,9 @@ class RunConfig:
     out: str = "runs/latest"  # the CLI names it after the command: runs/<command>-...
     quiet: bool = False
     debug: bool = False
-    # "matched": the comparison's one setting for both; "best": compare --best's run with its
-    # framework's own advice (compare.experiment.best); reports never pool the two
+    # "matched": the comparison's one setting for both; "defaults": a framework at its own
+    # default compile state (compare.experiment.compile_state); "best": compare --best's run
+    # with its framework's own advice (compare.experiment.best); reports never pool them
     variant: str = "matched"
     # No option: --precision as the command resolved it on this machine before any framework
     # started (compare.machine.precision.carry), for each device kind the run may train on:
@@ -335,6 +335,10 @@ class ComparisonConfig:
         "--own-loops/--no-own-loops", "Also train each framework and seed with the framework's "
         "own loop (Keras compile + fit; a plain PyTorch loop) on the same model, weights, "
         "batches and recipe, and report the shared loop's time against it.", flag()))
+    defaults: bool = field(default=True, metadata=option(  # compare.experiment.compile_state
+        "--defaults/--no-defaults", "On a GPU, also train each framework whose own default "
+        "compile state (Keras: XLA there; PyTorch: eager) differs from the matched runs' at "
+        "it, and report that ratio beside the matched one.", flag()))
     best: bool = field(default=False, metadata=option(  # compare.experiment.best
         "--best", "Also train each framework with the fast settings its own performance guide "
         "recommends for the device (recorded with their sources), and report best against "
@@ -378,23 +382,3 @@ def recipe_config(model: str, **overrides: Any) -> RunConfig:
     fields = dict(RECIPES.get(model, {}))
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return RunConfig(model=model, **fields)
-
-
-def learning_rate(config: RunConfig, step: int, total_steps: int) -> float:
-    """The learning rate for optimizer step `step` (0-based), the same in both frameworks."""
-    if config.schedule == "constant":
-        return config.lr
-    if config.schedule == "onecycle":
-        rise = max(1, math.ceil(config.warmup_fraction * total_steps))
-        if step < rise:
-            return config.lr * (step + 1) / rise
-        fall = max(1, total_steps - rise)
-        return config.lr * max(0.0, (total_steps - step) / fall)
-    raise ValueError(f"unknown schedule {config.schedule!r}")
-
-
-def update_rule(config: RunConfig) -> str:
-    """The SGD update both frameworks apply (PyTorch's form), with this config's numbers."""
-    step = "g + mu*v" if config.nesterov else "v"
-    return (f"g = grad + {config.weight_decay}*w; v = mu*v + g (mu={config.momentum}, v0 = 0); "
-            f"w -= lr*({step})")

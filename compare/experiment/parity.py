@@ -18,11 +18,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from compare.experiment import precision, specs
-from compare.experiment.config import (
-    PipelineConfig,
-    RunConfig,
-    learning_rate,
-)
+from compare.experiment.config import PipelineConfig, RunConfig
+from compare.experiment.recipe import learning_rate
 
 
 @dataclass(frozen=True)

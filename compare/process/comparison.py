@@ -12,6 +12,7 @@ from pathlib import Path
 
 from compare import files, report
 from compare.errors import EXIT_FAILED, UserError
+from compare.experiment import compile_state
 from compare.experiment import parity as parity_module
 from compare.experiment.best import best_config
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
@@ -116,17 +117,7 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
     importing.join()  # no import competes with a timed run for the CPU
     done = run_queue(queue, "compare", config.quiet, console)
     reported = time.time()
-    best_runs = [o.result_path for q, o in done.outcomes if q.config.variant == "best"
-                 and o is not None and o.result_path.exists()]
-    if best_runs:  # its own comparison, which the matched report then quotes
-        report.write(directory.best, report.load_runs(best_runs), None, command,
-                     order_note=order)
-    runs = [(q, o) for q, o in done.outcomes if not q.own_loop and q.config.variant != "best"]
-    finished = [o.result_path for _, o in runs if o is not None and o.result_path.exists()]
-    not_run = [_not_run(q, _why_no_result(o)) for q, o in runs
-               if o is None or not o.result_path.exists()] + waiting
-    for path in report.write(out, report.load_runs(finished + earlier), parity, command,
-                             not_run, order_note=order):
+    for path in write_reports(directory, done.outcomes, earlier, waiting, parity, command, order):
         console.print(f"wrote {path}")
     _print_verdict(out, console)
     if config.debug:
@@ -139,12 +130,15 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
 def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: files.ComparisonDir,
                  resume: bool, device_kind: str = "cpu") -> list[QueuedRun]:
     """Every run of the comparison, in the order that alternates the frameworks seed by seed
-    (seed_order); with own loops, each run's own-loop twin beside it, and with --best its
-    run at the framework's own best settings for `device_kind` (compare.experiment.best, in
-    DIR/best, a comparison of its own), the order of each group turned on every other seed
-    so that no form always runs on a machine another has warmed."""
+    (seed_order); with own loops, each run's own-loop twin beside it; on a GPU, where the
+    framework's own default compile state differs from the run's, its run at that default
+    (compare.experiment.compile_state, in DIR/defaults); and with --best its run at the
+    framework's own best settings for `device_kind` (compare.experiment.best, in DIR/best,
+    a comparison of its own); the order of each group turned on every other seed so that no
+    form always runs on a machine another has warmed."""
     planned = []
     best_directory = files.ComparisonDir(directory.best)
+    defaults_directory = files.ComparisonDir(directory.defaults)
     for index, (framework, seed) in enumerate(seed_order(comparison.seeds, config.seed)):
         # One phase profile per framework (and form): the split of a step is the setting's,
         # not the seed's, and each profile costs its steps and a trace (1.3 s for both
@@ -158,6 +152,14 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
             own = run.replace(out=str(directory.own_loop(framework, seed).path),
                               tensorboard_dir=None)
             pair.append(QueuedRun(f"{framework} seed {seed} own loop", own, resume, True))
+        own_default = (compile_state.at_default(run, device_kind)
+                       if comparison.defaults and device_kind == "gpu" else None)
+        if own_default is not None:
+            pair.append(QueuedRun(
+                f"{framework} seed {seed} at its defaults",
+                own_default.replace(out=str(defaults_directory.run(framework, seed).path),
+                                    tensorboard_dir=str(defaults_directory.tensorboard)),
+                resume))
         if comparison.best:
             best = precision.carry(best_config(run, framework, device_kind)).replace(
                 out=str(best_directory.run(framework, seed).path),
@@ -165,6 +167,43 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
             pair.append(QueuedRun(f"{framework} seed {seed} best settings", best, resume))
         planned += pair if (index // 2) % 2 == 0 else pair[::-1]
     return planned
+
+
+def write_reports(directory: files.ComparisonDir,
+                  outcomes: list[tuple[QueuedRun, runner.Outcome | None]], earlier: list[Path],
+                  waiting: list[dict], parity: dict | None, command: str,
+                  order: str | None) -> list[Path]:
+    """The reports of a comparison whose runs ended with `outcomes` (beside `earlier` results
+    of other invocations and `waiting`, the runs left for them): each framework at its best
+    (DIR/best) and at its defaults (DIR/defaults), each a comparison of its own that the
+    matched report, written last, quotes. Returns the matched report's files."""
+    best_runs = [o.result_path for q, o in outcomes if q.config.variant == "best"
+                 and o is not None and o.result_path.exists()]
+    if best_runs:
+        report.write(directory.best, report.load_runs(best_runs), None, command,
+                     order_note=order)
+    runs = [(q, o) for q, o in outcomes if not q.own_loop and q.config.variant == "matched"]
+    finished = [o.result_path for _, o in runs if o is not None and o.result_path.exists()]
+    _write_defaults(directory, outcomes, finished + earlier, command, order)
+    not_run = [_not_run(q, _why_no_result(o)) for q, o in runs
+               if o is None or not o.result_path.exists()] + waiting
+    return report.write(directory.path, report.load_runs(finished + earlier), parity, command,
+                        not_run, order_note=order)
+
+
+def _write_defaults(directory: files.ComparisonDir,
+                    outcomes: list[tuple[QueuedRun, runner.Outcome | None]], matched: list[Path],
+                    command: str, order: str | None) -> None:
+    """The defaults comparison (DIR/defaults): the runs of each framework that trained at its
+    own defaults, beside the other framework's matched runs, which ran at its defaults."""
+    ran = [o.result_path for q, o in outcomes if q.config.variant == "defaults"
+           and o is not None and o.result_path.exists()]
+    if not ran:
+        return
+    moved = {q.config.framework for q, _ in outcomes if q.config.variant == "defaults"}
+    beside = [r for r in report.load_runs(matched) if r.get("framework") not in moved]
+    report.write(directory.defaults, report.load_runs(ran) + beside, None, command,
+                 order_note=order)
 
 
 def order_note(invocations: list[dict]) -> str | None:

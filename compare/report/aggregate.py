@@ -11,7 +11,7 @@ from typing import Any
 
 from compare import figures, schema
 from compare.experiment.frameworks import FRAMEWORKS
-from compare.report import best, own_loops, stats
+from compare.report import best, defaults, own_loops, stats
 from compare.report.labels import machine_of, seed_of
 
 
@@ -20,11 +20,13 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
               margin: float = stats.EQUIVALENCE_MARGIN,
               order_note: str | None = None,
               own_loop_records: list[dict] | None = None,
-              best_summary: dict | None = None) -> dict[str, Any]:
+              best_summary: dict | None = None,
+              defaults_summary: dict | None = None) -> dict[str, Any]:
     """Aggregates per framework, paired TF/PyTorch ratios, accuracy difference and TOST, the
     machine, the files that could not be read, the shared loop against each framework's own
-    (compare.report.own_loops), each at its own best (compare.report.best, from the
-    best-settings comparison's summary), and the verdict sentences."""
+    (compare.report.own_loops), each framework's compile state, each at its own defaults
+    (compare.report.defaults) and at its own best (compare.report.best), each from that
+    comparison's summary, and the verdict sentences."""
     skipped = [{"path": r["path"], "reason": r["unreadable"]} for r in runs if r.get("unreadable")]
     runs = [r for r in runs if not r.get("unreadable")]
     by_framework: dict[str, list[dict]] = {"tf": [], "torch": []}
@@ -87,6 +89,9 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
         "own_loops": own_loops.summarise(runs, own_loop_records or []),
         "best": best.summarise(best_summary),
     }
+    # compiled or eager, and whether that is each framework's own default (from the manifests)
+    summary["compile_states"] = {fw: s.to_dict() for fw, s in defaults.states(summary).items()}
+    summary["defaults"] = defaults.summarise(defaults_summary)
     from compare.report.verdict import verdict_sentences  # it reads summaries like this one
     summary["verdict"] = verdict_sentences(summary)
     return summary

@@ -10,7 +10,7 @@ from pathlib import Path
 from compare import files, schema
 from compare.experiment import best as best_advice
 from compare.experiment.frameworks import FRAMEWORKS
-from compare.report import words
+from compare.report import defaults, words
 from compare.report.labels import plain
 
 
@@ -39,6 +39,7 @@ def summarise(best: dict | None) -> dict | None:
             "completed": {fw: (best.get("frameworks") or {}).get(fw, {}).get("completed", 0)
                           for fw in FRAMEWORKS},
             "settings_differ": differ, "advice": best_advice.advice_rows(kind),
+            "compile_states": {fw: s.to_dict() for fw, s in defaults.states(best).items()},
             "report": "best/report.html"}
 
 
@@ -52,5 +53,6 @@ def sentence(summary: dict) -> str | None:
     matched = (summary.get("ratios") or {}).get("train_time_s") or {}
     return (f"Each at its own guide's best settings (--best), "
             f"{words.time_ratio(ratio, 'training time')}"
-            + (f"; matched, {words.time_ratio(matched, 'training time')}"
+            + ("; matched, " + words.time_ratio(matched, "training time",
+                                                 defaults.below_default_mark(summary))
                if matched.get("ratio") else "") + ".")

@@ -16,7 +16,7 @@ from typing import Any
 from compare import files, schema
 from compare.errors import UserError
 from compare.experiment.frameworks import FRAMEWORKS
-from compare.report import best, own_loops, plots, stats
+from compare.report import best, defaults, own_loops, plots, stats
 from compare.report.aggregate import summarise
 from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
 from compare.report.render import Group, render
@@ -73,7 +73,7 @@ def write(out_dir: Path, runs: list[dict], parity: dict | None, command: str | N
           margin: float = stats.EQUIVALENCE_MARGIN, order_note: str | None = None) -> list[Path]:
     """summary.json, report.md and report.html for these runs (one comparison)."""
     summary = summarise(runs, parity, command, planned, margin, order_note,
-                        own_loops.load([out_dir]), best.load(out_dir))
+                        own_loops.load([out_dir]), best.load(out_dir), defaults.load(out_dir))
     directory = files.ComparisonDir(out_dir)
     keep_a_fuller_report(directory, _completed(summary))
     paths = [files.write_json(directory.summary, summary)]
@@ -112,7 +112,7 @@ class Built:
 
 def _run_key(run: dict) -> tuple:
     """What runs of one comparison share: precision, model, data, and whether they are
-    matched or each framework's best (compare --best)."""
+    matched, each framework's defaults or each framework's best (compare --best)."""
     return (precision_label(run), (run.get("model") or {}).get("name"),
             (run.get("data") or {}).get("source"),
             (run.get("config") or {}).get("variant", "matched"))
@@ -154,7 +154,8 @@ def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
         directories = list(dict.fromkeys(where[id(r)] for r in group_runs))
         summary = summarise(group_runs, parity, command, planned, margin, order,
                             own_loops.load(directories),
-                            next(filter(None, map(best.load, directories)), None))
+                            next(filter(None, map(best.load, directories)), None),
+                            next(filter(None, map(defaults.load, directories)), None))
         groups.append(Group(summary, group_runs,
                             ", ".join(sorted({str(where[id(r)]) for r in group_runs}))))
     return groups

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from compare.experiment.compile_state import CompileState
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.report import plots, tables
 from compare.report.verdict import behaviour_notes, phase_clocks_differ
@@ -79,6 +80,38 @@ def own_loops(g: dict) -> Section | None:
                     "Final accuracy (shared / own)", "First-epoch loss, max rel. difference"),
                    rows, notes=f"A shared / own ratio above {own['caveat_ratio']:.2f} is a "
                    "fairness caveat in the verdict.", folded=False)
+
+
+def compile_states(g: dict) -> Section | None:
+    """Each framework's compile state in the matched runs, at its own defaults and at its own
+    best, each with its TF / PyTorch training-time ratio: which ratio holds a framework below
+    its own default is read here."""
+    summary = g["summary"]
+    rungs = [("matched", summary.get("compile_states") or {},
+              (summary.get("ratios") or {}).get("train_time_s"))]
+    for name, rung in (("each at its own defaults", summary.get("defaults")),
+                       ("each at its own best (--best)", summary.get("best"))):
+        if rung:
+            rungs.append((name, rung.get("compile_states") or {}, rung.get("time_ratio")))
+    if not rungs[0][1]:  # results written before compile states were recorded
+        return None
+
+    def said(record: dict | None) -> str:
+        if not record:
+            return "n/a"
+        state = CompileState.from_dict(record)
+        return state.how() + state.default_words()
+    rows = [[name, said(states.get("tf")), said(states.get("torch")), tables.ratio_text(ratio)]
+            for name, states, ratio in rungs]
+    return Section("compile", "Compile states: matched, at each framework's defaults, at its best",
+                   "What each framework compiled its training step with (XLA; torch.compile) "
+                   "and whether that is the framework's own default on this device (Keras' "
+                   "jit_compile=\"auto\" compiles with XLA on a GPU without a distribution "
+                   "strategy, not on a CPU; PyTorch runs eagerly). On a GPU, where the matched "
+                   "runs hold a framework below its default, that framework also trained at "
+                   "its default" + (f" ([the defaults report]({summary['defaults']['report']}))"
+                                    if summary.get("defaults") else "") + ".",
+                   ("Runs", TF, TORCH, "TF / PyTorch training time"), rows, folded=False)
 
 
 def best_settings(g: dict) -> Section | None:
@@ -269,8 +302,8 @@ def replay(g: dict) -> Section:
 
 
 # The sections of a comparison, in page order; a builder may give None (nothing to show).
-SECTIONS = (headline, own_loops, best_settings, all_figures, methods, curves, runs, processes,
-            phase_split, parity, fairness, environment, replay)
+SECTIONS = (headline, compile_states, own_loops, best_settings, all_figures, methods, curves, runs,
+            processes, phase_split, parity, fairness, environment, replay)
 
 
 def of_group(g: dict) -> list[Section]:

@@ -7,7 +7,7 @@ import math
 
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.experiment.frameworks import FRAMEWORKS
-from compare.report import best, own_loops, stats, words
+from compare.report import best, defaults, own_loops, stats, words
 from compare.report.labels import machine_of
 
 
@@ -21,6 +21,7 @@ def verdict_sentences(summary: dict) -> list[str]:
         setup = setup_sentence(summary) if summary.get("seeds") else ""
         return [s for s in (nothing, setup, _caveat_sentence(summary)) if s]
     return [s for s in (_timing_sentence(summary), _speed_sentence(summary),
+                        defaults.sentence(summary),
                         _accuracy_sentence(summary),
                         setup_sentence(summary),
                         own_loops.sentence(summary, ", too short to time" if timing(summary)
@@ -85,7 +86,7 @@ def _timing_sentence(summary: dict) -> str:
 
 def _speed_sentence(summary: dict) -> str:
     ratios = summary.get("ratios") or {}
-    mark = ", too short to time" if timing(summary) else ""
+    mark = (", too short to time" if timing(summary) else "") + defaults.below_default_mark(summary)
     headline = words.time_ratio(ratios.get("train_time_s") or {}, "training time", mark)
     sentence = headline[0].upper() + headline[1:] + "."
     frameworks = summary.get("frameworks") or {}
@@ -134,6 +135,13 @@ def _accuracy_sentence(summary: dict) -> str:
             f"{higher} scored {abs(mean):.2f} points higher on average ({interval}).")
 
 
+def _compile_phrase(summary: dict) -> str:
+    """Each framework's compile state and whether it is its default: 'TensorFlow/Keras
+    without XLA, Keras' default on this CPU, and PyTorch eager, its default'."""
+    states = defaults.states(summary)
+    return ", and ".join(states[fw].phrase() for fw in FRAMEWORKS if fw in states)
+
+
 def setup_sentence(summary: dict) -> str:
     machine = summary.get("machine") or machine_of(summary.get("environment") or {})
     config = summary.get("config") or {}
@@ -147,7 +155,8 @@ def setup_sentence(summary: dict) -> str:
     return (f"Measured on {machine.get('named') or machine['device']}, "
             f"{_precision_phrase(summary)}"
             + (f", {_wrapper_phrase(summary)}" if _wrapper_phrase(summary) else "")
-            + f", {model} on {source} data, {seeds} seed{'s' if seeds != 1 else ''}"
+            + (f"; {_compile_phrase(summary)}" if _compile_phrase(summary) else "")
+            + f"; {model} on {source} data, {seeds} seed{'s' if seeds != 1 else ''}"
             + (f"; {', '.join(spread)}" if spread else "") + ".")
 
 

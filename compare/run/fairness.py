@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from compare.experiment import networks, plan, specs, stages, weights
+from compare.experiment import compile_state, networks, plan, specs, stages, weights
 from compare.experiment.config import (
     RunConfig,
     stage_count,
     steps_per_call,
     steps_per_call_source,
-    update_rule,
 )
+from compare.experiment.recipe import update_rule
 from compare.machine import cluster
 from compare.run.interface import DeviceChoice
 
@@ -25,6 +25,7 @@ from compare.run.interface import DeviceChoice
 FRAMEWORK_KEYS = ("precision", "precision_policy", "tf32", "cudnn_autotune", "loss_scaling",
                   "bn_momentum_as_set", "bn_running_variance", "optimizer_implementation",
                   "distribution", "strategy", "step_batching", "input_wait", "compile",
+                  "compile_default",
                   "channels_last", "pipeline", "default_init", "loss_scale_check",
                   "batchnorm_kernel", "placement", "weights_on")
 
@@ -86,6 +87,11 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "step_batching": own.pop("step_batching"),
         "input_wait": own.pop("input_wait"),  # where the input wait is timed
         "compile": own.pop("compile"),
+        # compiled or eager, and whether that is the framework's own default on this device
+        # (the framework's own answer: compare.experiment.compile_state)
+        "compile_state": compile_state.resolve(
+            config, choice.kind, replicas, choice.processes,
+            framework_says=own.pop("compile_default")).to_dict(),
         "channels_last": own.pop("channels_last"),
         "pipeline": _pipeline(config, own.pop("pipeline")),
         # Each framework's own behaviour that no setting changes (the report's notes).

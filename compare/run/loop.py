@@ -25,7 +25,8 @@ from compare.errors import (
     Diverged,
     OutOfMemory,
 )
-from compare.experiment.config import RunConfig, learning_rate
+from compare.experiment.config import RunConfig
+from compare.experiment.recipe import learning_rate
 from compare.machine import cluster, devices, gpu_metrics
 from compare.run import checkpoint, fairness, phases, shutdown
 from compare.run.interface import Trainer

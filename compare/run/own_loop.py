@@ -18,7 +18,8 @@ from types import ModuleType
 
 from compare import files, schema
 from compare.errors import EXIT_OK, UserError
-from compare.experiment.config import RunConfig, learning_rate
+from compare.experiment.config import RunConfig
+from compare.experiment.recipe import learning_rate
 from compare.experiment.datasets import Dataset
 from compare.run import shutdown, wall_time
 

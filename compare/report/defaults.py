@@ -1,0 +1,83 @@
+"""Each framework at its own defaults, as the matched report quotes it: on a GPU, where
+Keras' own default compiles with XLA and the matched runs do not (or the reverse with
+--compile), `compare` trains the framework whose default differs at it (DIR/defaults, a
+comparison of its own, beside the other framework's matched runs, which are its defaults
+runs too). Read here: its ratio and each framework's compile state in it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compare import files, schema
+from compare.experiment.compile_state import CompileState
+from compare.experiment.frameworks import FRAMEWORK_NAMES, FRAMEWORKS
+from compare.report import words
+
+REPORT = "defaults/report.html"  # relative to the matched comparison's directory
+
+
+def load(directory: Path) -> dict | None:
+    """The defaults comparison beside the matched one in `directory`, if any."""
+    path = files.ComparisonDir(files.ComparisonDir(directory).defaults).summary
+    try:
+        return schema.read_summary(path)[0] if path.exists() else None
+    except schema.SchemaError:
+        return None
+
+
+def states(summary: dict) -> dict[str, CompileState]:
+    """Each framework's compile state in a comparison, from its runs' manifests (results
+    written before the states were recorded have none)."""
+    found = {}
+    for fw, manifest in (summary.get("fairness") or {}).items():
+        record = (manifest or {}).get("compile_state")
+        if isinstance(record, dict):
+            found[fw] = CompileState.from_dict(record)
+    return found
+
+
+def summarise(defaults: dict | None) -> dict | None:
+    """`time_ratio` (TF / PyTorch, each at its own defaults), the accuracy difference, the
+    completed runs and each framework's compile state there."""
+    if not defaults:
+        return None
+    return {"time_ratio": (defaults.get("ratios") or {}).get("train_time_s"),
+            "accuracy_difference": defaults.get("accuracy_difference"),
+            "completed": {fw: (defaults.get("frameworks") or {}).get(fw, {}).get("completed", 0)
+                          for fw in FRAMEWORKS},
+            "compile_states": {fw: s.to_dict() for fw, s in states(defaults).items()},
+            "report": REPORT}
+
+
+def states_phrase(compile_states: dict[str, CompileState]) -> str:
+    """'TensorFlow/Keras with XLA and PyTorch eager' (the states alone)."""
+    return " and ".join(compile_states[fw].state_words() for fw in FRAMEWORKS
+                        if fw in compile_states)
+
+
+def below_default(summary: dict) -> list[CompileState]:
+    """The frameworks of this comparison that ran below their own default (eager where the
+    framework itself would compile)."""
+    return [s for s in states(summary).values() if s.below_default]
+
+
+def below_default_mark(summary: dict) -> str:
+    """', TensorFlow/Keras below its own default: without XLA, which Keras uses by default on
+    this GPU' for each framework of this comparison that ran eager where it would compile by
+    default: every TF/PyTorch ratio of such a comparison carries it."""
+    return "".join(f", {FRAMEWORK_NAMES[s.framework]} below its own default: "
+                   f"{s.how()}{s.default_words()}" for s in below_default(summary))
+
+
+def sentence(summary: dict) -> str | None:
+    """The ratio with each framework at its own defaults, beside the matched one, each in the
+    words its interval supports; None without a defaults comparison."""
+    defaults = summary.get("defaults") or {}
+    ratio = defaults.get("time_ratio") or {}
+    if ratio.get("ratio") is None:
+        return None
+    at = {fw: CompileState.from_dict(r) for fw, r in (defaults.get("compile_states") or
+                                                         {}).items()}
+    return (f"Each framework at its own defaults ({states_phrase(at)}), "
+            f"{words.time_ratio(ratio, 'training time')}.")
