@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import tiny_config
 
+from benchmarks.parity_slips import SLIPS, slipped
 from compare.experiment import datasets, parity
 from compare.run import worker
 
@@ -52,56 +53,6 @@ def honest(tmp_path_factory, tf_two_cpus):
             "torch": _probe(tmp_path, torch_train, "torch")}
 
 
-def _keras_batchnorm(momentum: float | None = None, epsilon: float | None = None):
-    """Keras' BatchNorm build with a momentum (PyTorch's convention) or epsilon of its own."""
-    def build(layer, x, norm):
-        import keras
-        run_momentum, run_epsilon = layer.settings(norm)
-        return keras.layers.BatchNormalization(
-            momentum=1.0 - (run_momentum if momentum is None else momentum),
-            epsilon=run_epsilon if epsilon is None else epsilon, name=layer.name)(x)
-    return build
-
-
-def _keras_same_padding(layer, x, norm):
-    """Every convolution padded by Keras' "same": a strided one then pads bottom/right only."""
-    import keras
-    padding = "same" if layer.padding else "valid"
-    if layer.depthwise:
-        return keras.layers.DepthwiseConv2D(layer.kernel, layer.stride, padding,
-                                            use_bias=layer.bias, name=layer.name)(x)
-    return keras.layers.Conv2D(layer.out_channels, layer.kernel, layer.stride, padding,
-                               use_bias=layer.bias, name=layer.name)(x)
-
-
-def _stem_kernel_transposed(original):
-    """Conv variables as `original` gives them, but the stem's kernel loaded with height and
-    width swapped (OIHW -> WHIO, not HWIO)."""
-    def variables(layer, k, spec):
-        found = original(layer, k, spec)
-        if layer.name == "stem_conv":
-            def swap(a):  # its own inverse
-                return a.transpose(3, 2, 1, 0)
-            found["weight"] = (found["weight"][0], swap, swap)
-        return found
-    return variables
-
-
-# Each slip in the Keras twin: (the table patched, the spec kind, the patch made from the
-# kind's own entry, the figure it must move past its limit)
-SLIPS = {
-    "batchnorm-epsilon-1e-3": ("KERAS_LAYERS", "BatchNorm",
-                               lambda _: _keras_batchnorm(epsilon=1e-3), "grad_max_rel_diff"),
-    "batchnorm-momentum-0.01": ("KERAS_LAYERS", "BatchNorm",
-                                lambda _: _keras_batchnorm(momentum=0.01),
-                                "bn_running_stats_max_rel_diff"),
-    "padding-bottom-right": ("KERAS_LAYERS", "Conv", lambda _: _keras_same_padding,
-                             "logits_max_abs_diff"),
-    "transposed-kernel": ("KERAS_VARIABLES", "Conv", _stem_kernel_transposed,
-                          "logits_max_abs_diff"),
-}
-
-
 def test_the_unbroken_small_build_passes_in_float64(honest):
     record = parity.compare_probes(honest["tf"], honest["torch"], steps=3)
     assert record["passed"], {k: record[k] for k in parity.GATED}
@@ -109,16 +60,13 @@ def test_the_unbroken_small_build_passes_in_float64(honest):
 
 
 @pytest.mark.parametrize("slip", list(SLIPS))
-def test_a_semantic_slip_fails_the_float64_gate(tmp_path, tf_two_cpus, honest, monkeypatch,
-                                                slip):
+def test_a_semantic_slip_fails_the_float64_gate(tmp_path, tf_two_cpus, honest, slip):
     """The smallest slips one can make in a twin, each in Keras' build alone: the figure
     it moves stands over 100x above its float64 limit (the figures are printed)."""
-    from compare.experiment import specs
-    from tf_impl import model as tf_model
-    table, kind, make_patch, figure = SLIPS[slip]
-    entries, kind = getattr(tf_model, table), getattr(specs, kind)
-    monkeypatch.setitem(entries, kind, make_patch(entries[kind]))
-    record = parity.compare_probes(_probe(tmp_path, tf_two_cpus, "tf"), honest["torch"], steps=3)
+    with slipped(slip):
+        record = parity.compare_probes(_probe(tmp_path, tf_two_cpus, "tf"), honest["torch"],
+                                       steps=3)
+    figure = SLIPS[slip].figure
     limit = getattr(parity.FLOAT64, figure)
     print(f"{slip}: {figure} {record[figure]:.3g}, {record[figure] / limit:.3g}x its limit "
           f"{limit:g}; failed {record['failed']}")

@@ -20,9 +20,9 @@ from compare.experiment.config import (
     DEFAULT_STEPS_PER_CALL,
     PipelineConfig,
     RunConfig,
-    learning_rate,
     steps_per_call,
 )
+from compare.experiment.recipe import learning_rate
 from compare.process import sweep
 from compare.run import fairness, loop
 from compare.run import recorder as recorder_module

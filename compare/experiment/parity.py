@@ -59,12 +59,13 @@ class Tolerances:
     bn_running_stats_max_rel_diff: float = 0.05
 
 
-# The float64 gate. Rounding, measured on the built-in networks at their recipes' batch
-# sizes (docs/measurement.md): logits 2e-12, loss 2e-14; relative to their norms, gradients
-# 4e-10, updates 1e-12, running statistics 7e-11 (mobilenetv2 at 128, the largest: a BatchNorm
-# scale's gradient and a running mean are sums that cancel to near zero). The smallest
-# semantic slips measured (tests/test_parity.py, docs/measurement.md) move a figure by 0.15
-# (BatchNorm epsilon 1e-3 for 1e-5: gradients) to 0.9 (momentum 0.01 for 0.1: running
+# The float64 gate. Rounding on the built-in networks, at the probe's batch and at their
+# recipes' (docs/measurement.md, benchmarks/parity_float64.py), stays within 2e-12 for logits
+# and 3e-14 for the loss, and relative to their norms within 5e-10 for gradients, 2e-12 for
+# updates and 1e-10 for running statistics (mobilenetv2 the largest: a BatchNorm scale's
+# gradient and a running mean are sums that cancel to near zero). The smallest semantic slips
+# measured (benchmarks/parity_slips.py on every network, docs/measurement.md) move a figure by
+# 0.15 (BatchNorm epsilon 1e-3 for 1e-5: gradients) to 0.9 (momentum 0.01 for 0.1: running
 # statistics). Each limit sits over 1000x above the one and 1e5x below the other.
 FLOAT64 = Tolerances(logits_max_abs_diff=1e-8, loss_abs_diff=1e-9, grad_max_rel_diff=1e-6,
                      params_rel_update_diff_after_steps=1e-6,
@@ -83,13 +84,28 @@ def probe_learning_rate(config: RunConfig, step: int, total_steps: int) -> float
     return learning_rate(config, step, total_steps) * min(1.0, PROBE_PEAK_LR / config.lr)
 
 
+# Images in the probe's batches: the run's batch size, at most this. Every slip the gate exists
+# to catch (an epsilon, a padding side, a layout, a momentum form) moves its figure by the same
+# orders of magnitude on 16 images as on the recipe's 128 or 512, while float64 forward and
+# backward passes of a recipe's batch took minutes a network on a 2-core CPU
+# (benchmarks/parity_float64.py, docs/benchmarks.md); BatchNorm still sees 16 images times
+# the positions of each channel.
+PROBE_BATCH = 16
+
+
+def probe_batch(config: RunConfig) -> int:
+    """The probe's batch size for a run of `config`: its own, at most PROBE_BATCH."""
+    return min(config.batch_size, PROBE_BATCH)
+
+
 def probe_config(config: RunConfig, compute: str = precision.PROBE_ONLY) -> RunConfig:
     """The run's config as the gate's probe runs it: float64 (`compute` fp32: the fallback)
     on the CPU, TF32 off, one replica (its stages share the CPU under --parallel model),
-    whole batches (micro-batches change BatchNorm's batch statistics), no compiler, shared
-    initial weights, the naive pipeline, dropout off (one function, not two frameworks'
-    random masks)."""
+    whole batches of at most PROBE_BATCH images (micro-batches change BatchNorm's batch
+    statistics), no compiler, shared initial weights, the naive pipeline, dropout off (one
+    function, not two frameworks' random masks)."""
     return config.replace(precision=compute, device="cpu", devices=_probe_devices(config),
+                          batch_size=probe_batch(config),
                           tf32=False, compile=False, cuda_graphs=False, shared_init=True,
                           micro_batches=1, pipeline=PipelineConfig.preset("naive"),
                           dropout=False)
@@ -97,9 +113,10 @@ def probe_config(config: RunConfig, compute: str = precision.PROBE_ONLY) -> RunC
 
 def timed_config(config: RunConfig) -> RunConfig:
     """The run's config as the timed comparison runs it (precision, TF32, compiler), probed
-    in one process on one replica with the shared initial weights and the naive pipeline,
-    dropout off."""
-    return config.replace(devices=_probe_devices(config), shared_init=True, micro_batches=1,
+    in one process on one replica, on batches of at most PROBE_BATCH images, with the shared
+    initial weights and the naive pipeline, dropout off."""
+    return config.replace(devices=_probe_devices(config), batch_size=probe_batch(config),
+                          shared_init=True, micro_batches=1,
                           pipeline=PipelineConfig.preset("naive"), dropout=False)
 
 
