@@ -74,7 +74,8 @@ def own_loops(g: dict) -> Section | None:
     return Section("own-loops", "The shared loop against each framework's own loop",
                    "Each framework also trained every seed with its own loop (Keras compile + "
                    "fit; the plain PyTorch loop) on the same model, initial weights, batches, "
-                   "recipe, precision and distribution. Times are training after the first "
+                   "recipe, precision, distribution and compile state (Keras' fit with the "
+                   "run's jit_compile, not \"auto\"). Times are training after the first "
                    "epoch; shared / own above 1 means the shared loop was slower.",
                    ("Framework", "Own loop", "Shared loop", "Own loop time", "Shared / own",
                     "Final accuracy (shared / own)", "First-epoch loss, max rel. difference"),
