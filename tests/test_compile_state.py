@@ -189,5 +189,7 @@ def test_the_gpu_path_of_compare_reports_the_defaults_row_and_its_words(tmp_path
             "default | 0.800x") in page
     assert "| matched | without XLA, which Keras uses by default on this GPU |" in page
     assert "[the defaults report](defaults/report.html)" in page
+    assert ("TensorFlow/Keras ran below its own default: without XLA, which Keras uses by "
+            "default on this GPU (the compile states below") in page  # under the headline table
     assert files.read_json(files.ComparisonDir(directory.defaults).summary)["compile_states"][
         "tf"]["compiled"] is True  # its own comparison, beside the matched one

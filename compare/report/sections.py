@@ -13,7 +13,7 @@ from typing import Any
 
 from compare.experiment.compile_state import CompileState
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
-from compare.report import plots, tables
+from compare.report import defaults, plots, tables
 from compare.report.verdict import behaviour_notes, phase_clocks_differ
 from compare.run import phases
 
@@ -49,8 +49,11 @@ def headline(g: dict) -> Section:
             for r in tables.verdict_rows(g["summary"], headline=True)
             if (r["tf"], r["torch"]) != ("n/a", "n/a")]  # e.g. memory and energy on a CPU
     figure = [plots.headline(g["runs"])] if g["runs"] else []
+    below = "".join(f" {FRAMEWORK_NAMES[s.framework]} ran below its own default: {s.how()}"
+                    f"{s.default_words()} (the compile states below give each framework at its "
+                    f"defaults)." for s in defaults.below_default(g["summary"]))
     return Section("figures", "Side by side", columns=FIGURE_COLUMNS, rows=rows,
-                   notes=SEEDS_NOTE + tables.brackets_note(g["summary"]),
+                   notes=SEEDS_NOTE + tables.brackets_note(g["summary"]) + below,
                    figures=figure, figures_elsewhere=("Test accuracy against training time is "
                                                       "plotted in report.html." if figure else ""),
                    folded=False, side_by_side=True)
