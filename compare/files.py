@@ -41,7 +41,7 @@ class RunDir:
 
     path: Path
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
 
     result = property(lambda self: self.path / RESULT)
@@ -67,7 +67,7 @@ class ComparisonDir:
 
     path: Path
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
 
     comparison = property(lambda self: self.path / "compare.json")  # what --resume needs
@@ -150,6 +150,11 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: st
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """`text` into `path`, atomically (write_atomic)."""
+    return write_atomic(path, lambda f: f.write(text))
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:

@@ -269,7 +269,8 @@ def validate_result(result: dict[str, Any], where: str = "result") -> dict[str, 
 def _require(record: Any, kind: type, where: str) -> None:
     if not isinstance(record, dict):
         raise SchemaError(f"{where}: not a JSON object")
-    missing = [k for k in kind.__required_keys__ if k not in record]
+    required: frozenset[str] = getattr(kind, "__required_keys__")  # a TypedDict's
+    missing = [k for k in required if k not in record]
     if missing:
         raise SchemaError(f"{where} lacks {', '.join(sorted(missing))}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import keras
 import numpy as np
@@ -303,10 +304,10 @@ def _norm_variables(layer: specs.LayerNorm, k, spec: specs.ModelSpec) -> dict[st
 
 # Each weighted spec kind's Keras variables by part, with their converters from and to the
 # canonical layout: (spec layer, Keras layer, spec) -> {part: (variable, to Keras, back)}.
-KERAS_VARIABLES = {specs.Conv: _conv_variables, specs.Dense: _dense_variables,
-                   specs.BatchNorm: _batchnorm_variables, specs.LayerNorm: _norm_variables,
-                   specs.ChannelScale: lambda layer, k, spec: {
-                       "weight": (k.gamma, _same, _same)}}
+KERAS_VARIABLES: dict[type, Callable[..., dict[str, tuple]]] = {
+    specs.Conv: _conv_variables, specs.Dense: _dense_variables,
+    specs.BatchNorm: _batchnorm_variables, specs.LayerNorm: _norm_variables,
+    specs.ChannelScale: lambda layer, k, spec: {"weight": (k.gamma, _same, _same)}}
 
 
 def _variables(model: keras.Model, spec: specs.ModelSpec) -> dict[str, tuple]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import keras
 import numpy as np
@@ -237,7 +238,7 @@ def read(model: keras.Model, input_shape: tuple[int, int, int] | None,
     height, width, channels = (int(n) if n else 0 for n in model.inputs[0].shape[1:4])
     shape = (channels, height, width)
     if not height or not width:
-        shape = tuple(input_shape or (channels, 32, 32))
+        shape = input_shape or (channels, 32, 32)
     elif input_shape and tuple(input_shape) != shape:
         raise Refused(f"--input-shape {input_shape}: the model takes {shape}")
     spec = porting.spec_of(name, shape, layers, model.name)
@@ -277,7 +278,7 @@ def source_outputs(model: keras.Model, reading: porting.Reading, images: np.ndar
         for ours, theirs in zip(twin.get_layer(spec_name).trainable_weights,
                                 layers[layer_name].trainable_weights):
             by_twin_path[ours.path] = np.reshape(grads[theirs.path], tuple(ours.shape))
-    found = {"logits": logits, "loss": loss}
+    found: dict[str, Any] = {"logits": logits, "loss": loss}
     canonical = framework_model.export_gradients(twin, by_twin_path, reading.spec)
     found.update({f"grad/{name}": value for name, value in canonical.items()})
     return found

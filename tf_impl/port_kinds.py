@@ -63,7 +63,8 @@ def _conv(layer, site: Site) -> tuple[specs.LayerSpec, ...]:
         raise Refused(f"{where}: {layer.data_format}; the spec reads Keras channels_last")
     made, padding = [], 0
     if layer.padding == "same":
-        pads = _same_padding(site.shape[:2], kernel, stride)
+        height, width = site.shape[:2]
+        pads = _same_padding((height, width), kernel, stride)
         if len(set(pads)) == 1:
             padding = pads[0]
         else:  # uneven: TensorFlow's odd pixel at the bottom and right, padded apart
@@ -89,6 +90,7 @@ def _dense(layer, site: Site) -> tuple[specs.LayerSpec, ...]:
     """On a vector a Dense; on a (height, width, channels) map, as Keras applies it to the
     last axis, a 1x1 convolution (its kernel reshaped: porting's weights copy)."""
     features = int(layer.kernel.shape[0])
+    made: specs.LayerSpec
     if len(site.shape) == 1:
         made = specs.Dense(site.name, features, layer.units, layer.use_bias)
     elif len(site.shape) == 3:

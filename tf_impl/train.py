@@ -237,7 +237,7 @@ class Trainer:
         process, which ends at once after its run (compare.run.worker.leave), does not wait
         for it; a longer-lived one frees it a moment later."""
         pipelines = [self.train_batches, self.test_batches]
-        self.train_batches = self.test_batches = None
+        self.train_batches = self.test_batches = None  # type: ignore[assignment]  # closed
         tf_data._release_apart(pipelines)
 
     # ---- parity probe (compare.run.interface.ProbeTrainer)
@@ -253,6 +253,7 @@ class Trainer:
         return logits.numpy(), float(loss), export_gradients(self.model, by_path, self.spec)
 
     def reset(self) -> None:
+        assert self.initial is not None, "a reset needs the shared initial weights"
         load_weights(self.model, self.initial, self.spec)
         self._restore_optimizer()
 

@@ -120,6 +120,7 @@ class TrainBatches:
     def _from_epoch(self, first: int, end: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The loader's iterator over epochs first .. end - 1."""
         self.sampler.first, self.sampler.end = first, end
+        assert self.loader is not None  # made with the pipeline, dropped only when closed
         return iter(self.loader)
 
     def _resident(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

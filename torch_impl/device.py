@@ -48,13 +48,13 @@ def select_device(config: RunConfig) -> DeviceChoice:
                               f"(--share-device carves them from one)")
         gpu = 0 if shared else local_rank
         name = torch.cuda.get_device_name(gpu)
-        names = (f"cuda:{gpu}",)
+        names: tuple[str, ...] = (f"cuda:{gpu}",)
         if config.parallel == "model":  # one process, a GPU per stage
             names = tuple(f"cuda:{0 if shared else i}" for i in range(config.devices))
         count = config.devices if config.parallel == "model" else processes
         return DeviceChoice("gpu", names, name, devices.description(
             name, count, config.device, "", machines, shared), rank, processes,
-            tuple(torch.cuda.get_device_capability(gpu)), shared_chip=shared)
+            torch.cuda.get_device_capability(gpu), shared_chip=shared)
     stages = config.devices if config.parallel == "model" else 1
     return DeviceChoice("cpu", ("cpu",), None, devices.description(
         None, processes, config.device, "process(es)", machines), rank, processes,
@@ -150,8 +150,10 @@ def _pci_bus_ids(names: tuple[str, ...]) -> list[str]:
     ids = []
     for name in names:
         p = torch.cuda.get_device_properties(torch.device(name))
-        ids.append(f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
-                   if hasattr(p, "pci_bus_id") else "")
+        # read by name: older builds lack them, and torch's stubs list only the bus id
+        domain, bus, device = (getattr(p, f"pci_{part}_id", None)
+                               for part in ("domain", "bus", "device"))
+        ids.append(f"{domain:04x}:{bus:02x}:{device:02x}.0" if bus is not None else "")
     return ids
 
 

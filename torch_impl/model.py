@@ -157,7 +157,7 @@ class SpecNet(nn.Module):
         self.body = body
 
     def _build(self, layers, norm: dict) -> nn.Sequential:
-        modules = []
+        modules: list[nn.Module] = []
         for layer in layers:
             if type(layer) not in TORCH_LAYERS:
                 raise TypeError(f"no torch build for {layer!r}")
@@ -173,9 +173,12 @@ class SpecNet(nn.Module):
         """On `device` in `dtype` (float64: the parity probe's), or each stage on its own
         device (non-blocking copies between GPUs)."""
         if self.placement is None:
-            return self.to(device, dtype, memory_format=memory_format)
+            # Module.to takes memory_format beside a device and dtype; its stubs list it alone
+            return self.to(device, dtype,  # type: ignore[call-overload]
+                           memory_format=memory_format)
         for stage, where in zip(self.body, self.placement):
-            stage.to(torch.device(where), dtype, memory_format=memory_format)
+            stage.to(torch.device(where), dtype,  # type: ignore[call-overload]
+                     memory_format=memory_format)
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -51,6 +52,8 @@ def load(reference: str, kwargs: dict) -> nn.Module:
                 raise Refused(f"{where}: no such file")
             loader = importlib.util.spec_from_file_location(f"cnncompare_port_{path.stem}",
                                                             path)
+            if loader is None or loader.loader is None:
+                raise Refused(f"{where}: Python cannot load it as a module")
             module = importlib.util.module_from_spec(loader)
             sys.modules[loader.name] = module  # torch.fx and dataclasses look classes up here
             loader.loader.exec_module(module)
@@ -120,7 +123,10 @@ def _graph(model: nn.Module) -> tuple[list[Node], dict[str, str]]:
         raise Refused(f"torch.fx cannot trace {type(model).__name__}.forward: "
                       f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
     modules = dict(model.named_modules())
-    nodes, sources, called, sizes = [], {}, set(), set()
+    nodes: list[Node] = []
+    sources: dict[str, str] = {}
+    called: set[str] = set()
+    sizes: set[str] = set()
     layouts: dict[str, str] = {}  # each tensor's (kinds.CHANNELS_FIRST...)
     for n in graph.nodes:
         if n.op == "placeholder":
@@ -140,7 +146,7 @@ def _graph(model: nn.Module) -> tuple[list[Node], dict[str, str]]:
             continue
         found = [a for a in _flat(n) if isinstance(a, torch.fx.Node) and a.name not in sizes]
         inputs = tuple(a.name for a in found if a.op != "get_attr")
-        read = [a.target for a in found if a.op == "get_attr"]
+        read = [str(a.target) for a in found if a.op == "get_attr"]  # attribute paths
         if n.op == "call_module":
             module = modules[n.target]
             where = f"layer {n.target!r} ({type(module).__name__})"
@@ -149,7 +155,7 @@ def _graph(model: nn.Module) -> tuple[list[Node], dict[str, str]]:
                 raise Refused(f"{where}: {type(module).__name__} is not a spec layer kind "
                               f"(supported: {kinds.supported(kinds.MODULES)})")
             if any(True for _ in module.parameters(recurse=False)):
-                read = [n.target]
+                read = [str(n.target)]  # a call_module node targets its module's path
         else:
             where = _where(n, model)
             build = kinds.FUNCTIONS.get(n.target)
@@ -237,9 +243,9 @@ def _without_dropout(model: nn.Module) -> nn.Module:
     for module in model.modules():
         kind = kinds.kind_of(module)
         if kind in (nn.Dropout, kinds.STOCHASTIC_DEPTH):
-            module.p = 0.0
+            setattr(module, "p", 0.0)  # a float attribute of these kinds, not a submodule
         elif kind is framework_model.SampleDropout:
-            module.rate = 0.0
+            setattr(module, "rate", 0.0)
     return model
 
 
@@ -250,7 +256,7 @@ def source_outputs(model: nn.Module, reading: porting.Reading, images: np.ndarra
     names and reshaped as `read` reshapes the weights."""
     source = _without_dropout(copy.deepcopy(model).cpu())
     logits, loss, grads = outputs(source, images, labels)
-    found = {"logits": logits, "loss": loss}
+    found: dict[str, Any] = {"logits": logits, "loss": loss}
     for name, value in reading.weights.items():
         layer, part = name.rsplit(".", 1)
         if specs.trainable(name):

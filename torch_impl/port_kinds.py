@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 import torch.fx
@@ -51,7 +52,8 @@ def _conv(m: nn.Conv2d, at: Site) -> specs.Conv:
             raise Refused(f"{at.where}: padding 'same' with an even kernel pads unevenly")
         padding = kernel // 2
     else:
-        padding = 0 if m.padding == "valid" else porting.square(m.padding, "padding", at.where)
+        padding = (0 if isinstance(m.padding, str)  # "valid"; "same" is read above
+                   else porting.square(m.padding, "padding", at.where))
     return specs.Conv(at.name, m.in_channels, m.out_channels, kernel, padding,
                       m.bias is not None, stride, m.groups)
 
@@ -83,20 +85,21 @@ def _channel_norm(m: nn.LayerNorm, at: Site) -> specs.LayerNorm:
 
 
 def _pool(kind: type, kernel, stride, padding, at: Site, ceil_mode: bool = False,
-          dilation=1, count_pad: bool = True) -> specs.MaxPool:
+          dilation=1, count_pad: bool = True) -> specs.MaxPool | specs.AvgPool:
     size = porting.square(kernel, "window", at.where)
     step = porting.square(stride if stride not in (None, ()) else kernel, "stride", at.where)
     if porting.square(dilation, "dilation", at.where) != 1:
         raise Refused(f"{at.where}: dilated pooling is not in the spec")
     pad = porting.square(padding, "padding", at.where)
-    found = {"stride": None if step == size else step, "padding": pad,
-             "ceil_mode": bool(ceil_mode)}
+    stride_or_none = None if step == size else step
     if kind is specs.AvgPool:
-        return specs.AvgPool(at.name, size, count_pad=bool(count_pad), **found)
-    return specs.MaxPool(at.name, size, **found)
+        return specs.AvgPool(at.name, size, stride=stride_or_none, padding=pad,
+                             ceil_mode=bool(ceil_mode), count_pad=bool(count_pad))
+    return specs.MaxPool(at.name, size, stride=stride_or_none, padding=pad,
+                         ceil_mode=bool(ceil_mode))
 
 
-def _avg_pool(m: nn.AvgPool2d, at: Site) -> specs.AvgPool:
+def _avg_pool(m: nn.AvgPool2d, at: Site) -> specs.MaxPool | specs.AvgPool:
     if m.divisor_override is not None:
         raise Refused(f"{at.where}: a divisor_override is not in the spec")
     return _pool(specs.AvgPool, m.kernel_size, m.stride, m.padding, at, m.ceil_mode,
@@ -110,7 +113,8 @@ def _adaptive(op: str, output_size, at: Site) -> specs.LayerSpec:
                       f"in the spec")
     if output == (1, 1):
         return (specs.GlobalAvgPool if op == "avg" else specs.GlobalMaxPool)(at.name)
-    return specs.AdaptivePool(at.name, tuple(map(int, output)), op)
+    height, width = map(int, output)
+    return specs.AdaptivePool(at.name, (height, width), op)
 
 
 def _linear(m: nn.Linear, at: Site) -> specs.LayerSpec:
@@ -128,7 +132,7 @@ def _stochastic_depth(m: nn.Module, at: Site) -> specs.Dropout | None:
     if m.mode != "row":
         raise Refused(f"{at.where}: stochastic depth in {m.mode!r} mode (one draw for the "
                       f"whole batch) is not in the spec; 'row' mode is")
-    return _dropout(m.p, at, per_sample=True)
+    return _dropout(float(getattr(m, "p")), at, per_sample=True)  # torchvision's float
 
 
 def _functional_dropout(node: torch.fx.Node, at: Site) -> None:
@@ -158,8 +162,9 @@ def _reshape(node: torch.fx.Node, at: Site) -> specs.Flatten:
     return _flatten(1, -1, at)
 
 
-def _dims(node: torch.fx.Node) -> tuple[int, ...]:
-    found = node.args[1:] or (node.kwargs.get("dims", node.kwargs.get("dim", ())),)
+def _dims(node: torch.fx.Node) -> tuple[Any, ...]:
+    """The dimensions a permute or transpose node names, each in 0..3 where an int."""
+    found: Sequence[Any] = node.args[1:] or (node.kwargs.get("dims", node.kwargs.get("dim", ())),)
     if len(found) == 1 and isinstance(found[0], (tuple, list)):
         found = found[0]
     return tuple(d % 4 if isinstance(d, int) else d for d in found)
@@ -206,7 +211,8 @@ def _multiply(node: torch.fx.Node, at: Site) -> specs.LayerSpec | str:
     read = [a for a in node.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
     if not read:
         return "multiply"
-    value = dict(at.model.named_parameters()).get(read[0].target) if len(read) == 1 else None
+    value = (dict(at.model.named_parameters()).get(str(read[0].target)) if len(read) == 1
+             else None)
     wanted = (1, 1) if at.layout == CHANNELS_FIRST else ()
     if value is None or value.dim() < 1 or tuple(value.shape[1:]) != wanted:
         raise Refused(f"{at.where}: multiplies by self.{read[0].target}; the spec's learned "
@@ -299,7 +305,7 @@ def _max_pool(n: torch.fx.Node, at: Site) -> specs.MaxPool:
                  _arg(n, 4, "dilation", 1))
 
 
-def _avg_pool_function(n: torch.fx.Node, at: Site) -> specs.AvgPool:
+def _avg_pool_function(n: torch.fx.Node, at: Site) -> specs.MaxPool | specs.AvgPool:
     if _arg(n, 6, "divisor_override") is not None:
         raise Refused(f"{at.where}: a divisor_override is not in the spec")
     return _pool(specs.AvgPool, _arg(n, 1, "kernel_size"), _arg(n, 2, "stride"),

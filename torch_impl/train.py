@@ -1,8 +1,5 @@
-"""PyTorch trainer: DataLoader, AMP, channels_last, DDP.
-
-The loop and its clock are compare.run.loop's; this module supplies the compare.run.interface
-Trainer. Run by the CLI as `python -m torch_impl.train CONFIG.json`.
-"""
+"""PyTorch trainer (DataLoader, AMP, channels_last, DDP): the compare.run.interface Trainer that
+compare.run.loop's loop and clock drive; run by the CLI as `python -m torch_impl.train CONFIG`."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -77,7 +75,7 @@ class Trainer:
         channels_last = choice.on_gpu if config.channels_last is None else config.channels_last
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.model.place(self.device, self.memory_format, self.numerics["dtype"])
-        self.train_model = self.model
+        self.train_model: Any = self.model  # DDP and torch.compile wrap it below
         self.wrapper = strategy.resolve(config.strategy, FRAMEWORK, choice.processes,
                                         choice.processes)
         # A trainer made outside train() (the parity probe, tests) joins its own group
@@ -110,7 +108,7 @@ class Trainer:
         self.train_batches = torch_data.train_pipeline(dataset, config, choice)
         self.test_batches = torch_data.test_pipeline(dataset, config, choice)
         self.steps_per_epoch = self.train_batches.steps_per_epoch
-        self.epoch_events = None
+        self.epoch_events: tuple[torch.cuda.Event, torch.cuda.Event] | None = None
         self.profiling = False  # a profiler records: the step marks its phases
         # NVML samples every GPU of the run on this machine (DDP's other local processes',
         # every model-parallel stage's; one board if shared), as TF's samples its replicas'.
@@ -123,9 +121,9 @@ class Trainer:
     def batches(self, epoch: int):
         self.train_model.train()  # evaluate() switched to eval mode
         if self.choice.on_gpu:  # CUDA events bracket the epoch's device work
-            self.epoch_events = (torch.cuda.Event(enable_timing=True),
-                                 torch.cuda.Event(enable_timing=True))
-            self.epoch_events[0].record()
+            events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            events[0].record()
+            self.epoch_events = events
         return self.train_batches.epoch(epoch)
 
     def train_steps(self, batches, lrs: list[float]) -> tuple[torch.Tensor, float]:
@@ -168,6 +166,7 @@ class Trainer:
                 group["lr"] = lr
             self.scaler.step(self.optimizer)
             self.scaler.update()
+        assert loss is not None  # a batch has one part at least
         return loss.detach()
 
     def _phase(self, name: str):
@@ -287,7 +286,7 @@ class Trainer:
         return trainer_device.peer_failures(self.choice, exc)
 
     def close(self) -> None:
-        self.train_batches = self.test_batches = None
+        self.train_batches = self.test_batches = None  # type: ignore[assignment]  # closed
         if self.owns_group and dist.is_initialized():
             dist.destroy_process_group()
             self.owns_group = False
@@ -304,12 +303,13 @@ class Trainer:
         loss = F.cross_entropy(logits.to(self.numerics["dtype"]), labels,
                                label_smoothing=self.config.label_smoothing)
         loss.backward()
-        grads = export_gradients(self.model, {n: p.grad for n, p in self.model.named_parameters()},
-                                 self.spec)
+        grads = export_gradients(self.model, {n: p.grad for n, p in self.model.named_parameters()
+                                              if p.grad is not None}, self.spec)
         self.optimizer.zero_grad(set_to_none=True)
         return logits.detach().to(self.numerics["dtype"]).cpu().numpy(), float(loss.detach()), grads
 
     def reset(self) -> None:
+        assert self.initial is not None, "a reset needs the shared initial weights"
         load_weights(self.model, self.initial, self.spec)
         self._restore_optimizer()
         self.scaler.load_state_dict(self._new_scaler)
@@ -344,9 +344,8 @@ def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     """Train as `config` says, one DDP process per replica; an exit code.
     With `resume`, continue from the checkpoint in config.out (compare.run.checkpoint)."""
     check_split(config)
-    if cluster.launch(FRAMEWORK).launcher is not None:  # torchrun started this process
-        return _train_process(config, dataset, resume)
-    if data_replicas(config) == 1:  # --parallel model: one process, its stages on devices
+    # a process torchrun started, or the only one (one replica; --parallel model's stages)
+    if cluster.launch(FRAMEWORK).launcher is not None or data_replicas(config) == 1:
         return _train_process(config, dataset, resume)
     import torch.multiprocessing as mp
     # This process only launches the DDP processes: it passes stop signals on to them and

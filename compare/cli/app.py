@@ -22,7 +22,7 @@ from compare.cli.sweep import sweep
 
 @click.group(cls=Errors, context_settings=CONTEXT)
 @click.version_option(package_name="cnncompare")
-def cli():
+def cli() -> None:
     """Train the same CNN in TensorFlow/Keras and PyTorch and compare them fairly.
 
     \b

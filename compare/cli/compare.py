@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -35,7 +36,7 @@ from compare.run import shutdown
               help="Run only this framework's runs of the comparison now (repeatable), e.g. "
                    "on a GPU machine whose TensorFlow arrives later; the parity check waits "
                    "for both, and --resume DIR runs the rest. [default: both]")
-def compare(resume_dir: str | None, frameworks: tuple[str, ...], **options):
+def compare(resume_dir: str | None, frameworks: tuple[str, ...], **options: Any) -> None:
     """Parity check, then both frameworks over several seeds, then the side-by-side report.
 
     Runs alternate tf, torch, torch, tf, ... so machine drift hits both; beside each, the

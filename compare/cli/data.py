@@ -12,7 +12,7 @@ from compare.experiment.config import RunConfig
 
 
 @click.group("data", context_settings=CONTEXT)
-def data():
+def data() -> None:
     """Fetch, inspect and cache datasets."""
 
 
@@ -22,7 +22,7 @@ def data():
 @click.option("--data-dir", type=click.Path(), default=None,
               help="Where the data is (see `run --help`).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def info(dataset: str, data_dir: str | None, as_json: bool):
+def info(dataset: str, data_dir: str | None, as_json: bool) -> None:
     """Splits, sizes, classes and their counts, source and cache path of a dataset
     (decoding it once).
 
@@ -51,7 +51,7 @@ def info(dataset: str, data_dir: str | None, as_json: bool):
 
 
 @data.command("fetch", context_settings=CONTEXT)
-def fetch():
+def fetch() -> None:
     """Download the official CIFAR-10 python archive into the cache (md5-checked).
 
     \b
@@ -65,7 +65,7 @@ def fetch():
 
 @data.command("cache", context_settings=CONTEXT)
 @click.option("--clear", is_flag=True, help="Delete the decoded-array cache (downloads stay).")
-def cache(clear: bool):
+def cache(clear: bool) -> None:
     """Show (or clear) the cache under $CNNCOMPARE_HOME.
 
     \b

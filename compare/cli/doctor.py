@@ -22,7 +22,7 @@ from compare.run import validate
               help="Examine only this framework (repeatable); exit 0 when it can train. "
                    "[default: both]")
 def doctor(model: str | None, device: str | None, as_json: bool,
-           frameworks: tuple[str, ...]):
+           frameworks: tuple[str, ...]) -> None:
     """Can each framework train here, on which device, and can the two be compared?
 
     For each framework in its own processes: versions, the GPUs it sees, the CUDA/cuDNN it

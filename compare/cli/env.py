@@ -11,7 +11,7 @@ from compare.cli.options import CONTEXT
 
 @click.command(context_settings=CONTEXT)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def env(as_json: bool):
+def env(as_json: bool) -> None:
     """What each framework sees: devices, versions, CUDA/cuDNN, TF32, precision support.
 
     \b

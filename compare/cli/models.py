@@ -49,7 +49,7 @@ def _recipe(recipe: dict) -> str:
 
 @click.command(context_settings=CONTEXT)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def models(as_json: bool):
+def models(as_json: bool) -> None:
     """Every network --model takes: parameters as the spec counts them and as each framework
     builds them (in its own process), training GFLOPs per image and the layer kinds that
     hold them, the recipe, and where the network and its target accuracy come from.

@@ -9,6 +9,7 @@ shows; every value is checked before any work starts.
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable, TypeVar
 
 import click
 
@@ -19,22 +20,26 @@ from compare.experiment.config import FRAMEWORKS, RunConfig, recipe_config
 from compare.machine import cluster
 from compare.run import validate
 
+# a command's function, as a decorator takes and gives it
+F = TypeVar("F", bound=Callable[..., Any])
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 class Errors(click.Group):
     """Every UserError and Ctrl-C as one line and an exit code (compare.errors.report)."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (UserError, KeyboardInterrupt) as exc:
             ctx.exit(errors.report(exc, debug="--debug" in sys.argv))
 
 
-def click_option(setting: settings.Setting):
+def click_option(setting: settings.Setting) -> Callable[[Callable[..., Any]], Any]:
     """A setting as a click option, its --help ending with the default it takes."""
     option, check = setting.option, setting.check
+    extra: dict[str, Any]
     if setting.owner is RunConfig:  # None: the model recipe's default, shown in the help
         default, extra = None, {}
         help_text = f"{option.help} [default: {setting.shown_default()}]"
@@ -54,7 +59,7 @@ def click_option(setting: settings.Setting):
     return click.option(option.flag, setting.dest, default=default, help=help_text, **extra)
 
 
-def run_options(f):
+def run_options(f: F) -> F:
     """The settings of a run, then --out, --quiet and --debug."""
     options = [click_option(s) for s in settings.RUN_SETTINGS] + [
         click.option("--out", type=click.Path(), default=None,
@@ -70,14 +75,14 @@ def run_options(f):
     return f
 
 
-def comparison_options(f):
+def comparison_options(f: F) -> F:
     """The settings of a comparison (seeds, the parity check)."""
     for setting in reversed(settings.COMPARISON_SETTINGS):
         f = click_option(setting)(f)
     return f
 
 
-def mixed_devices_option(f):
+def mixed_devices_option(f: F) -> F:
     return click.option("--allow-mixed-devices", is_flag=True, default=None,
                         help="Run even when one framework would train on the GPU and the "
                              "other on the CPU (e.g. TensorFlow without its CUDA libraries); "

@@ -14,7 +14,7 @@ from compare.experiment import porting
 from compare.experiment.config import FRAMEWORK_NAMES
 
 
-def _json_object(ctx, param, value: str) -> dict:
+def _json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict:
     try:
         found = json.loads(value)
     except json.JSONDecodeError as exc:
@@ -24,7 +24,8 @@ def _json_object(ctx, param, value: str) -> dict:
     return found
 
 
-def _shape(ctx, param, value: str | None) -> tuple[int, int, int] | None:
+def _shape(ctx: click.Context, param: click.Parameter,
+           value: str | None) -> tuple[int, int, int] | None:
     if value is None:
         return None
     try:
@@ -50,8 +51,9 @@ def _shape(ctx, param, value: str | None) -> tuple[int, int, int] | None:
 @click.option("--name", help="The spec's name. [default: the class's, or the file's]")
 @click.option("--quiet", is_flag=True, help="Print only the proof's line.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
-def port(kind: str, source: str, out: str, kwargs: dict, input_shape, name: str | None,
-         quiet: bool, debug: bool):
+def port(kind: str, source: str, out: str, kwargs: dict,
+         input_shape: tuple[int, int, int] | None, name: str | None, quiet: bool,
+         debug: bool) -> None:
     """Port a CNN to the other framework: read KIND SOURCE (torch FILE.py:NAME or
     package.module:NAME, NAME a module class or a function returning a module; or keras
     MODEL.keras), map every layer onto the spec's layer kinds, build the twin in the other

@@ -17,7 +17,7 @@ from compare.report import stats
 @click.option("--equivalence-margin", type=click.FloatRange(min=0, min_open=True),
               default=100 * stats.EQUIVALENCE_MARGIN, show_default=True,
               help="Accuracy equivalence margin of the TOST, in percentage points (+-).")
-def report(sources: tuple[str, ...], out: str | None, equivalence_margin: float):
+def report(sources: tuple[str, ...], out: str | None, equivalence_margin: float) -> None:
     """Rebuild report.md and report.html from saved results alone.
 
     Each SOURCE is a `compare` output directory (or any directory with result.json files

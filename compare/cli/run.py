@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -32,7 +33,8 @@ from compare.run import shutdown
               "(Keras compile + fit; a plain PyTorch loop) on the same model, weights, batches "
               "and recipe; write DIR/own-loop.json.")
 @run_options
-def run(framework: str | None, resume_dir: str | None, own_loop: bool, **options):
+def run(framework: str | None, resume_dir: str | None, own_loop: bool,
+        **options: Any) -> None:
     """Train once with one framework, in its own process; write DIR/result.json.
 
     \b
@@ -67,7 +69,7 @@ def run(framework: str | None, resume_dir: str | None, own_loop: bool, **options
         raise click.UsageError(f"--own-loop trains in one process, not under {launched.launcher}")
     # Under TF_CONFIG or torchrun only rank 0 writes the result; the others keep their
     # config and log apart, so processes sharing a filesystem never write the same file.
-    own = files.RunDir(config.out)
+    own = files.RunDir(Path(config.out))
     if not launched.is_chief:
         own = own.worker(launched.rank)
     with lock.hold(own.path, queue.replay_command()), shutdown.forwarding() as stop:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -28,7 +29,7 @@ from compare.run import shutdown
 @click.option("--framework", "frameworks", type=click.Choice(FRAMEWORKS), multiple=True,
               help="Frameworks to run (repeatable). [default: both]")
 @mixed_devices_option
-def sweep(varies: tuple[str, ...], frameworks: tuple[str, ...], **options):
+def sweep(varies: tuple[str, ...], frameworks: tuple[str, ...], **options: Any) -> None:
     """What each setting is worth, per framework: every combination of the --vary values,
     each run in its own process; writes DIR/sweep.json, sweep.md and sweep.html.
 

@@ -108,8 +108,9 @@ def vgg11(num_classes: int = 10) -> ModelSpec:
     BatchNorm and ReLU, 2x2 max pooling, a 512 -> classes classifier: 9,231,114 parameters."""
     layers: list[Layer] = []
     cin, conv = 3, 0
-    for width in (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"):
-        if width == "M":
+    plan: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
+    for width in plan:
+        if not isinstance(width, int):  # "M": a max pool
             layers.append(MaxPool(f"pool{len([x for x in layers if type(x) is MaxPool]) + 1}"))
             continue
         conv += 1
@@ -234,6 +235,8 @@ def load_reference(reference: str, num_classes: int = 10) -> ModelSpec:
             if not path.is_file():
                 raise ValueError(f"{where}: no such file")
             loader = importlib.util.spec_from_file_location(f"cnncompare_model_{path.stem}", path)
+            if loader is None or loader.loader is None:
+                raise ValueError(f"{where}: Python cannot load it as a module")
             module = importlib.util.module_from_spec(loader)
             loader.loader.exec_module(module)
         else:

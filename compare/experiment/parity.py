@@ -14,6 +14,7 @@ layer, the check falls back to float32 and its noise-floor rule, naming the laye
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -143,7 +144,9 @@ def one_ulp_up(weights: np.ndarray, epsilon: float | None) -> np.ndarray:
     return (weights * np.float32(1.0 + epsilon)).astype(np.float32)
 
 
-def first_float64_failure(spec: specs.ModelSpec, run_alone) -> str | None:
+def first_float64_failure(spec: specs.ModelSpec,
+                          run_alone: Callable[[specs.LayerSpec, tuple[int, ...]], None]
+                          ) -> str | None:
     """The first layer of `spec` that `run_alone(layer, its per-image input shape)` fails on
     (a twin's forward and backward of the layer alone, in float64 on the CPU), as
     "NAME (KIND): the framework's line"; None when every layer runs."""

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only
+    from compare.experiment.config import RunConfig
 
 PLAN_STREAM = 0xDA7A  # separate from the initial weights' stream
 # Rows of the keys both pipelines consume: image index, crop offset dy and dx, flip bit, and
@@ -85,7 +88,7 @@ class EpochBatches:
         return self
 
     def __next__(self) -> Any:
-        if not self.left:
+        if not self.left or self.iterator is None:
             raise StopIteration
         batch = next(self.iterator)
         self.took(1)
@@ -149,7 +152,8 @@ def epoch_plan(train_size: int, batch_size: int, epoch: int, seed: int,
     return EpochPlan(order.astype(np.int64), offsets, flips, cutouts)
 
 
-def run_keys(config, train_size: int, epoch: int, image_size: tuple[int, int]) -> np.ndarray:
+def run_keys(config: RunConfig, train_size: int, epoch: int,
+             image_size: tuple[int, int]) -> np.ndarray:
     """(KEY_ROWS, steps * batch) keys of `epoch` for a RunConfig: its seed, batch and
     augmentation."""
     return epoch_plan(train_size, config.batch_size, epoch, config.seed, config.augment,

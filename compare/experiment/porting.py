@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -78,6 +78,7 @@ def assemble(nodes: list[Node]) -> Chain:
         elif node.op == "same":
             chains[node.name] = chains[node.inputs[0]]
         elif node.op == "layer":
+            assert node.layer is not None  # a "layer" node carries its layer
             chains[node.name] = chains[node.inputs[0]] + (node.layer,)
             made.append((node.layer, node))
         elif node.op in specs.MERGES:
@@ -137,7 +138,7 @@ def _blocks_and_layers(layers: tuple[specs.LayerSpec, ...]) -> Iterator[specs.La
         yield from _blocks_and_layers(layer.sublayers)
 
 
-def square(value, what: str, where: str) -> int:
+def square(value: int | Sequence[int], what: str, where: str) -> int:
     """A size given as n or (n, n) as n; Refused where the two differ (the spec's kernels,
     strides, windows and paddings are square)."""
     pair = (value, value) if isinstance(value, int) else tuple(value)
@@ -151,8 +152,9 @@ def spec_of(name: str, input_shape: tuple[int, ...], layers: tuple[specs.LayerSp
     """The spec of assembled `layers` on `input_shape` images, its classes the last layer's
     outputs; Refused, naming `source` and the layer, where the layers do not fit."""
     try:
-        out = specs.output_shapes(specs.ModelSpec(name, input_shape, 0, layers))[layers[-1].name]
-        spec = specs.ModelSpec(name, tuple(input_shape), out[0] if len(out) == 1 else 0, layers)
+        c, h, w = input_shape  # (channels, height, width); a ValueError otherwise
+        out = specs.output_shapes(specs.ModelSpec(name, (c, h, w), 0, layers))[layers[-1].name]
+        spec = specs.ModelSpec(name, (c, h, w), out[0] if len(out) == 1 else 0, layers)
         specs.check(spec)
     except (ValueError, IndexError) as exc:
         raise Refused(f"{source} on {tuple(input_shape)} images: {exc}") from None
@@ -205,7 +207,8 @@ def _layer_lines(layers: tuple[specs.LayerSpec, ...], indent: int) -> list[str]:
                 lines.append(f"{pad}    ),")
             lines.append(f"{pad})),")
             continue
-        args = []
+        args: list[str] = []
+        assert dataclasses.is_dataclass(layer)  # every layer kind is a frozen dataclass
         for field in dataclasses.fields(layer):
             value = getattr(layer, field.name)
             if field.default is dataclasses.MISSING:

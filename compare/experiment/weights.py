@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from compare.experiment import specs
+
+if TYPE_CHECKING:  # annotations only
+    from compare.experiment.config import RunConfig
 
 # Separate stream from the data plan's, so changing one never shifts the other.
 INIT_STREAM = 0x1417
@@ -29,7 +33,7 @@ def initial_weights(spec: specs.ModelSpec, seed: int) -> dict[str, np.ndarray]:
             for part, value in layer.initial_weights(rng).items()}
 
 
-def for_run(spec: specs.ModelSpec, config) -> dict[str, np.ndarray] | None:
+def for_run(spec: specs.ModelSpec, config: RunConfig) -> dict[str, np.ndarray] | None:
     """The initial weights a run of `config` (a RunConfig) loads into both builds: the file
     --init-weights names, else the seed's draw; None with --no-shared-init (each framework
     initialises its own way)."""

@@ -10,11 +10,14 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from compare.experiment import datasets
 from compare.experiment.config import RunConfig
 from compare.machine import precision
+
+if TYPE_CHECKING:  # annotations only
+    from types import ModuleType
 
 TIMED_STEPS = 3  # steps timed after one warm-up step (tracing, autotuning)
 LIBRARY = re.compile(r"/(lib(?:cudart|cublas|cublasLt|cudnn|nccl|cufft|cusparse)"
@@ -51,7 +54,7 @@ def find_library(name: str) -> str | None:
     return None
 
 
-def train_steps(impl, config: RunConfig) -> dict[str, Any]:
+def train_steps(impl: ModuleType, config: RunConfig) -> dict[str, Any]:
     """In a framework process: a few real steps per precision on this config's device; the
     loaded CUDA libraries. Called by compare.run.worker for `--doctor`."""
     choice = impl.select_device(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Any
+from typing import Any, Callable
 
 from compare.machine import gpu_metrics
 
@@ -21,7 +21,7 @@ def nvml_devices() -> dict[str, Any]:
         return {"available": False, "reason": f"NVML unavailable ({exc.__class__.__name__}: {exc})"}
     unavailable: dict[str, str] = {}
 
-    def ask(field: str, query):
+    def ask(field: str, query: Callable[[], Any]) -> Any:
         try:
             value = query()
         except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported and its kin

@@ -11,7 +11,7 @@ import os
 import re
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 # Dense peak throughput in TFLOP/s per GPU, from the vendors' data sheets (no sparsity).
 # A device name matches the row whose model words it contains, the longest such row when
@@ -106,7 +106,7 @@ def cuda_visible_limit() -> int | None:
     return count
 
 
-def visible_gpu_count(pynvml) -> int:
+def visible_gpu_count(pynvml: Any) -> int:
     """The GPUs an initialised NVML shows that CUDA_VISIBLE_DEVICES leaves visible."""
     boards = int(pynvml.nvmlDeviceGetCount())
     limit = cuda_visible_limit()
@@ -200,7 +200,7 @@ class NvmlSampler:
         self.started = time.perf_counter()
         self.thread.start()
 
-    def _read(self, field: str, query) -> float | None:
+    def _read(self, field: str, query: Callable[[Any, Any], float]) -> float | None:
         """`query` summed over the GPUs, or None (the first refusal is kept in unavailable)."""
         if field in self.unavailable:
             return None
@@ -295,7 +295,7 @@ class NoSampler:
         pass
 
 
-def sampler(indices: list[int] | None):
+def sampler(indices: list[int] | None) -> NvmlSampler | NoSampler:
     """An NvmlSampler for these GPU indices, or a NoSampler with the reason."""
     if not indices:
         return NoSampler("CPU run: no GPU to sample")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from compare.experiment.config import RunConfig
 from compare.experiment.frameworks import FRAMEWORK_PACKAGES
@@ -35,7 +36,7 @@ def measurement_key(model: str) -> str:
     frameworks' installed versions (read from their metadata, neither imported)."""
     from importlib import metadata
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for package in FRAMEWORK_PACKAGES.values():
         try:
             versions[package] = metadata.version(package)
@@ -135,7 +136,7 @@ def nvml_capability() -> tuple[int, int] | None:
             pass
 
 
-def _has_gpu(pynvml) -> bool:
+def _has_gpu(pynvml: Any) -> bool:
     try:
         return gpu_metrics.visible_gpu_count(pynvml) > 0
     except Exception:  # noqa: BLE001

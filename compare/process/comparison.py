@@ -9,6 +9,7 @@ import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compare import files, report
 from compare.errors import EXIT_FAILED, UserError
@@ -20,6 +21,9 @@ from compare.machine import precision
 from compare.process import parity_check, runner, same_device, timing, warm
 from compare.process.queue import QueuedRun, replay_command, run_queue, seed_order
 from compare.run import shutdown
+
+if TYPE_CHECKING:  # annotations only
+    from rich.console import Console
 
 
 def compare_frameworks(config: RunConfig, comparison: ComparisonConfig, out: Path,
@@ -93,11 +97,11 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
     planned = planned_runs(config, comparison, directory, resume, device_kind)
     queue = [q for q in planned if q.config.framework in selected]
     later = [q for q in planned if q.config.framework not in selected]
-    earlier = [files.RunDir(q.config.out).result for q in later
-               if files.RunDir(q.config.out).result.exists()]
+    earlier = [files.RunDir(Path(q.config.out)).result for q in later
+               if files.RunDir(Path(q.config.out)).result.exists()]
     waiting = [_not_run(q, f"not run yet: this invocation ran {_names(selected)} alone "
                            f"(cnncompare compare --resume {out} runs the rest)")
-               for q in later if not files.RunDir(q.config.out).result.exists()]
+               for q in later if not files.RunDir(Path(q.config.out)).result.exists()]
     order = order_note(invocations)
     stop = shutdown.parent_stop()
     if stop is not None:  # stopped during the parity check: report that nothing ran
@@ -222,7 +226,7 @@ def _names(frameworks: tuple[str, ...]) -> str:
     return " and ".join(FRAMEWORK_NAMES[fw] for fw in frameworks)
 
 
-def _print_verdict(out: Path, console) -> None:
+def _print_verdict(out: Path, console: Console) -> None:
     """The report's opening sentences, on the terminal too (from the summary just written)."""
     summary = files.read_json_or_empty(files.ComparisonDir(out).summary)
     for sentence in summary.get("verdict") or report.verdict_sentences(summary):

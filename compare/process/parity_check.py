@@ -5,6 +5,7 @@ their comparison are compare.experiment.parity's."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
@@ -100,7 +101,7 @@ def _probes(config: RunConfig, directory: Path, steps: int, floors: tuple[str, .
             for name in _names(framework, floored):
                 (folder / f"{name}.npz").unlink(missing_ok=True)
 
-    def probe(framework: str):
+    def probe(framework: str) -> tuple[int, str | None]:
         floor = directory / f"{framework}-perturbed.npz" if framework in floors else None
         follow = None
         if then is not None:
@@ -111,7 +112,7 @@ def _probes(config: RunConfig, directory: Path, steps: int, floors: tuple[str, .
                                 directory / f"{framework}.npz", steps, floor=floor,
                                 then=follow)
     # Untimed, and mostly process start-up: two at a time
-    done = runner.concurrently([lambda fw=fw: probe(fw) for fw in FRAMEWORKS])
+    done = runner.concurrently([functools.partial(probe, fw) for fw in FRAMEWORKS])
     found = []
     for _, folder, floored in wanted:
         probed = Probed({}, {})

@@ -12,12 +12,16 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from compare.experiment.config import FRAMEWORKS, RunConfig
 from compare.process import runner
 from compare.run import progress as progress_lines
 from compare.run import shutdown
+
+if TYPE_CHECKING:  # annotations only
+    from rich.console import Console
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,8 @@ class QueueResult:
         return EXIT_OK if done else EXIT_FAILED
 
 
-def run_queue(queue: list[QueuedRun], title: str, quiet: bool, console) -> QueueResult:
+def run_queue(queue: list[QueuedRun], title: str, quiet: bool,
+              console: Console) -> QueueResult:
     """Run every queued config in its own subprocess, in order, with one progress bar."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     outcomes: list[tuple[QueuedRun, runner.Outcome | None]] = []
@@ -74,7 +79,7 @@ def run_queue(queue: list[QueuedRun], title: str, quiet: bool, console) -> Queue
             progress.update(task, description=label, last="")  # no figures of the run before
             epochs_before = progress.tasks[0].completed
 
-            def on_line(line: str, label=label) -> None:
+            def on_line(line: str, label: str = label) -> None:
                 window = progress_lines.window_text(line)
                 if window is not None:  # live, within an epoch: shown, never printed
                     progress.update(task, last=window[:70])
@@ -105,7 +110,7 @@ def replay_command() -> str:
 def seed_order(seeds: int, first_seed: int) -> list[tuple[str, int]]:
     """tf, torch, torch, tf, tf, torch, ...: each framework goes first equally often, so
     slow drift of the machine (clocks, thermals, caches) hits both alike."""
-    order = []
+    order: list[tuple[str, int]] = []
     for i in range(seeds):
         pair = FRAMEWORKS if i % 2 == 0 else FRAMEWORKS[::-1]
         order.extend((framework, first_seed + i) for framework in pair)

@@ -125,6 +125,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
     argv = command(config_path, config.framework, (*extra, *(("--resume",) if resume else ())))
     last_error = None
     timing = {"launched": time.time()}
+    process: subprocess.Popen[str] | warm.ForkedProcess
     if on_line is None:
         process = subprocess.Popen(argv, env=child_environment(), stderr=subprocess.PIPE, text=True)
         stream = process.stderr
@@ -134,6 +135,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
                    or subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True))
         stream = process.stdout
+    assert stream is not None  # a pipe was asked for
     interrupted = False
     with shutdown.watching(process), open(own.log, "a") as log:
         while True:
@@ -214,7 +216,7 @@ def record_death(result_path: Path, code: int, log_path: Path) -> str:
     return reason
 
 
-def _wait(process: subprocess.Popen) -> int:
+def _wait(process: subprocess.Popen[str] | warm.ForkedProcess) -> int:
     while True:
         try:
             return process.wait()
@@ -286,6 +288,7 @@ def framework_call(framework: str, module: str, args: list[str],
     if forked is None:
         return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     output = forked.communicate(timeout)
+    assert forked.returncode is not None  # communicate waited for it
     return subprocess.CompletedProcess(argv, forked.returncode, output, output)
 
 

@@ -8,6 +8,8 @@ kind it would train on, and refuse a mixed pair unless --allow-mixed-devices say
 
 from __future__ import annotations
 
+import functools
+
 from compare.errors import UserError
 from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
 from compare.machine import devices
@@ -25,7 +27,7 @@ def check_same_device(configs: list[RunConfig]) -> dict[str, str]:
     if not devices.nvidia_gpus():  # no NVIDIA driver or GPU: every framework trains on the CPU
         return {fw: "cpu" for fw in frameworks}
     environments = dict(zip(frameworks, runner.concurrently(
-        [lambda fw=fw: runner.framework_environment(fw) for fw in frameworks])))
+        [functools.partial(runner.framework_environment, fw) for fw in frameworks])))
     seen = {fw: devices.device_kind(env, "auto") for fw, env in environments.items()}
     kinds = {fw: kind for fw, (kind, _) in seen.items()}
     if len(set(kinds.values())) > 1:

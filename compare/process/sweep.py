@@ -12,7 +12,7 @@ import itertools
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from compare import files, schema
 from compare.errors import UserError
@@ -23,6 +23,9 @@ from compare.process import runner, same_device, timing, warm
 from compare.process.queue import QueuedRun, run_queue
 from compare.report import sweep as sweep_report
 from compare.run.validate import check_against_data, check_config
+
+if TYPE_CHECKING:  # annotations only
+    from rich.console import Console
 
 
 def combinations(config: RunConfig, varies: list[tuple[str, list[Any]]],
@@ -73,7 +76,7 @@ def run_sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], frameworks
 
 
 def _sweep(config: RunConfig, varies: list[tuple[str, list[Any]]], out: Path, command: str,
-           todo: list, console) -> int:
+           todo: list, console: Console) -> int:
     """run_sweep's work, inside its fork servers: the device check and every run."""
     same_device.check_same_device([run_config for _, _, run_config in todo])
     directory = files.SweepDir(out)

@@ -10,9 +10,15 @@ result's epochs (compare.run.loop's clock); a stage a process did not reach is b
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compare import schema
 from compare.process import runner
+
+if TYPE_CHECKING:  # annotations only
+    from rich.table import Table
+
+    from compare.process.queue import QueuedRun
 
 COLUMNS = ("start", "import", "data", "build", "first epoch", "later epochs", "evaluation",
            "rest", "process")
@@ -55,7 +61,7 @@ def _epochs(outcome: runner.Outcome) -> tuple[list[float], float | None]:
 
 
 def table(rows: list[tuple[str, runner.Outcome | None]], stages: dict[str, float],
-          total: float):
+          total: float) -> Table:
     """A rich Table: a row per process that ran, the sum of each column, the command's own
     stages (`stages`: name -> seconds) and its total wall time."""
     from rich.table import Table
@@ -72,8 +78,8 @@ def table(rows: list[tuple[str, runner.Outcome | None]], stages: dict[str, float
             sums[column] += value or 0.0
         out.add_row(label, *(_cell(seconds[c]) for c in COLUMNS))
     out.add_row("all processes", *(_cell(sums[c]) for c in COLUMNS), end_section=True)
-    for name, seconds in stages.items():
-        out.add_row(name, *([""] * (len(COLUMNS) - 1)), _cell(seconds))
+    for name, stage_s in stages.items():
+        out.add_row(name, *([""] * (len(COLUMNS) - 1)), _cell(stage_s))
     out.add_row("command", *([""] * (len(COLUMNS) - 1)), _cell(total))
     return out
 
@@ -82,7 +88,8 @@ def _cell(value: float | None) -> str:
     return "" if value is None else f"{value:.2f}"
 
 
-def queued_rows(outcomes) -> list[tuple[str, runner.Outcome | None]]:
+def queued_rows(outcomes: list[tuple[QueuedRun, runner.Outcome | None]]
+                ) -> list[tuple[str, runner.Outcome | None]]:
     """(label, outcome) of a queue's outcomes (compare.process.queue.QueueResult.outcomes)."""
     return [(queued.label, outcome) for queued, outcome in outcomes]
 

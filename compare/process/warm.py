@@ -119,7 +119,7 @@ class ForkedProcess:
                 pass
             reader.join()
             self.wait()
-            raise subprocess.TimeoutExpired(self.pid, timeout)
+            raise subprocess.TimeoutExpired(f"forked process {self.pid}", timeout)
         self.wait()
         return "".join(chunks)
 
@@ -152,7 +152,7 @@ class ForkedProcess:
 class Pool:
     """The servers of one command, one per (interpreter, framework), started at first use."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.servers: dict[tuple[str, str], Server] = {}
         self.locks: dict[tuple[str, str], threading.Lock] = {}
         self.lock = threading.Lock()

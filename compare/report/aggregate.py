@@ -37,13 +37,15 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
     def completed(fw: str) -> list[dict]:
         return [r for r in by_framework.get(fw, []) if r["summary"].get("status") == "completed"]
 
-    frameworks = {}
+    frameworks: dict[str, dict[str, Any]] = {}
     for fw, fw_runs in by_framework.items():
-        entry = {"runs": len(fw_runs), "completed": len(completed(fw)),
-                 "statuses": {r["path"]: r["summary"].get("status") for r in fw_runs},
-                 "pipelines": sorted({_pipeline_kind(r) for r in fw_runs} - {None}),
-                 "device_kinds": sorted({(r.get("fairness") or {}).get("device_kind")
-                                         for r in fw_runs} - {None})}
+        pipelines = {kind for r in fw_runs if (kind := _pipeline_kind(r)) is not None}
+        kinds = {kind for r in fw_runs
+                 if (kind := (r.get("fairness") or {}).get("device_kind")) is not None}
+        entry: dict[str, Any] = {
+            "runs": len(fw_runs), "completed": len(completed(fw)),
+            "statuses": {r["path"]: r["summary"].get("status") for r in fw_runs},
+            "pipelines": sorted(pipelines), "device_kinds": sorted(kinds)}
         for figure in figures.FIGURES:  # each on its scale
             values = [figure.read(r["summary"]) for r in completed(fw)]
             if figure.scale == "positive":
@@ -54,11 +56,12 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
         frameworks[fw] = entry
 
     def per_seed(fw: str, key: str) -> dict[int, float | None]:
-        return {seed_of(r): figures.BY_KEY[key].read(r["summary"]) for r in completed(fw)}
+        return {seed: figures.BY_KEY[key].read(r["summary"]) for r in completed(fw)
+                if (seed := seed_of(r)) is not None}
 
     first = {fw: next((r for r in by_framework.get(fw, []) if r.get("environment")), None)
              for fw in FRAMEWORKS}
-    base_config = next((r["config"] for r in runs if r.get("config")), {})
+    base_config: dict[str, Any] = next((r["config"] for r in runs if r.get("config")), {})
     environment = {fw: (r or {}).get("environment") for fw, r in first.items()}
     accuracy = (per_seed("tf", figures.DIFFERENCE_KEY), per_seed("torch", figures.DIFFERENCE_KEY))
     summary = {
@@ -67,7 +70,7 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
         "command": command,
         "config": {k: v for k, v in base_config.items()
                    if k not in ("framework", "seed", "out", "quiet")},
-        "seeds": sorted({seed_of(r) for r in runs if seed_of(r) is not None}),
+        "seeds": sorted({seed for r in runs if (seed := seed_of(r)) is not None}),
         "parity": parity,
         "frameworks": frameworks,
         "ratios": {key: stats.paired_ratio(per_seed("tf", key), per_seed("torch", key))

@@ -132,7 +132,7 @@ def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
         platform = (run.get("environment") or {}).get("platform") or (
             next(iter(hosts[directory])) if len(hosts[directory]) == 1 else None)
         units.setdefault((str(directory), *_run_key(run), platform), []).append(run)
-    pooled: dict[tuple, list[dict]] = {}
+    pooled: dict[tuple, list[list[dict]]] = {}
     for key, unit in units.items():
         environment = {fw: next((r.get("environment") for r in unit if r["framework"] == fw
                                  and r.get("environment")), None) for fw in FRAMEWORKS}
@@ -140,7 +140,8 @@ def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
     groups = []
     for units_of_group in pooled.values():
         group_runs = [r for unit in units_of_group for r in unit]
-        parity, command, planned, order = None, None, [], None
+        parity, command, order = None, None, None
+        planned: list[dict] = []
         for directory in dict.fromkeys(where[id(r)] for r in group_runs):
             previous = files.read_json_or_empty(files.ComparisonDir(directory).summary)
             if isinstance(previous.get("groups"), list):

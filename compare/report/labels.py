@@ -30,10 +30,10 @@ def device_label(environment: dict | None) -> str | None:
 def machine_of(environment: dict[str, dict | None]) -> dict[str, Any]:
     """{id, device, host, named}: where a comparison ran (see MACHINE_IDENTITY); `named` is
     the device as a reader knows it (a CPU's model, cores and instructions)."""
-    labels = {fw: device_label(env) for fw, env in environment.items() if device_label(env)}
+    labels = {fw: label for fw, env in environment.items() if (label := device_label(env))}
     hosts = sorted({env["platform"] for env in environment.values() if env and env.get("platform")})
-    names = {fw: ((env or {}).get("hardware") or {}).get("named") or labels.get(fw)
-             for fw, env in environment.items() if labels.get(fw)}
+    names: dict[str, str] = {fw: ((env or {}).get("hardware") or {}).get("named") or labels[fw]
+                             for fw, env in environment.items() if fw in labels}
     if len(set(labels.values())) > 1:  # a comparison deliberately run on mixed devices
         device = "; ".join(f"{FRAMEWORK_NAMES[fw]} on {d}" for fw, d in sorted(labels.items()))
         named = "; ".join(f"{FRAMEWORK_NAMES[fw]} on {d}" for fw, d in sorted(names.items()))

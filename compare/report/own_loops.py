@@ -78,9 +78,8 @@ def sentence(summary: dict, mark: str = "") -> str | None:
     words the per-seed interval (or range) supports; `mark` follows its measure (e.g. ", too
     short to time")."""
     own = summary.get("own_loops") or {}
-    parts = [words.loop_ratio((own.get(fw) or {}).get("time_ratio") or {}, OWN_LOOP_NAMES[fw],
-                              CAVEAT_RATIO) for fw in FRAMEWORKS]
-    parts = [p for p in parts if p]
+    parts = [p for fw in FRAMEWORKS if (p := words.loop_ratio(
+        (own.get(fw) or {}).get("time_ratio") or {}, OWN_LOOP_NAMES[fw], CAVEAT_RATIO))]
     if not parts:
         return None
     n = min(len((own.get(fw) or {}).get("seeds") or []) for fw in FRAMEWORKS if own.get(fw))

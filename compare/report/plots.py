@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,10 +14,14 @@ from compare.experiment.config import FRAMEWORK_NAMES
 from compare.experiment.frameworks import FRAMEWORKS
 from compare.report.labels import seed_of
 
+if TYPE_CHECKING:  # annotations only
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
 COLOURS = {"tf": "#e8710a", "torch": "#1f5fbf"}
 
 
-def svg(fig) -> str:
+def svg(fig: Figure) -> str:
     """An inline <svg> element (no XML prolog, no DOCTYPE: nothing that points outside)."""
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", bbox_inches="tight")
@@ -72,11 +77,11 @@ def headline(runs: list[dict]) -> str:
     return svg(fig)
 
 
-def draw_headline(ax, runs: list[dict]) -> None:
+def draw_headline(ax: Axes, runs: list[dict]) -> None:
     """The headline figure on the axes `ax` (the report's, and the README's picture)."""
     runs = [r for r in runs if not r.get("unreadable") and r["epochs"]]
     dashes = ("-", "--", ":", "-.")
-    seeds = sorted({seed_of(r) for r in runs if seed_of(r) is not None})
+    seeds = sorted({seed for r in runs if (seed := seed_of(r)) is not None})
     for run in sorted(runs, key=lambda r: (r["framework"], seed_of(r) or 0)):
         fw, seed = run["framework"], seed_of(run)
         elapsed = np.cumsum([e["train_time_s"] for e in run["epochs"]])
@@ -91,18 +96,19 @@ def draw_headline(ax, runs: list[dict]) -> None:
         ax.legend(fontsize=8, loc="lower right")
 
 
-def _curves_figure(runs: list[dict]):
+def _curves_figure(runs: list[dict]) -> Figure:
     """Per-step training loss (EMA), test accuracy against time and per epoch, test loss."""
     import matplotlib.pyplot as plt
     dashes = ("-", "--", ":", "-.")  # one line style per seed, one colour per framework
-    seeds = sorted({seed_of(r) for r in runs if seed_of(r) is not None})
+    seeds = sorted({seed for r in runs if (seed := seed_of(r)) is not None})
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     loss_ax, time_ax, epoch_ax, test_loss_ax = axes.flat
     for run in sorted(runs, key=lambda r: (r["framework"], seed_of(r) or 0)):
         fw = run["framework"]
         # TF wide underneath, PyTorch narrow on top: identical curves (fp32 parity) stay visible.
-        style = {"color": COLOURS[fw], "linestyle": dashes[seeds.index(seed_of(run)) % len(dashes)]
-                 if seed_of(run) in seeds else "-",
+        seed = seed_of(run)
+        style = {"color": COLOURS[fw], "linestyle": dashes[seeds.index(seed) % len(dashes)]
+                 if seed is not None and seed in seeds else "-",
                  "linewidth": 2.6 if fw == "tf" else 1.2, "zorder": 2 if fw == "tf" else 3,
                  "label": f"{FRAMEWORK_NAMES[fw]} seed {seed_of(run)}"}
         steps = files.read_csv(files.RunDir(Path(run["path"]).parent).steps)
@@ -140,7 +146,7 @@ def _curves_figure(runs: list[dict]):
     return fig
 
 
-def _step_time_figure(runs: list[dict]):
+def _step_time_figure(runs: list[dict]) -> Figure:
     """Every steady-state window's ms per step, a box per framework with the windows drawn."""
     import matplotlib.pyplot as plt
     import matplotlib.ticker
@@ -177,7 +183,7 @@ def _step_time_figure(runs: list[dict]):
     return fig
 
 
-def _breakdown_figure(runs: list[dict]):
+def _breakdown_figure(runs: list[dict]) -> Figure:
     """Mean seconds per framework: warm-up, later epochs, input wait, evaluation."""
     import matplotlib.pyplot as plt
     parts = ("warm-up (epoch 1)", "later epochs", "input wait", "evaluation")

@@ -6,13 +6,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from compare import files
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.report import sections, tables
 from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
 from compare.report.verdict import verdict_sentences
+
+if TYPE_CHECKING:  # annotations only
+    import jinja2
+    import markdown
 
 
 @dataclass
@@ -81,7 +85,7 @@ OVERVIEW_COLUMNS = {"Machine (device)": "device", "Host": "host", "Precision": "
                     "PyTorch final accuracy": "torch_accuracy", "Source": "source"}
 
 
-def environment():
+def environment() -> jinja2.Environment:
     import jinja2
     import markdown
     import markupsafe
@@ -95,7 +99,7 @@ def environment():
     block = markdown.Markdown(extensions=["sane_lists"])
     inline = markdown.Markdown()
 
-    def html(converter, text) -> str:
+    def html(converter: markdown.Markdown, text: str) -> str:
         return converter.reset().convert(
             str(markupsafe.escape(text)).replace("&#34;", '"').replace("&#39;", "'"))
     env.filters["md"] = lambda text: markupsafe.Markup(html(block, text))
@@ -111,5 +115,5 @@ def render(groups: list[Group], out_dir: Path) -> list[Path]:
     written = []
     for name in files.REPORT_PAGES:
         text = env.get_template(f"{name}.j2").render(**context)
-        written.append(files.write_atomic(Path(out_dir) / name, lambda f, t=text: f.write(t)))
+        written.append(files.write_text(Path(out_dir) / name, text))
     return written

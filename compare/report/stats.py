@@ -17,7 +17,7 @@ Each result carries `method`, the words the report prints under "how measured".
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -41,7 +41,7 @@ def _clean(values: Iterable[float | None]) -> np.ndarray:
     return np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
 
 
-def _scipy():
+def _scipy() -> tuple[Any, Any]:
     """(scipy.special, scipy.stats), imported at first use: scipy.stats takes about a second
     to import, which commands that compute no statistic (run, doctor, --help) need not pay."""
     from scipy import special, stats
@@ -126,11 +126,12 @@ def proportion_interval(values: Iterable[float | None], trials: int | None = Non
             "high": float(special.expit(centre_logit + half))}
 
 
-def paired_ratio(numerator: dict[int, float | None], denominator: dict[int, float | None]) -> dict:
+def paired_ratio(numerator: Mapping[int, float | None],
+                 denominator: Mapping[int, float | None]) -> dict:
     """Geometric-mean ratio over seeds present in both, with a t interval on log ratios."""
-    seeds = sorted(s for s in numerator if s in denominator
-                   and _positive(numerator[s]) and _positive(denominator[s]))
-    ratios = np.array([numerator[s] / denominator[s] for s in seeds])
+    pairs = _paired(numerator, denominator, _positive)
+    seeds = [s for s, _, _ in pairs]
+    ratios = np.array([x / y for _, x, y in pairs])
     if len(ratios) == 0:
         return {"ratio": None, "low": None, "high": None, "interval": None, "n": 0, "seeds": [],
                 "method": "no seed completed in both frameworks"}
@@ -174,10 +175,11 @@ def seeds_to_resolve(ratio: dict, threshold: float = 1.0) -> int | None:
     return None
 
 
-def paired_difference(a: dict[int, float | None], b: dict[int, float | None]) -> dict:
+def paired_difference(a: Mapping[int, float | None], b: Mapping[int, float | None]) -> dict:
     """Mean of a - b over seeds present in both, with a t interval (range for two seeds)."""
-    seeds = sorted(s for s in a if s in b and a[s] is not None and b[s] is not None)
-    d = np.array([a[s] - b[s] for s in seeds], dtype=float)
+    pairs = _paired(a, b)
+    seeds = [s for s, _, _ in pairs]
+    d = np.array([x - y for _, x, y in pairs], dtype=float)
     if len(d) == 0:
         return {**_empty(), "seeds": []}
     if len(d) < MIN_SEEDS_FOR_T:
@@ -188,7 +190,7 @@ def paired_difference(a: dict[int, float | None], b: dict[int, float | None]) ->
             "n": int(len(d)), "seeds": seeds, "method": DIFFERENCE_METHOD}
 
 
-def equivalence_test(a: dict[int, float | None], b: dict[int, float | None],
+def equivalence_test(a: Mapping[int, float | None], b: Mapping[int, float | None],
                      margin: float = EQUIVALENCE_MARGIN) -> dict:
     """TOST on the paired per-seed differences a - b: are they within +-margin?
 
@@ -196,8 +198,9 @@ def equivalence_test(a: dict[int, float | None], b: dict[int, float | None],
     both reject at EQUIVALENCE_ALPHA, i.e. when the 90% interval lies inside the margin.
     `equivalent` is None when fewer than two seeds were paired (no variance to test with).
     """
-    seeds = sorted(s for s in a if s in b and a[s] is not None and b[s] is not None)
-    d = np.array([a[s] - b[s] for s in seeds], dtype=float)
+    pairs = _paired(a, b)
+    seeds = [s for s, _, _ in pairs]
+    d = np.array([x - y for _, x, y in pairs], dtype=float)
     entry = {"margin": margin, "alpha": EQUIVALENCE_ALPHA, "n": int(len(d)), "seeds": seeds,
              "mean": float(d.mean()) if len(d) else None,
              "method": f"TOST: two one-sided paired t tests of the per-seed differences against "
@@ -216,6 +219,14 @@ def equivalence_test(a: dict[int, float | None], b: dict[int, float | None],
     half = t_90 * d.std(ddof=1) / math.sqrt(len(d))
     return {**entry, "p_value": p_value, "equivalent": p_value < EQUIVALENCE_ALPHA,
             "ci90_low": float(d.mean() - half), "ci90_high": float(d.mean() + half)}
+
+
+def _paired(a: Mapping[int, float | None], b: Mapping[int, float | None],
+            usable: Callable[[float | None], bool] = lambda v: v is not None,
+            ) -> list[tuple[int, float, float]]:
+    """(seed, a's value, b's value) for each seed where both values are usable, by seed."""
+    return sorted((s, x, y) for s, x in a.items() if s in b and usable(x) and usable(y := b[s])
+                  and x is not None and y is not None)
 
 
 def _positive(v: float | None) -> bool:

@@ -151,5 +151,5 @@ def write(out: Path, rows: list[dict], varies: list[tuple[str, list[Any]]],
                "names": FRAMEWORK_NAMES}
     for page in directory.pages:
         text = env.get_template(f"{page.name}.j2").render(**context)
-        paths.append(files.write_atomic(page, lambda f, t=text: f.write(t)))
+        paths.append(files.write_text(page, text))
     return paths

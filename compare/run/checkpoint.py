@@ -48,7 +48,7 @@ def save(out: Path, trainer: Trainer, config: RunConfig, epochs_done: int,
 
 def load(config: RunConfig) -> dict[str, Any] | None:
     """The checkpoint in config.out, checked against `config`; None when there is none."""
-    out, run = Path(config.out), files.RunDir(config.out)
+    out, run = Path(config.out), files.RunDir(Path(config.out))
     if not run.checkpoint.exists():
         return None
     try:

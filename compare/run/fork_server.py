@@ -29,6 +29,7 @@ import socket
 import sys
 import time
 import traceback
+from typing import Any
 
 from compare.run import shutdown
 
@@ -43,7 +44,7 @@ def main(argv: list[str]) -> None:
     state: dict = {"child": None, "stop": None}
     handlers = {s: signal.getsignal(s) for s in shutdown.STOP_SIGNALS}
 
-    def on_stop(signum, frame) -> None:
+    def on_stop(signum: int, frame: Any) -> None:
         state["stop"] = state["stop"] or signum
         if state["child"] is not None:
             try:

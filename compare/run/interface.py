@@ -58,6 +58,16 @@ class DeviceChoice:
         return self.rank == 0
 
 
+class ScalarWriter(Protocol):
+    """TensorBoard events through the framework's own summary writer."""
+
+    def scalars(self, tag: str, values: list[float], steps: list[int]) -> None:
+        """A series: value i at step steps[i]."""
+
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
 class Training(Protocol):
     """One framework's model, optimizer and pipelines, as compare.run.loop drives them."""
 
@@ -96,9 +106,7 @@ class Training(Protocol):
     # not from the config: {"compiler", "compiled", and the compiler's own counts}.
     def compilation(self) -> dict[str, Any]: ...
     def loss_scale(self) -> float | None: ...  # the dynamic loss scale now; None unscaled
-    # .scalars(tag, values, steps) (a series: value i at step steps[i]), .flush(), .close():
-    # TensorBoard events through the framework's own summary writer
-    def scalar_writer(self, directory: Path) -> Any: ...
+    def scalar_writer(self, directory: Path) -> ScalarWriter: ...
     def close(self) -> None: ...
 
 

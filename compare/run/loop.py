@@ -92,7 +92,7 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                     display.start_epoch(epoch)
                     record, global_step = _train_epoch(trainer, config, recorder, display, nvml,
                                                        windows, epoch, global_step, total_steps)
-                    if chief:
+                    if recorder is not None:  # the chief
                         with shutdown.shielded():  # result, model and checkpoint agree
                             recorder.add_epoch(record, trainer.save_model(recorder.out))
                             checkpoint.save(recorder.out, trainer, config, epoch,
@@ -110,8 +110,9 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
             _note(recorder, str(exc))
         except Exception as exc:  # noqa: BLE001 - every failure must still leave a valid result
             status, code = "failed", EXIT_FAILED
-            if shutdown.stop_received() is not None:  # a DDP peer or loader worker stopped first
-                status, code = "interrupted", 128 + shutdown.stop_received()
+            stopped_by = shutdown.stop_received()
+            if stopped_by is not None:  # a DDP peer or loader worker stopped first
+                status, code = "interrupted", 128 + stopped_by
                 _interrupted(trainer, recorder, f"{exc.__class__.__name__} after a stop signal")
             elif trainer.is_out_of_memory(exc):
                 smaller = max(trainer.replicas, config.batch_size // 2)
@@ -125,13 +126,13 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                 _peers(trainer, recorder, exc)
                 if config.debug:
                     display.close()
-                    if chief:
+                    if recorder is not None:
                         recorder.finish(status)
                     raise
         finally:
             display.close()
             nvml.close()
-        if chief:
+        if recorder is not None:
             recorder.finish(status)
             if status == "completed":
                 checkpoint.remove(recorder.out)
@@ -139,7 +140,8 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
 
 
 def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
-                 display: ProgressDisplay, nvml, windows: "_Windows", epoch: int,
+                 display: ProgressDisplay, nvml: gpu_metrics.NvmlSampler | gpu_metrics.NoSampler,
+                 windows: "_Windows", epoch: int,
                  global_step: int, total_steps: int) -> tuple[dict[str, Any], int]:
     """One epoch's training in calls of trainer.steps_per_call steps (the last call takes
     what is left), timed in synchronised windows of whole calls, then its evaluation."""
@@ -192,13 +194,14 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     eval_time = time.perf_counter() - eval_start
     trainer.reset_peak_memory()  # the next epoch's peak is its own
     images = steps * config.batch_size
-    record = {"epoch": epoch, "train_loss": float(np.mean(epoch_losses)),
-              "test_loss": test_loss, "test_accuracy": test_accuracy,
-              "train_time_s": train_time, "eval_time_s": eval_time,
-              "images_per_s": images / train_time, "images": images,
-              "input_wait_s": wait_s, "steps": steps,
-              "device_time_s": device_time, "peak_device_memory_bytes": peak_bytes,
-              "host_rss_bytes": host_rss(), "gpu": gpu, "loss_scale": trainer.loss_scale()}
+    record: dict[str, Any] = {
+        "epoch": epoch, "train_loss": float(np.mean(epoch_losses)),
+        "test_loss": test_loss, "test_accuracy": test_accuracy,
+        "train_time_s": train_time, "eval_time_s": eval_time,
+        "images_per_s": images / train_time, "images": images,
+        "input_wait_s": wait_s, "steps": steps,
+        "device_time_s": device_time, "peak_device_memory_bytes": peak_bytes,
+        "host_rss_bytes": host_rss(), "gpu": gpu, "loss_scale": trainer.loss_scale()}
     if trainer.choice.processes > 1:  # a collective: every process gets here each epoch
         record["processes"] = per_process(trainer, train_time, wait_s, step_ms)
     return record, global_step
@@ -238,7 +241,7 @@ class _Windows:
         self.target_s = config.timing_window_s
         self.sizing = config.timing_window is None
         self.agree = agree
-        if not self.sizing:
+        if config.timing_window is not None:
             self.calls = math.ceil(config.timing_window / steps_per_call)
         else:  # several processes keep one fixed size through the first epoch (agree below)
             self.calls = 1 if agree is None else math.ceil(FIRST_WINDOW_STEPS / steps_per_call)
@@ -295,14 +298,15 @@ def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | Non
     total = steps * config.epochs
     lr = learning_rate(config, min(global_step, total) - 1, total)
 
-    def run(batches, count: int) -> None:
+    def run(batches: Any, count: int) -> None:
         done = 0
         while done < count:
             size = min(per_call, count - done)
             trainer.train_steps(batches, [lr] * size)  # losses unread: no figure uses them
             done += size
 
-    failure, capture, started = None, None, False
+    failure: Exception | str | None = None
+    capture, started = None, False
     try:
         batches = trainer.batches(config.epochs)  # 0-based: the epoch after the last
         run(batches, warm_steps)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +25,12 @@ def write_probe(trainer: ProbeTrainer, config: RunConfig, path: Path, steps: int
     in (float32, or bfloat16/float16 under mixed precision, where a float32 ulp would vanish
     in the cast), to measure how far rounding alone carries the same framework. The trainer
     starts from its reset state, so one that has probed before probes as a new one would."""
+    initial = trainer.initial
+    assert initial is not None  # the probe's configs share the initial weights (parity.py)
     if perturb:
-        trainer.initial = {name: parity.one_ulp_up(w, parity.compute_epsilon(trainer.manifest()))
-                           for name, w in trainer.initial.items()}
+        initial = trainer.initial = {
+            name: parity.one_ulp_up(w, parity.compute_epsilon(trainer.manifest()))
+            for name, w in initial.items()}
     trainer.reset()
     # the plan's batches in order, into the next epoch's where a tiny training set has
     # fewer batches than the probe takes steps
@@ -37,11 +41,11 @@ def write_probe(trainer: ProbeTrainer, config: RunConfig, path: Path, steps: int
     total = trainer.steps_per_epoch * config.epochs
     for step, batch in zip(range(steps), itertools.chain([first], batches)):
         trainer.train_step(batch, parity.probe_learning_rate(config, step, total))
-    out = {"logits": logits, "loss": np.float64(loss),
+    out: dict[str, Any] = {"logits": logits, "loss": np.float64(loss),
            "running_variance_unbiased": np.bool_(trainer.unbiased_running_variance)}
     out.update({f"grad/{k}": v for k, v in grads.items()})
     out.update({f"param/{k}": v for k, v in trainer.weights().items()})
-    out.update({f"init/{k}": v for k, v in trainer.initial.items()})
+    out.update({f"init/{k}": v for k, v in initial.items()})
     out.update({f"bn/{k}": v for k, v in _batchnorm_counts(trainer.spec, config,
                                                            len(logits)).items()})
     files.write_atomic(path, lambda f: np.savez(f, **out), mode="wb")

@@ -161,7 +161,7 @@ def split(capture: Capture, steps: int, wall_s: float) -> dict[str, Any]:
     """
     per_step = 1000.0 / steps  # ms per step, per second of the profile
     on_device = capture.device is not None
-    timed = capture.device if on_device else capture.host
+    timed = capture.device if capture.device is not None else capture.host
     phases_ms = {name: union_seconds(timed.get(name, ())) * per_step for name in PHASES}
     busy = [i for name in PHASES for i in timed.get(name, ())]
     step_ms = wall_s * per_step

@@ -14,12 +14,12 @@ import resource
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from compare import files, schema
 from compare.experiment import specs
 from compare.experiment.config import RunConfig
-from compare.run.interface import Trainer
+from compare.run.interface import ScalarWriter, Trainer
 from compare.run.summary import summarise_run
 
 STEP_COLUMNS = ("global_step", "epoch", "lr", "loss")
@@ -40,7 +40,8 @@ class Recorder:
         self.config = config
         self.trainer = trainer
         self.train_flops_per_image = specs.train_flops(spec)
-        self.scalars = None  # the framework's TensorBoard writer, made at the first epoch
+        # the framework's TensorBoard writer, made at the first epoch
+        self.scalars: ScalarWriter | None = None
         self.windows: list[dict[str, float]] = []  # synchronised timing windows
         self.steps: list[list[Any]] = []  # [global step, epoch, lr, loss] per optimizer step
         self.result: dict[str, Any] = {
@@ -162,7 +163,7 @@ def resolved_precision(trainer: Trainer) -> str:
     return trainer.numerics["resolved"].precision
 
 
-def _tail(rows: list, belongs) -> list:
+def _tail(rows: list, belongs: Callable[[Any], bool]) -> list:
     """The trailing run of `rows` for which `belongs` holds, without scanning the rest."""
     start = len(rows)
     while start and belongs(rows[start - 1]):
@@ -174,7 +175,7 @@ def tensorboard_directory(config: RunConfig) -> Path:
     """Where a run's TensorBoard events go: <tensorboard_dir or out/tensorboard>/<fw>-seed<N>,
     so `tensorboard --logdir DIR/tensorboard` overlays the two frameworks of a comparison."""
     root = (Path(config.tensorboard_dir) if config.tensorboard_dir
-            else files.RunDir(config.out).tensorboard)
+            else files.RunDir(Path(config.out)).tensorboard)
     return root / f"{config.framework}-seed{config.seed}"
 
 

@@ -56,8 +56,9 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
     summary["steady_step_time_ms"].update(steady_step_times(epochs, windows))
     summary["processes"] = per_process(steady)
     peaks = [e.get("peak_device_memory_bytes") for e in steady]
-    if all(p is not None for p in peaks):
-        summary["peak_device_memory_bytes"] = max(peaks)
+    measured = [p for p in peaks if p is not None]
+    if measured and len(measured) == len(peaks):
+        summary["peak_device_memory_bytes"] = max(measured)
     summary["warmup_peak_device_memory_bytes"] = epochs[0].get("peak_device_memory_bytes")
     flops = train_flops_per_image * summary["images_per_s"] if summary["images_per_s"] else None
     summary["achieved_flops_per_s"] = flops
@@ -82,8 +83,8 @@ def per_process(steady: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """Each process's own clock over the steady epochs (compare.run.loop.per_process), rank by
     rank: training seconds, the share of them spent waiting for input, and the median
     step time (ms) of its windows; None for a single process."""
-    gathered = [e.get("processes") for e in steady]
-    if not gathered or any(g is None for g in gathered):
+    gathered = [g for e in steady if (g := e.get("processes")) is not None]
+    if not gathered or len(gathered) < len(steady):
         return None
     rows = []
     for rank in range(len(gathered[0])):

@@ -71,6 +71,8 @@ def check_init_weights(config: RunConfig, spec: ModelSpec) -> None:
     if not config.shared_init:
         raise UserError("--init-weights starts both frameworks from one file's weights; "
                         "--no-shared-init lets each draw its own: choose one")
+    if config.init_weights is None:
+        return
     try:
         weights.read_file(config.init_weights, spec)
     except ValueError as exc:

@@ -16,6 +16,7 @@ Modules, one role each: `dataset` (the Dataset and its checks), `cache` (the npz
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compare.errors import DataError
 from compare.experiment.config import DATASETS, SYNTHETIC_TEST_DIVISOR, SYNTHETIC_TRAIN_SIZE
@@ -39,6 +40,9 @@ from compare.experiment.datasets.dataset import IMAGE_SHAPE, Dataset, check_arra
 from compare.experiment.datasets.folder import IMAGE_SUFFIXES, load_folder
 from compare.experiment.datasets.frameworks import load_tfds, load_torchvision
 from compare.experiment.datasets.synthetic import SYNTHETIC_CLASSES, synthetic
+
+if TYPE_CHECKING:  # annotations only
+    from compare.experiment.config import RunConfig
 
 SOURCES = DATASETS  # declared with the --dataset setting
 
@@ -95,12 +99,12 @@ DATA_FIELDS = ("dataset", "data_dir", "synthetic_train_size", "synthetic_test_si
                "validation_fraction")
 
 
-def same_data(a, b) -> bool:
+def same_data(a: RunConfig, b: RunConfig) -> bool:
     """Whether RunConfigs `a` and `b` load the same dataset (config_dataset)."""
     return all(getattr(a, name) == getattr(b, name) for name in DATA_FIELDS)
 
 
-def config_dataset(config) -> Dataset:
+def config_dataset(config: RunConfig) -> Dataset:
     """The dataset a RunConfig names. The dataset itself (synthetic images, a folder's
     held-out split) does not depend on the run's seed: seeds vary initial weights and the
     data plan, never the data."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tarfile
@@ -9,7 +10,7 @@ import urllib.error
 import urllib.request
 import zlib
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 import numpy as np
 
@@ -69,7 +70,10 @@ def read_cifar10_archive(path: Path) -> Dataset:
                     raise DataError(f"{path} lacks {CIFAR10_DIR}/{name}: not the CIFAR-10 "
                                     f"python archive, or a partial download (delete it and "
                                     f"fetch again)")
-                return tar.extractfile(members[name]).read()
+                member = tar.extractfile(members[name])
+                if member is None:  # a directory or link under the member's name
+                    raise DataError(f"{path}: {CIFAR10_DIR}/{name} is not a file")
+                return member.read()
 
             return _read_cifar_members(read, str(path))
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
@@ -99,7 +103,7 @@ def load_cifar10(data_dir: str | None, download: bool = True, progress: bool = T
                 names = (*CIFAR10_TRAIN_BATCHES, CIFAR10_TEST_BATCH, "batches.meta")
                 files = [candidate / n for n in names if (candidate / n).is_file()]
                 return cached("cifar10", stat_fingerprint(files),
-                              lambda c=candidate: read_cifar10_dir(c))
+                              functools.partial(read_cifar10_dir, candidate))
         if (path / CIFAR10_ARCHIVE).is_file():
             archive = path / CIFAR10_ARCHIVE
             return cached("cifar10", stat_fingerprint([archive]),
@@ -159,7 +163,8 @@ def fetch_cifar10(download: bool = True, progress: bool = True, url: str = CIFAR
     return target
 
 
-def _copy_with_progress(src, dst, total: int | None, label: str, show: bool) -> None:
+def _copy_with_progress(src: BinaryIO, dst: BinaryIO, total: int | None, label: str,
+                        show: bool) -> None:
     """Copy `src` to `dst` in 1 MiB chunks behind a transient rich progress bar."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),

@@ -14,6 +14,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ def decode_tfds(root: Path, download: bool) -> Dataset:
     return Dataset(train_x, train_y, test_x, test_y, CIFAR10_CLASSES, "tfds", str(root))
 
 
-def _tfds_arrays(tfds, split) -> tuple[np.ndarray, np.ndarray]:
+def _tfds_arrays(tfds: Any, split: Any) -> tuple[np.ndarray, np.ndarray]:
     """A tfds split as arrays, in batches (batch_size=-1 builds one tensor of the whole split)."""
     images, labels = [], []
     for x, y in tfds.as_numpy(split.batch(4096)):

@@ -40,7 +40,7 @@ def _list_split(root: Path, classes: tuple[str, ...] | None
     unknown = set(found) - set(classes)
     if unknown:
         raise DataError(f"{root} has classes not in train/: {', '.join(sorted(unknown))}")
-    files = []
+    files: list[tuple[Path, int]] = []
     for label, name in enumerate(classes):
         folder = root / name
         entries = sorted(p for p in folder.iterdir()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from typing import Any
 
 from compare.errors import DataError
 
@@ -16,7 +17,7 @@ class ArrayUnpickler(pickle.Unpickler):
                ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
                ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self.ALLOWED:
             raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
         return super().find_class(module, name)

@@ -43,7 +43,7 @@ class Merge(LayerSpec):
     op: str
     branches: tuple[tuple[LayerSpec, ...], ...]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.op not in MERGES or len(self.branches) < 2:
             raise ValueError(f"{self.name}: a merge combines two or more paths by one of "
                              f"{', '.join(MERGES)}")

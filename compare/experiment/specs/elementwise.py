@@ -23,7 +23,7 @@ class ReLU(LayerSpec):
     name: str
     max_value: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.max_value not in (None, 6.0):
             raise ValueError(f"{self.name}: ReLU caps at 6 (ReLU6) or not at all")
 
@@ -40,7 +40,8 @@ def _relu6(x: np.ndarray) -> np.ndarray:
 
 # Each activation formula: name -> (its definition in words, a float64 numpy reference of
 # (x, alpha)). The twins' builders compute these; tests check them against the reference.
-FORMULAS: dict[str, tuple[str, Callable[[np.ndarray, float], np.ndarray]]] = {
+# (words, numpy reference of x and alpha; alpha None where the formula takes none)
+FORMULAS: dict[str, tuple[str, Callable[[np.ndarray, float | None], np.ndarray]]] = {
     "sigmoid": ("1 / (1 + exp(-x))", lambda x, a: 1.0 / (1.0 + np.exp(-x))),
     "tanh": ("tanh(x)", lambda x, a: np.tanh(x)),
     "silu": ("x * sigmoid(x) (swish)", lambda x, a: x / (1.0 + np.exp(-x))),
@@ -68,7 +69,7 @@ class Activation(LayerSpec):
     formula: str
     alpha: float | None = None  # leaky_relu's slope, elu's scale
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.formula not in FORMULAS:
             raise ValueError(f"{self.name}: no activation formula {self.formula!r} (one of "
                              f"{', '.join(FORMULAS)})")
@@ -90,6 +91,6 @@ class Dropout(LayerSpec):
     rate: float
     per_sample: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not 0.0 <= self.rate < 1.0:
             raise ValueError(f"{self.name}: a dropout rate is in [0, 1)")

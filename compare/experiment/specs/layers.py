@@ -26,7 +26,7 @@ class Conv(LayerSpec):
     stride: int = 1
     groups: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.in_channels % self.groups or self.out_channels % self.groups:
             raise ValueError(f"{self.name}: {self.in_channels} in and {self.out_channels} out "
                              f"channels do not split into {self.groups} groups")
@@ -49,8 +49,8 @@ class Conv(LayerSpec):
         return (self.out_channels, *size)
 
     def parameter_shapes(self) -> dict[str, Shape]:
-        weight = {"weight": (self.out_channels, self.in_channels // self.groups, self.kernel,
-                             self.kernel)}
+        weight: dict[str, Shape] = {"weight": (self.out_channels, self.in_channels // self.groups,
+                                              self.kernel, self.kernel)}
         return {**weight, "bias": (self.out_channels,)} if self.bias else weight
 
     def macs(self, output: Shape) -> int:
@@ -77,7 +77,7 @@ class Dense(LayerSpec):
         return (self.out_features,)
 
     def parameter_shapes(self) -> dict[str, Shape]:
-        weight = {"weight": (self.out_features, self.in_features)}
+        weight: dict[str, Shape] = {"weight": (self.out_features, self.in_features)}
         return {**weight, "bias": (self.out_features,)} if self.bias else weight
 
     def macs(self, output: Shape) -> int:
@@ -187,5 +187,6 @@ class Affine(LayerSpec):
 
     def per_channel(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
         """(scale, offset) as float64 vectors of `channels` values."""
-        return tuple(np.broadcast_to(np.asarray(v, np.float64), (channels,)).copy()
-                     for v in (self.scale, self.offset))
+        scale, offset = (np.broadcast_to(np.asarray(v, np.float64), (channels,)).copy()
+                         for v in (self.scale, self.offset))
+        return scale, offset

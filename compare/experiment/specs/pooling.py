@@ -72,7 +72,7 @@ class AdaptivePool(LayerSpec):
     output: tuple[int, int]
     op: str = "avg"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.op not in ("avg", "max") or min(self.output) < 1:
             raise ValueError(f"{self.name}: adaptive pooling is 'avg' or 'max' to a map of "
                              f"at least 1x1")
