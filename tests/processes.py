@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -92,3 +93,36 @@ def wait_for(predicate, process, timeout: float = 240.0) -> None:
 
 def has_epoch(path: Path):
     return lambda: bool(json.loads(path.read_text())["epochs"])
+
+
+# 96 images in batches of 16: 6 steps an epoch, 2 epochs; fp32 so the sums are exact.
+SMALL_RUN = ("--dataset", "synthetic", "--synthetic-size", "96", "--batch-size", "16",
+             "--epochs", "2", "--precision", "fp32", "--device", "cpu", "--quiet")
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` free ports on localhost (bound, read, released)."""
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def tf_config(ports: list[int], index: int) -> str:
+    """TF_CONFIG of worker `index` among workers on localhost `ports`."""
+    return json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                       "task": {"type": "worker", "index": index}})
+
+
+def launcher_env(**extra: str) -> dict:
+    """This environment without a launcher's variables, unbuffered, with `extra`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "RANK", "WORLD_SIZE")}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def cli_command(*args: str) -> list[str]:
+    """The CLI with `args` as a command line in a new Python process."""
+    return [sys.executable, "-c", CLI, *args]

@@ -12,7 +12,7 @@ import pytest
 from conftest import tiny_config, trainer_for
 from report_runs import H100, PASSED, fake_result
 
-from compare import files, report
+from compare import files
 from compare.experiment import compile_state
 from compare.experiment.config import ComparisonConfig
 from compare.process import comparison, runner

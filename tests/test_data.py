@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
-import subprocess
 import tarfile
 import urllib.error
 import urllib.request
@@ -14,39 +13,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CLASSES, write_cifar_archive, write_cifar_dir, write_image
+from decoding import decode_here, expected_split
 
 from compare.errors import DataError
 from compare.experiment import datasets
-from compare.experiment.datasets import decode, frameworks
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _decode_here(monkeypatch) -> None:
-    """Run the tfds/torchvision decoder in this process, so that patches of the network,
-    torchvision or tfds reach it; the helper process itself is tested apart below."""
-    monkeypatch.setattr(frameworks, "run_decoder", lambda source, root, out, download, progress:
-                        decode.write_decoded(source, root, out, download))
-
-
-def _refuse_subprocesses(monkeypatch) -> None:
-    """Fail any attempt to start a process (the decoder included)."""
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"started a process: {args[0] if args else kwargs}")
-
-    monkeypatch.setattr(subprocess, "run", refuse)
-    monkeypatch.setattr(subprocess, "Popen", refuse)
-
-
-def _expected(batches):
-    train_x = np.concatenate([b[0] for b in batches[:5]])
-    train_y = np.concatenate([b[1] for b in batches[:5]])
-    return train_x, train_y, batches[5][0], np.array(batches[5][1])
-
-
 def test_cifar10_archive_decodes_to_the_original_pixels(cifar_archive, cifar_batches):
     ds = datasets.load("cifar10", str(cifar_archive))
-    train_x, train_y, test_x, test_y = _expected(cifar_batches)
+    train_x, train_y, test_x, test_y = expected_split(cifar_batches)
     assert ds.classes == CLASSES
     assert ds.train_x.dtype == np.uint8 and ds.train_x.shape == (100, 32, 32, 3)
     np.testing.assert_array_equal(ds.train_x, train_x)
@@ -60,7 +37,7 @@ def test_cifar10_extracted_folder_and_its_parent(tmp_path, cifar_batches):
     folder = write_cifar_dir(tmp_path / "x", cifar_batches)
     for path in (folder, folder.parent):
         ds = datasets.load("cifar10", str(path))
-        np.testing.assert_array_equal(ds.train_y, _expected(cifar_batches)[1])
+        np.testing.assert_array_equal(ds.train_y, expected_split(cifar_batches)[1])
 
 
 def test_decoded_arrays_are_cached_and_refreshed_when_the_input_changes(tmp_path, cifar_batches,
@@ -74,7 +51,7 @@ def test_decoded_arrays_are_cached_and_refreshed_when_the_input_changes(tmp_path
     changed = [(b[0] // 2, b[1]) for b in cifar_batches]
     write_cifar_archive(tmp_path, changed)  # same path, new content
     refreshed = datasets.load("cifar10", str(archive))
-    np.testing.assert_array_equal(refreshed.train_x, _expected(changed)[0])
+    np.testing.assert_array_equal(refreshed.train_x, expected_split(changed)[0])
 
 
 def test_normalisation_statistics_come_from_the_training_split(cifar_archive):
@@ -179,7 +156,7 @@ def test_download_checks_md5_and_lands_in_the_cache(monkeypatch, cifar_archive, 
     path = datasets.fetch_cifar10(progress=False, md5=datasets.CIFAR10_MD5)
     assert path == isolated_home / "cifar10" / "cifar-10-python.tar.gz"
     ds = datasets.load("cifar10")
-    np.testing.assert_array_equal(ds.train_y, _expected(cifar_batches)[1])
+    np.testing.assert_array_equal(ds.train_y, expected_split(cifar_batches)[1])
 
 
 def test_download_with_wrong_md5_keeps_nothing(monkeypatch, cifar_archive, isolated_home):
@@ -282,7 +259,7 @@ def test_torchvision_source_downloads_through_torchvision(monkeypatch, tmp_path,
                                                           cifar_batches):
     """torchvision's own CIFAR10 loader, with only the network (urlopen) replaced."""
     from torchvision.datasets import CIFAR10
-    _decode_here(monkeypatch)
+    decode_here(monkeypatch)
     payload = cifar_archive.read_bytes()
     monkeypatch.setattr(urllib.request, "urlopen", lambda request, *a, **k: _Response(
         payload, getattr(request, "full_url", request)))
@@ -296,7 +273,7 @@ def test_torchvision_source_downloads_through_torchvision(monkeypatch, tmp_path,
     monkeypatch.setattr(CIFAR10, "meta", {"filename": "batches.meta", "key": "label_names",
                                           "md5": md5(src / "batches.meta")})
     ds = datasets.load("torchvision", str(tmp_path / "tv"))
-    train_x, train_y, test_x, _ = _expected(cifar_batches)
+    train_x, train_y, test_x, _ = expected_split(cifar_batches)
     np.testing.assert_array_equal(ds.train_x, train_x)
     np.testing.assert_array_equal(ds.train_y, train_y)
     np.testing.assert_array_equal(ds.test_x, test_x)
@@ -308,7 +285,7 @@ def test_torchvision_offline_is_a_clear_error(monkeypatch, tmp_path):
         raise urllib.error.URLError("no network")
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
-    _decode_here(monkeypatch)
+    decode_here(monkeypatch)
     with pytest.raises(DataError, match="torchvision could not load CIFAR-10"):
         datasets.load("torchvision", str(tmp_path))
 
@@ -316,7 +293,7 @@ def test_torchvision_offline_is_a_clear_error(monkeypatch, tmp_path):
 def test_tfds_source_through_tensorflow_datasets(monkeypatch, tmp_path):
     """tensorflow-datasets' own loader; its mock_data replaces the download and preparation."""
     import tensorflow_datasets as tfds
-    _decode_here(monkeypatch)
+    decode_here(monkeypatch)
     with tfds.testing.mock_data(num_examples=12):
         ds = datasets.load("tfds", str(tmp_path))
     assert ds.train_x.shape == (12, 32, 32, 3) and ds.train_x.dtype == np.uint8

@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 from conftest import CLASSES, patience, write_cifar_dir
-from test_data import REPO, _decode_here, _expected, _refuse_subprocesses
+from decoding import decode_here, expected_split, refuse_subprocesses
+from processes import REPO
 
 from compare.errors import DataError
 from compare.experiment import datasets
@@ -63,10 +64,10 @@ def test_torchvision_decodes_in_a_helper_process_the_caller_never_imports(
     assert answer["classes"] == list(CLASSES)
     assert answer["cache_path"].startswith(str(isolated_home / "arrays" / "torchvision-"))
 
-    _refuse_subprocesses(monkeypatch)
+    refuse_subprocesses(monkeypatch)
     ds = datasets.load("torchvision", str(root))
     assert ds.cache_path == answer["cache_path"]
-    train_x, train_y, test_x, test_y = _expected(cifar_batches)
+    train_x, train_y, test_x, test_y = expected_split(cifar_batches)
     np.testing.assert_array_equal(ds.train_x, train_x)
     np.testing.assert_array_equal(ds.train_y, train_y)
     np.testing.assert_array_equal(ds.test_x, test_x)
@@ -95,10 +96,10 @@ def test_failed_decode_is_one_data_error_line_naming_the_ways_out(
 def test_second_load_is_a_cache_hit_that_starts_no_process(monkeypatch, tmp_path):
     import tensorflow_datasets as tfds
     with monkeypatch.context() as here:  # the first load decodes in this process, on mock data
-        _decode_here(here)
+        decode_here(here)
         with tfds.testing.mock_data(num_examples=12):
             first = datasets.load("tfds", str(tmp_path))
-    _refuse_subprocesses(monkeypatch)
+    refuse_subprocesses(monkeypatch)
     again = datasets.load("tfds", str(tmp_path))
     assert again.cache_path == first.cache_path
     np.testing.assert_array_equal(again.train_x, first.train_x)

@@ -30,6 +30,7 @@ OWN = {
 }
 
 
+@pytest.mark.machine_sensitive  # weights within float32 rounding of the kernels
 def test_one_step_applies_the_pytorch_form_sgd_update(tmp_path, framework):
     name, module = framework
     trainer = trainer_for(module, tiny_config(tmp_path, weight_decay=0.01))
@@ -59,12 +60,19 @@ def test_mixed_precision_is_bfloat16_on_a_cpu(tmp_path, framework):
     assert trainer.manifest()["precision_policy"] == OWN[name]["bf16_policy"]
     batch = next(iter(trainer.batches(0)))
     fp32 = trainer_for(module, tiny_config(tmp_path)).gradients(batch)[1]
+    computed = []  # the dtype each convolution computed in, during the step itself
+    if name == "torch":
+        hooks = [m.register_forward_hook(lambda m, i, out: computed.append(str(out.dtype)))
+                 for key, m in trainer.model.named_layers.items() if key.startswith("conv")]
     loss = float(trainer.train_step(batch, 0.01))
     assert np.isfinite(loss) and loss == pytest.approx(fp32, abs=0.05)
     if name == "tf":
         assert trainer.model.get_layer("conv1").compute_dtype == "bfloat16"
         assert trainer.model.output.dtype == "float32"  # logits cast back for the loss
     else:
+        while hooks:
+            hooks.pop().remove()
+        assert computed == ["torch.bfloat16"] * 2  # lenet's conv1 and conv2, under autocast
         assert not trainer.scaler.is_enabled()  # GradScaler only for float16
 
 
@@ -231,6 +239,7 @@ def test_torch_fused_sgd_skips_an_overflowing_first_step_as_the_stock_one_does()
         torch.testing.assert_close(fused, stock, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.machine_sensitive  # inductor's kernels round unlike eager ones
 @pytest.mark.slow  # inductor compiles C++ kernels: seconds on 2 cores
 def test_torch_compile_captures_the_step_in_one_graph_and_trains_as_eager_does(tmp_path):
     """What compiled is read from dynamo's counters: the model in one graph, no graph break;
@@ -284,6 +293,7 @@ def _ddp_against_one_process(tmp_path, **two_changes):
             schema.read_result(tmp_path / "two" / "result.json"))
 
 
+@pytest.mark.machine_sensitive  # two reductions of one batch, float32 rounding
 @pytest.mark.slow  # two DDP processes and one (14-16 s under pytest -n 2)
 def test_ddp_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path):
     """Averaged gradients over 2 ranks = the gradient of the global batch: after every step of
@@ -297,6 +307,7 @@ def test_ddp_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_p
     assert rb["epochs"][0]["train_loss"] == pytest.approx(ra["epochs"][0]["train_loss"], rel=1e-5)
 
 
+@pytest.mark.machine_sensitive  # two reductions of one batch, float32 rounding
 def test_the_device_pipeline_trains_two_ddp_processes_as_one(tmp_path):
     """--devices 2 --pipeline device: each gloo process holds the training set on its own
     device and gathers its half of every global batch there; the weights after an epoch are
@@ -305,6 +316,7 @@ def test_the_device_pipeline_trains_two_ddp_processes_as_one(tmp_path):
     assert rb["fairness"]["pipeline"]["kind"] == "device" and rb["fairness"]["replicas"] == 2
 
 
+@pytest.mark.machine_sensitive  # two loops' kernels, float32 rounding
 def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     """The framework's own loop (Keras compile + fit; the plain PyTorch loop) on the same
     initial weights, batches and per-step learning rates gives the shared loop's per-step

@@ -9,8 +9,7 @@ import subprocess
 
 import pytest
 from conftest import patience
-from processes import REPO
-from test_multi_worker import SMALL, _cli, _env, _tf_config
+from processes import REPO, SMALL_RUN, cli_command, launcher_env, tf_config
 
 
 def test_tf_config_gives_rank_processes_and_machines():
@@ -56,15 +55,14 @@ def test_a_launch_that_makes_no_sense_is_one_clear_line(environ, says):
 
 
 def _cli_says(args: list[str], env: dict) -> tuple[int, str]:
-    done = subprocess.run(_cli(*args), cwd=REPO, env=_env(**env), capture_output=True,
-                          text=True, timeout=patience(120))
+    done = subprocess.run(cli_command(*args), cwd=REPO, env=launcher_env(**env),
+                          capture_output=True, text=True, timeout=patience(120))
     return done.returncode, done.stdout + done.stderr
 
 
 def test_compare_and_sweep_refuse_a_launcher_and_say_what_to_run(tmp_path):
-    tf_config = _tf_config([1, 2], 0)
     code, said = _cli_says(["compare", "--dataset", "synthetic", "--out", str(tmp_path)],
-                           {"TF_CONFIG": tf_config})
+                           {"TF_CONFIG": tf_config([1, 2], 0)})
     assert code == 2 and "compare cannot run under TF_CONFIG" in said and "Traceback" not in said
     code, said = _cli_says(["sweep", "--vary", "precision=fp32,mixed", "--out", str(tmp_path)],
                            {"RANK": "0", "WORLD_SIZE": "2"})
@@ -72,17 +70,17 @@ def test_compare_and_sweep_refuse_a_launcher_and_say_what_to_run(tmp_path):
 
 
 def test_more_than_one_replica_per_torchrun_process_is_refused(tmp_path):
-    code, said = _cli_says(["run", "--framework", "torch", *SMALL, "--devices", "2", "--out",
+    code, said = _cli_says(["run", "--framework", "torch", *SMALL_RUN, "--devices", "2", "--out",
                             str(tmp_path)], {"RANK": "0", "WORLD_SIZE": "2"})
     assert code == 2 and "each torchrun process trains one replica" in said
-    code, said = _cli_says(["run", "--framework", "tf", *SMALL, "--batch-size", "15", "--out",
-                            str(tmp_path)], {"TF_CONFIG": _tf_config([1, 2], 1)})
+    code, said = _cli_says(["run", "--framework", "tf", *SMALL_RUN, "--batch-size", "15", "--out",
+                            str(tmp_path)], {"TF_CONFIG": tf_config([1, 2], 1)})
     assert code == 2 and "does not split evenly over 2 replicas" in said
 
 
 def test_doctor_forgets_the_launch_so_its_framework_processes_wait_for_no_peer(monkeypatch):
     from compare.machine import cluster
-    monkeypatch.setenv("TF_CONFIG", _tf_config([1, 2], 1))
+    monkeypatch.setenv("TF_CONFIG", tf_config([1, 2], 1))
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert sorted(cluster.forget_launch()) == ["RANK", "TF_CONFIG", "WORLD_SIZE"]

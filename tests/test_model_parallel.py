@@ -114,6 +114,7 @@ def test_model_parallel_stages_train_the_unsplit_models_steps(tmp_path, framewor
                                                 else ["cpu", "cpu"])
 
 
+@pytest.mark.machine_sensitive  # summed parts against the whole, float32 rounding
 def test_micro_batches_accumulate_the_whole_batchs_gradient(tmp_path, framework):
     """--micro-batches 2 on LeNet (no BatchNorm, so the parts' statistics cannot differ)
     trains the whole batch's steps: the gradients of two halves, each scaled by the global

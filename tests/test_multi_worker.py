@@ -10,7 +10,6 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,42 +17,23 @@ from pathlib import Path
 
 import pytest
 from conftest import patience
-from processes import REPO, wait_for, wait_until_gone
+from processes import (
+    REPO,
+    SMALL_RUN,
+    cli_command,
+    free_ports,
+    launcher_env,
+    tf_config,
+    wait_for,
+    wait_until_gone,
+)
 
 pytestmark = pytest.mark.slow
 
-CLI = "from compare.cli import main; main()"
-# 96 images in batches of 16: 6 steps an epoch, 2 epochs; fp32 so the sums are exact.
-SMALL = ("--dataset", "synthetic", "--synthetic-size", "96", "--batch-size", "16", "--epochs",
-         "2", "--precision", "fp32", "--device", "cpu", "--quiet")
 # Long enough to kill a worker in the middle: 20 steps an epoch, 200 epochs.
 LONG = ("--dataset", "synthetic", "--synthetic-size", "640", "--batch-size", "32", "--epochs",
         "200", "--precision", "fp32", "--device", "cpu", "--quiet")
 TIMEOUT_S = "20"  # --collective-timeout for the failure tests
-
-
-def _ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def _tf_config(ports: list[int], index: int) -> str:
-    return json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                       "task": {"type": "worker", "index": index}})
-
-
-def _env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "RANK", "WORLD_SIZE")}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-c", CLI, *args]
 
 
 def _torchrun(node: int, master_port: int, *args: str) -> list[str]:
@@ -118,24 +98,31 @@ def multi_runs(tmp_path_factory) -> Path:
     """Both frameworks as two processes meeting over localhost, and as one process with two
     replicas, under ROOT/{tf,torch}/{multi,single}; each set runs alone (2 cores here)."""
     root = tmp_path_factory.mktemp("multi")
-    ports = _ports(2)
-    tf_workers = [start(_cli("run", "--framework", "tf", *SMALL, "--out",
-                              str(root / "tf" / "multi")), _env(TF_CONFIG=_tf_config(ports, i)))
-                  for i in range(2)]
-    tf_single = start(_cli("run", "--framework", "tf", *SMALL, "--devices", "2", "--out",
-                            str(root / "tf" / "single")), _env())
+    # Set up before the function-scoped autouse fixtures (tests/conftest.py), so it isolates
+    # its processes itself as they do: no GPU (as every non-gpu test), a cache of its own
+    isolated = {"CUDA_VISIBLE_DEVICES": "",
+                "CNNCOMPARE_HOME": str(tmp_path_factory.mktemp("home"))}
+    ports = free_ports(2)
+    tf_workers = [start(cli_command("run", "--framework", "tf", *SMALL_RUN, "--out",
+                                    str(root / "tf" / "multi")),
+                        launcher_env(TF_CONFIG=tf_config(ports, i), **isolated)) for i in range(2)]
+    tf_single = start(cli_command("run", "--framework", "tf", *SMALL_RUN, "--devices", "2", "--out",
+                                  str(root / "tf" / "single")), launcher_env(**isolated))
     for code, output in _finish(tf_workers + [tf_single]):
         assert code == 0, output[-3000:]
-    (port,) = _ports(1)
-    torch_nodes = [start(_torchrun(node, port, "run", "--framework", "torch", *SMALL, "--out",
-                                    str(root / "torch" / "multi")), _env()) for node in range(2)]
-    torch_single = start(_cli("run", "--framework", "torch", *SMALL, "--devices", "2", "--out",
-                               str(root / "torch" / "single")), _env())
+    (port,) = free_ports(1)
+    torch_nodes = [start(_torchrun(node, port, "run", "--framework", "torch", *SMALL_RUN, "--out",
+                                    str(root / "torch" / "multi")), launcher_env(**isolated))
+                   for node in range(2)]
+    torch_single = start(cli_command("run", "--framework", "torch", *SMALL_RUN, "--devices", "2",
+                                     "--out", str(root / "torch" / "single")),
+                         launcher_env(**isolated))
     for code, output in _finish(torch_nodes + [torch_single]):
         assert code == 0, output[-3000:]
     return root
 
 
+@pytest.mark.machine_sensitive  # collectives sum in another order
 def test_multi_worker_tf_matches_one_process_with_two_replicas(multi_runs):
     _check_same_experiment(multi_runs / "tf" / "single", multi_runs / "tf" / "multi")
     manifest = _result(multi_runs / "tf" / "multi")["fairness"]
@@ -153,6 +140,7 @@ def test_multi_worker_phase_profile_shows_the_all_reduce(multi_runs, framework):
         assert profile["phases_ms"]["backward"] > 0
 
 
+@pytest.mark.machine_sensitive  # collectives sum in another order
 def test_multi_worker_torch_matches_one_process_with_two_replicas(multi_runs):
     _check_same_experiment(multi_runs / "torch" / "single", multi_runs / "torch" / "multi")
     manifest = _result(multi_runs / "torch" / "multi")["fairness"]
@@ -161,9 +149,9 @@ def test_multi_worker_torch_matches_one_process_with_two_replicas(multi_runs):
 
 
 def test_multi_worker_runs_report_side_by_side_with_each_process(multi_runs, tmp_path):
-    done = subprocess.run(_cli("report", str(multi_runs / "tf" / "multi"),
-                               str(multi_runs / "torch" / "multi"), "--out", str(tmp_path)),
-                          cwd=REPO, env=_env(), capture_output=True, text=True,
+    done = subprocess.run(cli_command("report", str(multi_runs / "tf" / "multi"),
+                                      str(multi_runs / "torch" / "multi"), "--out", str(tmp_path)),
+                          cwd=REPO, env=launcher_env(), capture_output=True, text=True,
                           timeout=patience(300))
     assert done.returncode == 0, done.stderr[-3000:]
     report = (tmp_path / "report.md").read_text()
@@ -235,11 +223,11 @@ LOST = pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP],
 @pytest.mark.machine_sensitive  # a limit
 @LOST
 def test_multi_worker_tf_lost_worker_stops_the_chief_naming_it(tmp_path, signum):
-    ports = _ports(2)
-    argv = _cli("run", "--framework", "tf", *LONG, "--collective-timeout", TIMEOUT_S,
-                "--out", str(tmp_path / "run"))
+    ports = free_ports(2)
+    argv = cli_command("run", "--framework", "tf", *LONG, "--collective-timeout", TIMEOUT_S,
+                       "--out", str(tmp_path / "run"))
     done, stopped_after, result = _lose_worker_mid_run(
-        tmp_path, [argv, argv], [_env(TF_CONFIG=_tf_config(ports, i)) for i in range(2)], 1,
+        tmp_path, [argv, argv], [launcher_env(TF_CONFIG=tf_config(ports, i)) for i in range(2)], 1,
         signum)
     _check_the_chief_stopped(done, stopped_after, result)
     assert "1" in result.get("peer_failures", {}), result.get("error")
@@ -248,11 +236,11 @@ def test_multi_worker_tf_lost_worker_stops_the_chief_naming_it(tmp_path, signum)
 @pytest.mark.machine_sensitive  # a limit
 @LOST
 def test_multi_worker_torch_lost_worker_stops_the_chief_naming_it(tmp_path, signum):
-    (port,) = _ports(1)
+    (port,) = free_ports(1)
     starts = [_torchrun(node, port, "run", "--framework", "torch", *LONG, "--collective-timeout",
                         TIMEOUT_S, "--out", str(tmp_path / "run")) for node in range(2)]
-    done, stopped_after, result = _lose_worker_mid_run(tmp_path, starts, [_env(), _env()], 1,
-                                                       signum)
+    done, stopped_after, result = _lose_worker_mid_run(
+        tmp_path, starts, [launcher_env(), launcher_env()], 1, signum)
     _check_the_chief_stopped(done, stopped_after, result)
     assert result["peer_failures"]["1"].startswith("no answer"), result.get("error")
 
@@ -289,9 +277,9 @@ def test_multi_worker_docs_slurm_script_trains_on_two_nodes(tmp_path, framework)
     script = tmp_path / f"{framework}.sbatch"
     script.write_text(_docs_script(f"cnncompare-{framework}"))
     path = os.pathsep.join([str(stubs), str(Path(sys.executable).parent), os.environ["PATH"]])
-    env = _env(PATH=path, SLURM_JOB_NODELIST="node[1-2]", SLURM_NNODES="2",
+    env = launcher_env(PATH=path, SLURM_JOB_NODELIST="node[1-2]", SLURM_NNODES="2",
                SLURM_JOB_ID="42", SLURM_GPUS_ON_NODE="1")
-    done = subprocess.run(["bash", str(script), *SMALL], cwd=tmp_path, env=env,
+    done = subprocess.run(["bash", str(script), *SMALL_RUN], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=patience(600))
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     result = _result(tmp_path / "runs" / f"{framework}-42")

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import patience
 
 from compare.cli.app import cli
 from compare.experiment import networks, parity, specs
@@ -171,7 +172,7 @@ def test_the_keras_twin_of_a_spec_of_every_kind_reads_back_as_the_spec(tmp_path)
     read = subprocess.run(
         [sys.executable, "-m", "tf_impl.port", "read", str(tmp_path / "twin.keras"), "--dir",
          str(tmp_path), "--name", spec.name], cwd=ROOT, capture_output=True, text=True,
-        timeout=300, check=False)
+        timeout=patience(300), check=False)
     assert read.returncode == 0, read.stdout + read.stderr
     assert networks.load_reference(str(tmp_path / "spec.py"), 10) == spec
 

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import hides_gpus
+from conftest import hides_gpus, patience
 
 from compare.machine import gpu_metrics
 
@@ -43,7 +43,7 @@ PROBE = textwrap.dedent("""\
 def _child(tmp_path: Path, env: dict) -> dict:
     (tmp_path / "pynvml.py").write_text(FAKE_NVML)
     done = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True,
-                          text=True, timeout=300,
+                          text=True, timeout=patience(300),
                           env={**env, "PYTHONPATH": f"{tmp_path}:{REPO}"})
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])

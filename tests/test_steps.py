@@ -88,6 +88,7 @@ def test_tf_three_steps_per_call_give_the_losses_of_one(tmp_path, tf_two_cpus):
     assert "inside the graph" in result["fairness"]["step_batching"]
 
 
+@pytest.mark.machine_sensitive  # two replicas' reductions, float32 rounding
 def test_tf_steps_per_call_over_two_mirrored_replicas(tmp_path, tf_two_cpus):
     """K=3 under MirroredStrategy over 2 logical CPUs: each step's loss as on one device."""
     _train(tf_two_cpus, _config(tmp_path, "tf", "one", steps_per_call=1))
@@ -97,6 +98,7 @@ def test_tf_steps_per_call_over_two_mirrored_replicas(tmp_path, tf_two_cpus):
                                rtol=1e-5)
 
 
+@pytest.mark.machine_sensitive  # per-batch against whole-set sums, float32 rounding
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_tf_evaluates_the_whole_test_set_in_one_call(tmp_path, tf_two_cpus, replicas):
     """TF's evaluation reads every test batch in one call, traced once whatever the last

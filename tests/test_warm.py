@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import tiny_config
+from conftest import patience, tiny_config
 
 from compare import files, schema
 from compare.process import runner, warm
@@ -156,7 +156,8 @@ def test_a_framework_process_leaves_its_imports_out_of_the_collectors_full_passe
     if not forked:
         monkeypatch.setenv(warm.DISABLE_ENV, "0")
     with warm.fork_servers() as pool:
-        answer = runner.framework_call("torch", "gc_census", ["--env"], timeout=120)
+        answer = runner.framework_call("torch", "gc_census", ["--env"],
+                                       timeout=patience(120))
         assert ([s.forked for s in pool.servers.values()] == [1]) if forked else pool is None
     assert answer.returncode == 0, answer.stderr
     census = json.loads(answer.stdout.strip().splitlines()[-1])
