@@ -128,7 +128,8 @@ def test_the_words_say_the_state_and_the_default(tmp_path):
 
 def test_on_a_gpu_the_plan_trains_each_framework_below_its_default_at_it(tmp_path):
     """On a GPU: TensorFlow's matched (eager) runs get a twin with XLA in DIR/defaults and
-    PyTorch's none; with --compile the other way round; on a CPU, or --no-defaults, none."""
+    PyTorch's none; with --compile the other way round; on a CPU, with --no-defaults or
+    under --parallel model (its stages run uncompiled), none."""
     directory = files.ComparisonDir(tmp_path / "cmp")
     config = tiny_config(tmp_path)
     plan = comparison.planned_runs(config, ComparisonConfig(seeds=2, own_loops=False),
@@ -141,9 +142,11 @@ def test_on_a_gpu_the_plan_trains_each_framework_below_its_default_at_it(tmp_pat
                                        False, device_kind="gpu")
     assert [(q.config.framework, q.config.compile) for q in compiled
             if q.config.variant == "defaults"] == [("torch", False)]
-    for kind, settings in (("cpu", ComparisonConfig(seeds=2)),
-                           ("gpu", ComparisonConfig(seeds=2, defaults=False))):
-        assert not [q for q in comparison.planned_runs(config, settings, directory, False, kind)
+    for kind, settings, run in (("cpu", ComparisonConfig(seeds=2), config),
+                                ("gpu", ComparisonConfig(seeds=2, defaults=False), config),
+                                ("gpu", ComparisonConfig(seeds=2),  # stages run uncompiled
+                                 config.replace(parallel="model", devices=2))):
+        assert not [q for q in comparison.planned_runs(run, settings, directory, False, kind)
                     if q.config.variant == "defaults"]
 
 

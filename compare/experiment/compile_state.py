@@ -140,9 +140,10 @@ def resolve(config: RunConfig, device_kind: str, replicas: int | None = None,
 def at_default(config: RunConfig, device_kind: str) -> RunConfig | None:
     """`config` with the framework's compile state set to its own default on `device_kind`,
     marked as a defaults run; None when the config already runs at it (the matched run is
-    then that framework's defaults run too)."""
+    then that framework's defaults run too), or cannot: --parallel model's stages run
+    uncompiled in both frameworks (compare.run.validate.check_parallel)."""
     state = resolve(config, device_kind)
-    if state.is_default:
+    if state.is_default or config.parallel == "model":
         return None
     changes: dict[str, Any] = {"variant": "defaults", "compile": state.default}
     if config.framework == "torch":
