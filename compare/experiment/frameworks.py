@@ -10,9 +10,18 @@ from pathlib import Path
 FRAMEWORKS = ("tf", "torch")  # the order of every table, plot and loop: TensorFlow first
 FRAMEWORK_NAMES = {"tf": "TensorFlow/Keras", "torch": "PyTorch"}
 FRAMEWORK_PACKAGES = {"tf": "tensorflow", "torch": "torch"}  # what a version record names
+# what a framework's processes import: its package first, then what its code needs beside it
+REQUIRES = {fw: (package, *also) for (fw, package), also in zip(
+    FRAMEWORK_PACKAGES.items(), (("keras",), ("torchvision",)))}
+IMPL_PACKAGES = {"tf": "tf_impl", "torch": "torch_impl"}  # each framework's twin package
 # TensorFlow's and absl's C++ start-up chatter kept off the user's terminal: 2 shows errors only
 QUIET_LOGS = {"TF_CPP_MIN_LOG_LEVEL": "2", "ABSL_MIN_LOG_LEVEL": "2"}
 REPOSITORY = Path(__file__).resolve().parents[2]  # holds compare, tf_impl and torch_impl
+
+
+def impl_module(framework: str, role: str) -> str:
+    """The module of `framework`'s twin package that plays `role` ("train", "port"...)."""
+    return f"{IMPL_PACKAGES[framework]}.{role}"
 
 
 def quiet_framework_logs() -> None:

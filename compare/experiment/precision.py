@@ -37,6 +37,8 @@ CHOICES = ("auto", "mixed", "fp16", "fp32")  # --precision
 # Not a choice of --precision: the parity check's probe computes in float64 on the CPU
 # (compare.experiment.parity), where rounding is ~1e-16 of a value and only meaning differs.
 PROBE_ONLY = "fp64"
+# Precisions that mean the same on every device: nothing of the machine decides them
+DEVICE_INDEPENDENT = ("fp32", "fp16", PROBE_ONLY)
 TENSOR_CORES_FROM = (7, 0)  # Volta: the first GPUs with float16 tensor cores
 
 

@@ -13,7 +13,12 @@ from typing import Any
 
 from compare.experiment.config import RunConfig
 from compare.experiment.frameworks import FRAMEWORK_PACKAGES
-from compare.experiment.precision import PROBE_ONLY, TENSOR_CORES_FROM, Resolved, choose
+from compare.experiment.precision import (
+    DEVICE_INDEPENDENT,
+    TENSOR_CORES_FROM,
+    Resolved,
+    choose,
+)
 from compare.machine import gpu_metrics
 from compare.machine.cpu import (  # noqa: F401 - FLAGS_ENV and cpu_flags: the rule's inputs
     FLAGS_ENV,
@@ -81,7 +86,7 @@ def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = N
             flags: frozenset[str] | None = None, model: str | None = None) -> Resolved:
     """The precision a run computes in, on a GPU of `capability` or on this CPU (its `flags`,
     read where not given, and doctor's measurement for `model`, if any, decide `auto`)."""
-    if on_gpu or requested in ("fp32", "fp16", PROBE_ONLY):
+    if on_gpu or requested in DEVICE_INDEPENDENT:
         return choose(requested, on_gpu, capability)
     flags = cpu_flags() if flags is None else flags
     return choose(requested, False, native=native_bfloat16(flags), measured=measurement(model))
@@ -90,7 +95,7 @@ def resolve(requested: str, on_gpu: bool, capability: tuple[int, int] | None = N
 def expected(requested: str, device: str, model: str | None = None) -> Resolved:
     """What a run will resolve to, judged in the parent before any framework starts: the GPU
     from NVML (`device` auto or gpu), else this CPU's flags and doctor's measurement."""
-    if requested in ("fp32", "fp16", PROBE_ONLY):  # the same on every device
+    if requested in DEVICE_INDEPENDENT:
         return resolve(requested, False)
     capability = nvml_capability() if device != "cpu" else None
     if capability is not None:

@@ -22,9 +22,10 @@ from compare import files, schema
 from compare.errors import UserError
 from compare.experiment import networks, porting, specs, weights
 from compare.experiment.config import FRAMEWORK_NAMES
+from compare.experiment.frameworks import FRAMEWORKS, impl_module
 from compare.process import runner
 
-PORT_MODULES = {"tf": "tf_impl.port", "torch": "torch_impl.port"}
+PORT_MODULES = {framework: impl_module(framework, "port") for framework in FRAMEWORKS}
 TIMEOUT_S = 1800  # one side's read or twin: a big network's trace, build and proof on a CPU
 
 

@@ -15,12 +15,12 @@ from typing import Any, Callable
 from compare import files, schema
 from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
 from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
-from compare.experiment.frameworks import process_environment
+from compare.experiment.frameworks import REQUIRES, impl_module, process_environment
 from compare.process import warm
 from compare.run import progress, shutdown, wall_time
 
-MODULES = {"tf": "tf_impl.train", "torch": "torch_impl.train"}
-REQUIRES = {"tf": ("tensorflow", "keras"), "torch": ("torch", "torchvision")}
+# each framework's entry (a test may name a stand-in here)
+MODULES = {framework: impl_module(framework, "train") for framework in REQUIRES}
 
 
 @dataclass

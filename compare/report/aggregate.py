@@ -29,7 +29,7 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
     comparison's summary, and the verdict sentences."""
     skipped = [{"path": r["path"], "reason": r["unreadable"]} for r in runs if r.get("unreadable")]
     runs = [r for r in runs if not r.get("unreadable")]
-    by_framework: dict[str, list[dict]] = {"tf": [], "torch": []}
+    by_framework: dict[str, list[dict]] = {fw: [] for fw in FRAMEWORKS}
     for run in runs:
         by_framework.setdefault(run["framework"], []).append(run)
     test_size = next((r["data"].get("test_size") for r in runs if r.get("data")), None)

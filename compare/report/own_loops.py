@@ -50,7 +50,7 @@ def summarise(runs: list[dict], records: list[dict]) -> dict | None:
         shared_times = {s: steady_seconds([e["train_time_s"] for e in r["epochs"]])
                         for s, r in shared.items()}
         shared_steady[framework] = shared_times
-        ratio = stats.paired_ratio(shared_times, own_times[framework])
+        ratio = stats.paired_ratio(shared_times, own_times[framework], "shared/own loop")
         seeds = ratio["seeds"]
         summary[framework] = {
             "loop": next((r["loop"] for r in own.values()), None),
@@ -68,8 +68,9 @@ def summarise(runs: list[dict], records: list[dict]) -> dict | None:
     # (training time after the first epoch) and the same seeds, so the two compare like for like
     summary["own_ratio"] = stats.paired_ratio(own_times["tf"], own_times["torch"])
     seeds = set(summary["own_ratio"]["seeds"])
-    summary["shared_ratio"] = stats.paired_ratio(
-        *({s: t for s, t in shared_steady[fw].items() if s in seeds} for fw in FRAMEWORKS))
+    tf_shared, torch_shared = ({s: t for s, t in shared_steady[fw].items() if s in seeds}
+                               for fw in FRAMEWORKS)
+    summary["shared_ratio"] = stats.paired_ratio(tf_shared, torch_shared)
     return summary
 
 

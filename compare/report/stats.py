@@ -31,7 +31,8 @@ PROPORTION_METHOD = ("mean over seeds; 95% interval on the logit scale from the 
                      "variance")
 ACCURACY_METHOD = (PROPORTION_METHOD + " plus the test set's binomial variance p(1-p)/N "
                    "(delta method, Welch-Satterthwaite degrees of freedom)")
-RATIO_METHOD = "geometric mean of the per-seed TF/PyTorch ratios; 95% t interval on the log ratios"
+RATIO_METHOD = ("geometric mean of the per-seed {} ratios; 95% t interval on the log ratios")
+TF_PYTORCH = "TF/PyTorch"  # what paired_ratio divides unless told
 DIFFERENCE_METHOD = "mean of the per-seed differences; 95% t interval"
 RANGE_METHOD = "n=2: range (min-max over the seeds; too few seeds for a t interval)"
 SINGLE_METHOD = "n=1: a single seed, no interval"
@@ -127,8 +128,9 @@ def proportion_interval(values: Iterable[float | None], trials: int | None = Non
 
 
 def paired_ratio(numerator: Mapping[int, float | None],
-                 denominator: Mapping[int, float | None]) -> dict:
-    """Geometric-mean ratio over seeds present in both, with a t interval on log ratios."""
+                 denominator: Mapping[int, float | None], what: str = TF_PYTORCH) -> dict:
+    """Geometric-mean ratio over seeds present in both, with a t interval on log ratios;
+    `what` names the ratio in its method ("TF/PyTorch", "shared/own loop")."""
     pairs = _paired(numerator, denominator, _positive)
     seeds = [s for s, _, _ in pairs]
     ratios = np.array([x / y for _, x, y in pairs])
@@ -136,7 +138,7 @@ def paired_ratio(numerator: Mapping[int, float | None],
         return {"ratio": None, "low": None, "high": None, "interval": None, "n": 0, "seeds": [],
                 "method": "no seed completed in both frameworks"}
     entry = positive_interval(ratios)
-    method = entry["method"] if entry["interval"] != "ci95" else RATIO_METHOD
+    method = entry["method"] if entry["interval"] != "ci95" else RATIO_METHOD.format(what)
     log_std = float(np.log(ratios).std(ddof=1)) if len(ratios) > 1 else None
     return {"ratio": entry["centre"], "low": entry["low"], "high": entry["high"],
             "interval": entry["interval"], "n": entry["n"], "seeds": seeds, "method": method,

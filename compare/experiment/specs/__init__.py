@@ -5,7 +5,7 @@ and combines them. Names are unique across a spec and name the weights in both b
 Shapes are (channels, height, width) per image; parameter counts and FLOPs come from the
 spec. Each layer kind is declared once, in this package, and listed in KINDS; each twin has
 one builder per kind (tf_impl/model.py, torch_impl/model.py) and one reader per kind
-(tf_impl/port.py, torch_impl/port.py).
+(`LAYERS` in tf_impl/port_kinds.py, `MODULES` in torch_impl/port_kinds.py).
 """
 
 from __future__ import annotations
