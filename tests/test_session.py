@@ -28,14 +28,18 @@ FAKE_NVML = textwrap.dedent("""\
     def nvmlDeviceGetCudaComputeCapability(handle): return (9, 0)
     """)
 
-# What a process this test starts sees: CUDA's devices in PyTorch, the tool's count of GPUs
-# and the precision `--precision auto` would choose from it before any framework starts.
+# What a process this test starts sees: CUDA's devices in PyTorch and in TensorFlow (imported
+# after torch, as the tests import them), the tool's count of GPUs and the precision
+# `--precision auto` would choose from it before any framework starts.
 PROBE = textwrap.dedent("""\
     import json, os, torch
+    import tensorflow as tf
     from compare.machine import devices
     from compare.machine import precision
     print(json.dumps({"env": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                      "torch": torch.cuda.device_count(), "tool": devices.nvidia_gpus(),
+                      "torch": torch.cuda.device_count(),
+                      "tensorflow": len(tf.config.list_physical_devices("GPU")),
+                      "tool": devices.nvidia_gpus(),
                       "auto": precision.expected("auto", "auto", "lenet").precision}))
     """)
 
@@ -51,7 +55,7 @@ def _child(tmp_path: Path, env: dict) -> dict:
 
 def test_a_non_gpu_tests_subprocess_sees_no_gpu_where_its_parent_would(tmp_path):
     seen = _child(tmp_path, dict(os.environ))
-    assert seen == {"env": "", "torch": 0, "tool": 0, "auto": "fp32"}
+    assert seen == {"env": "", "torch": 0, "tensorflow": 0, "tool": 0, "auto": "fp32"}
     # the same child outside the mechanism, on this (faked) two-GPU host: the tool counts
     # both boards and would choose float16 for a GPU with tensor cores
     unhidden = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
