@@ -337,6 +337,15 @@ def read_summary(path: str | Path) -> list[dict[str, Any]]:
     return [migrate_summary(s, path) for s in summaries]
 
 
+def read_summary_if_any(path: str | Path) -> dict[str, Any] | None:
+    """The comparison in a summary file, or None where there is none or it cannot be read
+    (a comparison beside another, e.g. DIR/best, that the other's report quotes if it can)."""
+    try:
+        return read_summary(path)[0] if Path(path).exists() else None
+    except SchemaError:
+        return None
+
+
 def migrate_summary(summary: dict[str, Any], path: str | Path = "summary") -> dict[str, Any]:
     version = summary.get("schema_version")
     if version not in (1, 2, 3, SUMMARY_VERSION):

@@ -26,12 +26,9 @@ reads the machine it is applied to.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from compare.experiment.frameworks import FRAMEWORK_NAMES, FRAMEWORKS
-
-if TYPE_CHECKING:  # annotations only
-    from compare.experiment.config import RunConfig
 
 CHOICES = ("auto", "mixed", "fp16", "fp32")  # --precision
 # Not a choice of --precision: the parity check's probe computes in float64 on the CPU
@@ -59,7 +56,17 @@ class Resolved:
                 "warning": self.warning, "handicap": self.handicap}
 
 
-def carried(config: RunConfig, device_kind: str) -> Resolved:
+class CarriesPrecision(Protocol):
+    """What `carried` reads of a RunConfig (compare.experiment.config sits above this module)."""
+
+    @property
+    def precision(self) -> str: ...
+
+    @property
+    def precision_resolved(self) -> dict[str, dict[str, Any]] | None: ...
+
+
+def carried(config: CarriesPrecision, device_kind: str) -> Resolved:
     """The precision `config` (a RunConfig) carries for a run on `device_kind` ("cpu" or
     "gpu"), as the command resolved it before the framework started; a ValueError where it
     carries none for this --precision and device kind (resolve it first:

@@ -16,11 +16,8 @@ from compare.report.labels import plain
 
 def load(directory: Path) -> dict | None:
     """The best-settings comparison beside the matched one in `directory`, if any."""
-    path = files.ComparisonDir(files.ComparisonDir(directory).best).summary
-    try:
-        return schema.read_summary(path)[0] if path.exists() else None
-    except schema.SchemaError:
-        return None
+    return schema.read_summary_if_any(
+        files.ComparisonDir(files.ComparisonDir(directory).best).summary)
 
 
 def summarise(best: dict | None) -> dict | None:

@@ -19,11 +19,8 @@ REPORT = "defaults/report.html"  # relative to the matched comparison's director
 
 def load(directory: Path) -> dict | None:
     """The defaults comparison beside the matched one in `directory`, if any."""
-    path = files.ComparisonDir(files.ComparisonDir(directory).defaults).summary
-    try:
-        return schema.read_summary(path)[0] if path.exists() else None
-    except schema.SchemaError:
-        return None
+    return schema.read_summary_if_any(
+        files.ComparisonDir(files.ComparisonDir(directory).defaults).summary)
 
 
 def states(summary: dict) -> dict[str, CompileState]:
