@@ -155,21 +155,10 @@ def test_the_gpu_path_of_compare_reports_the_defaults_row_and_its_words(tmp_path
     record them there): the matched ratio says TensorFlow/Keras ran below its default, the
     defaults ratio stands beside it, and the report's compile-state table gives both."""
     directory = files.ComparisonDir(tmp_path / "cmp")
-    config = tiny_config(tmp_path)
-    plan = comparison.planned_runs(config, ComparisonConfig(seeds=3, own_loops=False),
-                                   directory, False, device_kind="gpu")
-    # training seconds: TensorFlow 12 s eager, 8 s with XLA; PyTorch 10 s
-    times = {("tf", "matched"): 12.0, ("tf", "defaults"): 8.0, ("torch", "matched"): 10.0}
-    outcomes = []
-    for queued in plan:
-        run = queued.config
-        result = fake_result(run.framework, run.seed, times[(run.framework, run.variant)],
-                             0.6, environment=H100)
-        result["config"]["variant"] = run.variant
-        result["fairness"]["compile_state"] = compile_state.resolve(run, "gpu").to_dict()
-        files.write_json(files.RunDir(run.out).result, result)
-        outcomes.append((queued, runner.Outcome(run.framework, Path(run.out), 0, "completed",
-                                                None)))
+    plan = comparison.planned_runs(tiny_config(tmp_path),
+                                   ComparisonConfig(seeds=3, own_loops=False), directory, False,
+                                   device_kind="gpu")
+    outcomes = _ran_on_an_h100(plan)
     comparison.write_reports(directory, outcomes, [], [], PASSED, "cnncompare compare", None)
     summary = files.read_json(directory.summary)
     assert summary["ratios"]["train_time_s"]["ratio"] == pytest.approx(1.2)
@@ -196,3 +185,38 @@ def test_the_gpu_path_of_compare_reports_the_defaults_row_and_its_words(tmp_path
             "default on this GPU (the compile states below") in page  # under the headline table
     assert files.read_json(files.ComparisonDir(directory.defaults).summary)["compile_states"][
         "tf"]["compiled"] is True  # its own comparison, beside the matched one
+
+
+def test_the_defaults_comparison_joins_the_runs_of_separate_invocations(tmp_path):
+    """`compare --framework tf` first, then `compare --resume` running PyTorch: the matched
+    report holds TensorFlow's matched runs only, the defaults report its runs at Keras'
+    default from the first invocation beside PyTorch's matched runs of the second."""
+    directory = files.ComparisonDir(tmp_path / "cmp")
+    plan = comparison.planned_runs(tiny_config(tmp_path),
+                                   ComparisonConfig(seeds=2, own_loops=False), directory, False,
+                                   device_kind="gpu")
+    done = _ran_on_an_h100(plan)
+    earlier = comparison.earlier_results([q for q, _ in done if q.config.framework == "tf"])
+    comparison.write_reports(directory, [(q, o) for q, o in done if q.config.framework == "torch"],
+                             earlier, [], PASSED, "cnncompare compare --resume", None)
+    summary = files.read_json(directory.summary)
+    assert {fw: f["runs"] for fw, f in summary["frameworks"].items()} == {"tf": 2, "torch": 2}
+    assert summary["ratios"]["train_time_s"]["ratio"] == pytest.approx(1.2)
+    assert summary["defaults"]["time_ratio"]["ratio"] == pytest.approx(0.8)
+
+
+def _ran_on_an_h100(plan: list) -> list:
+    """Each planned run's result as it would be recorded on an H100 (training seconds:
+    TensorFlow 12 eager and 8 with XLA, PyTorch 10), with its outcome."""
+    times = {("tf", "matched"): 12.0, ("tf", "defaults"): 8.0, ("torch", "matched"): 10.0}
+    outcomes = []
+    for queued in plan:
+        run = queued.config
+        result = fake_result(run.framework, run.seed, times[(run.framework, run.variant)],
+                             0.6, environment=H100)
+        result["config"]["variant"] = run.variant
+        result["fairness"]["compile_state"] = compile_state.resolve(run, "gpu").to_dict()
+        files.write_json(files.RunDir(Path(run.out)).result, result)
+        outcomes.append((queued, runner.Outcome(run.framework, Path(run.out), 0, "completed",
+                                                None)))
+    return outcomes

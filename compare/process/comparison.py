@@ -97,8 +97,7 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
     planned = planned_runs(config, comparison, directory, resume, device_kind)
     queue = [q for q in planned if q.config.framework in selected]
     later = [q for q in planned if q.config.framework not in selected]
-    earlier = [files.RunDir(Path(q.config.out)).result for q in later
-               if files.RunDir(Path(q.config.out)).result.exists()]
+    earlier = earlier_results(later)
     waiting = [_not_run(q, f"not run yet: this invocation ran {_names(selected)} alone "
                            f"(cnncompare compare --resume {out} runs the rest)")
                for q in later if not files.RunDir(Path(q.config.out)).result.exists()]
@@ -173,6 +172,13 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
     return planned
 
 
+def earlier_results(later: list[QueuedRun]) -> list[Path]:
+    """The results that runs of another invocation left for the matched report: the matched
+    runs' (the best and defaults runs form comparisons of their own)."""
+    return [result for q in later if q.config.variant == "matched"
+            if (result := files.RunDir(Path(q.config.out)).result).exists()]
+
+
 def write_reports(directory: files.ComparisonDir,
                   outcomes: list[tuple[QueuedRun, runner.Outcome | None]], earlier: list[Path],
                   waiting: list[dict], parity: dict | None, command: str,
@@ -188,26 +194,24 @@ def write_reports(directory: files.ComparisonDir,
                      order_note=order)
     runs = [(q, o) for q, o in outcomes if not q.own_loop and q.config.variant == "matched"]
     finished = [o.result_path for _, o in runs if o is not None and o.result_path.exists()]
-    _write_defaults(directory, outcomes, finished + earlier, command, order)
+    _write_defaults(directory, finished + earlier, command, order)
     not_run = [_not_run(q, _why_no_result(o)) for q, o in runs
                if o is None or not o.result_path.exists()] + waiting
     return report.write(directory.path, report.load_runs(finished + earlier), parity, command,
                         not_run, order_note=order)
 
 
-def _write_defaults(directory: files.ComparisonDir,
-                    outcomes: list[tuple[QueuedRun, runner.Outcome | None]], matched: list[Path],
-                    command: str, order: str | None) -> None:
+def _write_defaults(directory: files.ComparisonDir, matched: list[Path], command: str,
+                    order: str | None) -> None:
     """The defaults comparison (DIR/defaults): the runs of each framework that trained at its
-    own defaults, beside the other framework's matched runs, which ran at its defaults."""
-    ran = [o.result_path for q, o in outcomes if q.config.variant == "defaults"
-           and o is not None and o.result_path.exists()]
+    own defaults, in this invocation or an earlier one (compare --framework), beside the other
+    framework's matched runs, which ran at its defaults."""
+    ran = report.load_runs([files.ComparisonDir(directory.defaults).runs])
     if not ran:
         return
-    moved = {q.config.framework for q, _ in outcomes if q.config.variant == "defaults"}
+    moved = {r.get("framework") for r in ran}
     beside = [r for r in report.load_runs(matched) if r.get("framework") not in moved]
-    report.write(directory.defaults, report.load_runs(ran) + beside, None, command,
-                 order_note=order)
+    report.write(directory.defaults, ran + beside, None, command, order_note=order)
 
 
 def order_note(invocations: list[dict]) -> str | None:
