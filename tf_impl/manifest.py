@@ -93,13 +93,14 @@ def framework_default_compile(trainer) -> bool:
     """Whether Keras compiles this model with XLA by default here, asked of Keras: an
     uncompiled Model's `jit_compile` resolves `"auto"` as `Model.compile` would (the visible
     devices, the strategy the model was built under, op determinism, every layer's
-    supports_jit). A copy of the flag is read, so the trainer's model keeps it unresolved."""
+    supports_jit). Reading it caches the answer on the model; an unset flag is unset again
+    after, so the model stays as it was built (Keras' own loop compiles it later)."""
     model = trainer.model
-    resolved = model._jit_compile is None  # noqa: SLF001 - set once resolved or compiled
+    unset = model._jit_compile is None  # noqa: SLF001 - set once resolved or compiled
     try:
         return bool(model.jit_compile)
     finally:
-        if resolved:
+        if unset:
             model._jit_compile = None  # noqa: SLF001
 
 

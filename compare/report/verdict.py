@@ -152,10 +152,11 @@ def setup_sentence(summary: dict) -> str:
               f"on {f['nodes']} machine(s) ({f['launcher']})"
               for fw, f in (summary.get("fairness") or {}).items()
               if (f or {}).get("processes", 1) > 1 or (f or {}).get("nodes", 1) > 1]
+    compiled = _compile_phrase(summary)
     return (f"Measured on {machine.get('named') or machine['device']}, "
             f"{_precision_phrase(summary)}"
             + (f", {_wrapper_phrase(summary)}" if _wrapper_phrase(summary) else "")
-            + (f"; {_compile_phrase(summary)}" if _compile_phrase(summary) else "")
+            + (f"; {compiled}" if compiled else "")
             + f"; {model} on {source} data, {seeds} seed{'s' if seeds != 1 else ''}"
             + (f"; {', '.join(spread)}" if spread else "") + ".")
 
