@@ -128,7 +128,7 @@ def _probe_devices(config: RunConfig) -> int:
 
 def compute_epsilon(manifest: dict) -> float | None:
     """The machine epsilon of the precision a trainer computes in; None for float32."""
-    policy = str(manifest.get("precision_policy", ""))
+    policy = str(manifest.get("precision_policy"))
     if "bfloat16" in policy:
         return 2.0 ** -8  # bfloat16 keeps 8 significand bits (7 stored)
     if "float16" in policy:
@@ -173,7 +173,7 @@ def running_stats_in_biased_form(probe: dict[str, np.ndarray], steps: int) -> di
     variances), Keras' d r0 + sum_k ... v_k, so r_b = d r0 + (n-1)/n (r - d r0) exactly."""
     stats = {k[len("param/"):]: v for k, v in probe.items()
              if k.startswith("param/") and not specs.trainable(k[len("param/"):])}
-    if not bool(probe.get("running_variance_unbiased", False)):
+    if not bool(probe.get("running_variance_unbiased")):
         return stats
     for name, running in list(stats.items()):
         layer, part = name.rsplit(".", 1)

@@ -46,10 +46,10 @@ class EpochPlan:
         """(KEY_ROWS, steps * batch) int64 rows of image index, dy, dx, flip bit and cutout
         corner, in step order: the layout both frameworks' pipelines consume (one array, no
         per-sample objects)."""
-        return np.stack([self.indices.reshape(-1), self.offsets[..., 0].reshape(-1),
-                         self.offsets[..., 1].reshape(-1), self.flips.reshape(-1),
-                         self.cutouts[..., 0].reshape(-1),
-                         self.cutouts[..., 1].reshape(-1)]).astype(np.int64)
+        return np.stack([self.indices.ravel(), self.offsets[..., 0].ravel(),
+                         self.offsets[..., 1].ravel(), self.flips.ravel(),
+                         self.cutouts[..., 0].ravel(),
+                         self.cutouts[..., 1].ravel()]).astype(np.int64)
 
 
 class FlowingEpochs:

@@ -86,13 +86,13 @@ def chw_to_hwc_rows(weight: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray
     `weight` is (out, C*H*W) in the canonical layout; the result is (out, H*W*C).
     """
     c, h, w = chw
-    return weight.reshape(-1, c, h, w).transpose(0, 2, 3, 1).reshape(weight.shape[0], -1)
+    return weight.reshape(len(weight), c, h, w).transpose(0, 2, 3, 1).reshape(len(weight), -1)
 
 
 def hwc_to_chw_rows(weight: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray:
     """The inverse of `chw_to_hwc_rows`."""
     c, h, w = chw
-    return weight.reshape(-1, h, w, c).transpose(0, 3, 1, 2).reshape(weight.shape[0], -1)
+    return weight.reshape(len(weight), h, w, c).transpose(0, 3, 1, 2).reshape(len(weight), -1)
 
 
 def flatten_input_shape(spec: specs.ModelSpec, dense_name: str) -> tuple[int, int, int] | None:

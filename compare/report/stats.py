@@ -59,7 +59,7 @@ def _empty() -> dict:
 
 
 def _small_sample(x: np.ndarray, centre: float) -> dict:
-    """One or two values: the value itself, or the min-max range."""
+    """One value: itself, no interval; two or more: the min-max range."""
     entry = {"centre": centre, "mean": float(x.mean()),
              "std": float(x.std(ddof=1)) if len(x) > 1 else None, "n": int(len(x))}
     if len(x) == 1:
@@ -78,9 +78,7 @@ def positive_interval(values: Iterable[float | None]) -> dict:
     if len(x) == 0:
         return _empty()
     if (x <= 0).any():  # a zero or negative time is a broken record: no log scale for it
-        entry = _small_sample(x, float(x.mean())) if len(x) < MIN_SEEDS_FOR_T else {
-            "centre": float(x.mean()), "mean": float(x.mean()), "std": float(x.std(ddof=1)),
-            "low": float(x.min()), "high": float(x.max()), "interval": "range", "n": len(x)}
+        entry = _small_sample(x, float(x.mean()))  # the value, or the range of 2 or more
         return {**entry, "method": "mean and min-max range (a value <= 0 rules out the log scale)"}
     logs = np.log(x)
     centre = float(math.exp(logs.mean()))
@@ -120,8 +118,8 @@ def proportion_interval(values: Iterable[float | None], trials: int | None = Non
     p = min(max(mean, step), 1 - step)
     se_logit = math.sqrt(variance) / (p * (1 - p))
     df = (variance ** 2 / (seed_variance ** 2 / (n - 1))) if seed_variance > 0 else math.inf
-    special, scipy_stats = _scipy()
-    half = (_t_quantile(df) if math.isfinite(df) else float(scipy_stats.norm.ppf(0.975))) * se_logit
+    special = _scipy()[0]
+    half = _t_quantile(df) * se_logit  # infinite df: the normal quantile
     centre_logit = float(special.logit(p))
     return {**entry, "low": float(special.expit(centre_logit - half)),
             "high": float(special.expit(centre_logit + half))}
@@ -168,9 +166,7 @@ def seeds_to_resolve(ratio: dict, threshold: float = 1.0) -> int | None:
     seed), the ratio sits on the threshold, or it would take more than MOST_SEEDS_SUGGESTED."""
     if ratio.get("ratio") is None or ratio.get("log_std") is None:
         return None
-    distance = abs(math.log(ratio["ratio"] / threshold))
-    if distance == 0:
-        return None
+    distance = abs(math.log(ratio["ratio"] / threshold))  # 0 on the threshold: no n does
     for n in range(MIN_SEEDS_FOR_T, MOST_SEEDS_SUGGESTED + 1):
         if _t_quantile(n - 1) * ratio["log_std"] / math.sqrt(n) < distance:
             return n

@@ -130,9 +130,12 @@ def _accuracy_sentence(summary: dict) -> str:
     if test["equivalent"]:
         return (f"Final test accuracy is equivalent within +-{margin:g} points: TF - PyTorch = "
                 f"{mean:+.2f} points ({interval}).")
-    higher = "TensorFlow/Keras" if mean > 0 else "PyTorch"
+    gap = f"{abs(mean):.2f}"
+    higher = ("neither framework scored higher on average" if gap == "0.00" else
+              f"{'TensorFlow/Keras' if mean > 0 else 'PyTorch'} scored {gap} points higher on "
+              f"average")
     return (f"Final test accuracy is not shown equivalent within +-{margin:g} points: "
-            f"{higher} scored {abs(mean):.2f} points higher on average ({interval}).")
+            f"{higher} ({interval}).")
 
 
 def _compile_phrase(summary: dict) -> str:
@@ -230,8 +233,8 @@ def fairness_caveats(summary: dict) -> list[str]:
         caveats.append("one framework trained under its distribution wrapper and the other "
                        "without (" + _wrapper_phrase(summary) + "): the wrapper's cost falls "
                        "on one side only")
-    handicaps = {(f or {}).get("precision", {}).get("handicap")
-                 for f in fairness.values() if isinstance((f or {}).get("precision"), dict)}
+    handicaps = {f["precision"].get("handicap") for f in fairness.values()
+                 if isinstance((f or {}).get("precision"), dict)}
     caveats += [f"--precision mixed handicaps a framework on this machine ({h})"
                 for h in sorted(h for h in handicaps if h)]
     failed = [r for r in summary.get("runs") or [] if r.get("status") != "completed"]

@@ -16,18 +16,18 @@ TF, TORCH = FRAMEWORK_NAMES["tf"], FRAMEWORK_NAMES["torch"]
 def spread(ratio: dict, invert: bool = False) -> str:
     """'95% CI 1.10x-1.35x over 5 seeds', 'range 0.95x-1.33x over 2 seeds' or 'one seed, no
     interval'; `invert` gives the interval of 1 / ratio."""
-    low, high, n = ratio.get("low"), ratio.get("high"), ratio.get("n", 0)
+    low, high = ratio.get("low"), ratio.get("high")
     if low is None or high is None:
         return "one seed, no interval"
     if invert:
         low, high = 1 / high, 1 / low
     kind = "95% CI" if ratio.get("interval") == "ci95" else "range"
-    return f"{kind} {low:.2f}x-{high:.2f}x over {n} seeds"
+    return f"{kind} {low:.2f}x-{high:.2f}x over {ratio['n']} seeds"
 
 
 def to_resolve(ratio: dict, threshold: float = 1.0) -> str:
     """What n would resolve a difference of this size from `threshold`."""
-    if ratio.get("n", 0) < 2:
+    if ratio["n"] < 2:
         return "run 3 or more seeds for an interval"
     needed = stats.seeds_to_resolve(ratio, threshold)
     if needed is None:
