@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import patience, tiny_config
 
+from compare import files
 from compare.experiment import precision as rule
 from compare.experiment.config import RunConfig
 from compare.machine import precision
@@ -46,6 +47,7 @@ machine.resolve = poisoned(machine.resolve)
 CARRIED = {"requested": "auto", "precision": "mixed", "compute_type": "bfloat16",
            "reason": "auto: carried by the test, not this machine's choice", "warning": None,
            "handicap": None}
+FLOAT32 = {**CARRIED, "precision": "fp32", "compute_type": "float32"}
 
 
 def _poisoned_environment(tmp_path: Path) -> dict[str, str]:
@@ -103,18 +105,25 @@ def test_a_framework_process_uses_the_carried_precision_and_resolves_none(tmp_pa
     resolve to float32: the framework process, where resolving raises, trains in the carried
     precision and records it with its reason."""
     assert precision.resolve("auto", False, model="lenet").compute_type == "float32"
-    config = tiny_config(tmp_path, framework=framework, precision="auto")
-    config = config.replace(precision_resolved={"cpu": CARRIED})
-    path = tmp_path / "config.json"
-    path.write_text(config.to_json())
-    done = subprocess.run([sys.executable, "-m", f"{framework}_impl.train", str(path)], cwd=REPO,
-                          env=_poisoned_environment(tmp_path), capture_output=True, text=True,
-                          timeout=patience(300))
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads((Path(config.out) / "result.json").read_text())
-    assert result["fairness"]["precision"] == CARRIED
-    assert "bfloat16" in result["fairness"]["precision_policy"]
-    assert result["config"]["precision_resolved"] == {"cpu": CARRIED}
+    losses, environment = {}, _poisoned_environment(tmp_path)
+    for carried in (CARRIED, FLOAT32):
+        config = tiny_config(tmp_path / carried["compute_type"], framework=framework,
+                             precision="auto", epochs=1)
+        config = config.replace(precision_resolved={"cpu": carried})
+        path = tmp_path / f"{carried['compute_type']}.json"
+        path.write_text(config.to_json())
+        done = subprocess.run([sys.executable, "-m", f"{framework}_impl.train", str(path)],
+                              cwd=REPO, env=environment, capture_output=True,
+                              text=True, timeout=patience(300))
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads((Path(config.out) / "result.json").read_text())
+        assert result["fairness"]["precision"] == carried  # recorded with its reason
+        losses[carried["compute_type"]] = files.read_csv(files.RunDir(Path(config.out)).steps)[
+            "loss"][0]
+    # what the process computed in: the same first batch from the same weights, its loss
+    # rounded by bfloat16 (8 significand bits) in one and exact to float32 in the other
+    assert losses["bfloat16"] != losses["float32"]
+    assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=0.02)
 
 
 def test_a_run_resolves_in_the_command_and_its_framework_reads_it(tmp_path):
