@@ -1,0 +1,172 @@
+"""Mutation testing of the pure logic: mutmut changes each module a little (an operator, a
+constant, a string, a default) and runs the unit tests that reach the change; a mutant no test
+notices survives. Runs mutmut as [tool.mutmut] in pyproject.toml sets it up, then scores each
+module: killed / (mutants - the survivors listed in EQUIVALENT, each with why no test can
+kill it), and fails below MIN_SCORE. Writes DIR/mutation.json and DIR/mutation.md.
+
+    python -m benchmarks.mutation --out benchmarks/results/mutation   # about 5 minutes, 2 cores
+    python -m benchmarks.mutation --scores-only --out /tmp/m          # score the last run again
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MIN_SCORE = 0.90
+# mutmut's statuses a test caught: a failing test, a mutant that hangs (it never returns, so
+# a run of it never passes), a segfault
+CAUGHT = {"killed", "timeout", "segfault"}
+
+# Survivors that behave exactly as the original on every input the module accepts, by mutmut's
+# name as of this commit (a renumbered mutant shows as a new survivor: read it, then list it).
+EQUIVALENT = {
+    "compare.report.stats.x__clean__mutmut_2": "np.array(floats, dtype=None) is float64",
+    "compare.report.stats.x__clean__mutmut_4": "np.array(floats) is float64",
+    "compare.report.stats.x_paired_difference__mutmut_9": "differences of floats are float64",
+    "compare.report.stats.x_paired_difference__mutmut_11": "differences of floats are float64",
+    "compare.report.stats.x_equivalence_test__mutmut_9": "differences of floats are float64",
+    "compare.report.stats.x_equivalence_test__mutmut_11": "differences of floats are float64",
+    "compare.report.stats.x_equivalence_test__mutmut_111": "p == alpha: a float never lands on it",
+    "compare.report.stats.x_seeds_to_resolve__mutmut_31": "< or <= between two computed floats",
+    "compare.report.words.x_loop_ratio__mutmut_51": "rounding 100 x a ratio to 6 or 7 decimals "
+                                                   "before ceil: the same integer",
+    "compare.experiment.plan.x_epoch_plan__mutmut_26": "rng.integers(high) draws as (0, high)",
+    "compare.experiment.plan.x_epoch_plan__mutmut_41": "rng.integers(high) draws as (0, high)",
+    "compare.experiment.plan.x_epoch_plan__mutmut_84": "rng.integers(high) draws as (0, high)",
+    "compare.experiment.plan.x_augment_batch__mutmut_9": "an extra padded image after the batch "
+                                                        "is never gathered",
+    "compare.experiment.weights.x_read_file__mutmut_2": "np.load's allow_pickle is off by default",
+    "compare.experiment.weights.x_read_file__mutmut_4": "np.load's allow_pickle is off by default",
+    "compare.experiment.weights.x_chw_to_hwc_rows__mutmut_27": "numpy reads reshape(-2) as -1",
+    "compare.experiment.weights.x_hwc_to_chw_rows__mutmut_27": "numpy reads reshape(-2) as -1",
+    "compare.experiment.weights.x_flatten_input_shape__mutmut_11": "stopping at index 0 or -1 "
+                                                                  "both end on no Flatten",
+    "compare.experiment.weights.x_flatten_input_shape__mutmut_12": "stopping at index 0 or -1 "
+                                                                  "both end on no Flatten",
+    "compare.experiment.weights.x_flatten_input_shape__mutmut_16": "a valid spec's dense layer "
+                                                                  "after no Flatten sees no "
+                                                                  "3-D map",
+    **{f"compare.experiment.parity.x_{name}": "astype(None) is astype(float64)" for name in (
+        "relative_differences__mutmut_7", "relative_differences__mutmut_13",
+        "running_stats_in_biased_form__mutmut_29", "compare_probes__mutmut_33",
+        "compare_probes__mutmut_54", "compare_probes__mutmut_64", "compare_probes__mutmut_73")},
+    "compare.report.verdict.x_timing__mutmut_8": "needed starts at 1 or 2: every found case "
+                                                 "needs at least 2x (2 s / under 1 s, or "
+                                                 "(error / 1%)^2 over 4)",
+    "compare.report.verdict.x_timing__mutmut_65": "< or <= between two computed floats",
+    "compare.report.verdict.x__accuracy_sentence__mutmut_63": "p == 0.001: a float never "
+                                                              "lands on it",
+    "compare.report.verdict.x__accuracy_sentence__mutmut_94": "a mean of exactly 0 reads "
+                                                              "'neither' before the sign",
+}
+RESULT = re.compile(r"^\s*(?P<name>\S+): (?P<status>.+)$")
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="where the scores go")
+    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2,
+                        help="mutants run at once [default: the CPU count]")
+    parser.add_argument("--scores-only", action="store_true",
+                        help="score the mutants/ directory of the last run, run nothing")
+    return parser.parse_args()
+
+
+def mutmut(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = Path(sys.executable).with_name("mutmut")
+    return subprocess.run([str(binary), *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def statuses() -> dict[str, str]:
+    """Each mutant's status from `mutmut results --all true`."""
+    done = mutmut("results", "--all", "true")
+    if done.returncode != 0:
+        sys.exit(f"mutmut results failed: {done.stderr.strip()[-500:]}")
+    return {m["name"]: m["status"] for line in done.stdout.splitlines()
+            if (m := RESULT.match(line))}
+
+
+def module_of(mutant: str) -> str:
+    return re.split(r"\.x_|\.xǁ", mutant, maxsplit=1)[0]
+
+
+def scores(found: dict[str, str]) -> dict[str, dict]:
+    modules: dict[str, dict] = {}
+    for name, status in found.items():
+        entry = modules.setdefault(module_of(name), {"mutants": 0, "killed": 0, "equivalent": [],
+                                                     "survived": []})
+        entry["mutants"] += 1
+        if status in CAUGHT:
+            entry["killed"] += 1
+        elif name in EQUIVALENT:
+            entry["equivalent"].append(name)
+        else:
+            entry["survived"].append(f"{name}: {status}")
+    for entry in modules.values():
+        judged = entry["mutants"] - len(entry["equivalent"])
+        entry["score"] = entry["killed"] / judged if judged else 1.0
+    return dict(sorted(modules.items()))
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's word for it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def markdown(modules: dict[str, dict], seconds: float | None) -> str:
+    lines = ["| module | mutants | killed | equivalent | survived | score |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for module, e in modules.items():
+        lines.append(f"| `{module}` | {e['mutants']} | {e['killed']} | {len(e['equivalent'])} | "
+                     f"{len(e['survived'])} | {100 * e['score']:.1f}% |")
+    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    lines += ["", f"`python -m benchmarks.mutation`{took} on {cpu_name()} ({os.cpu_count()} "
+              f"CPUs); score = killed / (mutants - equivalent).", ""]
+    for module, e in modules.items():
+        lines += [f"- {m}" for m in e["survived"]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    args = arguments()
+    seconds = None
+    if not args.scores_only:
+        shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # mutate the code as it is now
+        began = time.perf_counter()
+        done = mutmut("run", "--max-children", str(args.max_children))
+        seconds = time.perf_counter() - began
+        if done.returncode != 0:
+            sys.exit(f"mutmut run failed: {(done.stdout + done.stderr).strip()[-2000:]}")
+    modules = scores(statuses())
+    if not modules:
+        sys.exit("no mutants found: run without --scores-only first")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "mutation.json").write_text(json.dumps(
+        {"modules": modules, "seconds": seconds, "min_score": MIN_SCORE,
+         "measured_by": "python -m benchmarks.mutation"}, indent=2) + "\n")
+    table = markdown(modules, seconds)
+    (args.out / "mutation.md").write_text(table)
+    print(table)
+    low = [m for m, e in modules.items() if e["score"] < MIN_SCORE]
+    if low:
+        sys.exit(f"below {MIN_SCORE:.0%}: {', '.join(low)}")
+
+
+if __name__ == "__main__":
+    main()
