@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from compare.machine.cpu import cpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 MIN_SCORE = 0.90
@@ -116,17 +117,6 @@ def scores(found: dict[str, str]) -> dict[str, dict]:
         judged = entry["mutants"] - len(entry["equivalent"])
         entry["score"] = entry["killed"] / judged if judged else 1.0
     return dict(sorted(modules.items()))
-
-
-def cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's word for it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def markdown(modules: dict[str, dict], seconds: float | None) -> str:
