@@ -28,47 +28,53 @@ MIN_SCORE = 0.90
 # a run of it never passes), a segfault
 CAUGHT = {"killed", "timeout", "segfault"}
 
-# Survivors that behave exactly as the original on every input the module accepts, by mutmut's
-# name as of this commit (a renumbered mutant shows as a new survivor: read it, then list it).
-EQUIVALENT = {
-    "compare.report.stats.x__clean__mutmut_2": "np.array(floats, dtype=None) is float64",
-    "compare.report.stats.x__clean__mutmut_4": "np.array(floats) is float64",
-    "compare.report.stats.x_paired_difference__mutmut_9": "differences of floats are float64",
-    "compare.report.stats.x_paired_difference__mutmut_11": "differences of floats are float64",
-    "compare.report.stats.x_equivalence_test__mutmut_9": "differences of floats are float64",
-    "compare.report.stats.x_equivalence_test__mutmut_11": "differences of floats are float64",
-    "compare.report.stats.x_equivalence_test__mutmut_111": "p == alpha: a float never lands on it",
-    "compare.report.stats.x_seeds_to_resolve__mutmut_31": "< or <= between two computed floats",
-    "compare.report.words.x_loop_ratio__mutmut_51": "rounding 100 x a ratio to 6 or 7 decimals "
-                                                   "before ceil: the same integer",
-    "compare.experiment.plan.x_epoch_plan__mutmut_26": "rng.integers(high) draws as (0, high)",
-    "compare.experiment.plan.x_epoch_plan__mutmut_41": "rng.integers(high) draws as (0, high)",
-    "compare.experiment.plan.x_epoch_plan__mutmut_84": "rng.integers(high) draws as (0, high)",
-    "compare.experiment.plan.x_augment_batch__mutmut_9": "an extra padded image after the batch "
-                                                        "is never gathered",
-    "compare.experiment.weights.x_read_file__mutmut_2": "np.load's allow_pickle is off by default",
-    "compare.experiment.weights.x_read_file__mutmut_4": "np.load's allow_pickle is off by default",
-    "compare.experiment.weights.x_chw_to_hwc_rows__mutmut_27": "numpy reads reshape(-2) as -1",
-    "compare.experiment.weights.x_hwc_to_chw_rows__mutmut_27": "numpy reads reshape(-2) as -1",
-    "compare.experiment.weights.x_flatten_input_shape__mutmut_11": "stopping at index 0 or -1 "
-                                                                  "both end on no Flatten",
-    "compare.experiment.weights.x_flatten_input_shape__mutmut_12": "stopping at index 0 or -1 "
-                                                                  "both end on no Flatten",
-    "compare.experiment.weights.x_flatten_input_shape__mutmut_16": "a valid spec's dense layer "
-                                                                  "after no Flatten sees no "
-                                                                  "3-D map",
-    **{f"compare.experiment.parity.x_{name}": "astype(None) is astype(float64)" for name in (
-        "relative_differences__mutmut_7", "relative_differences__mutmut_13",
-        "running_stats_in_biased_form__mutmut_29", "compare_probes__mutmut_33",
-        "compare_probes__mutmut_54", "compare_probes__mutmut_64", "compare_probes__mutmut_73")},
-    "compare.report.verdict.x_timing__mutmut_8": "needed starts at 1 or 2: every found case "
-                                                 "needs at least 2x (2 s / under 1 s, or "
-                                                 "(error / 1%)^2 over 4)",
-    "compare.report.verdict.x_timing__mutmut_65": "< or <= between two computed floats",
-    "compare.report.verdict.x__accuracy_sentence__mutmut_63": "p == 0.001: a float never "
-                                                              "lands on it",
-    "compare.report.verdict.x__accuracy_sentence__mutmut_94": "a mean of exactly 0 reads "
-                                                              "'neither' before the sign",
+# Survivors that behave exactly as the original on every input the module accepts: per module,
+# by mutmut's name within it as of this commit (a renumbered mutant shows as a new survivor:
+# read it with `mutmut show`, then list it here).
+FLOAT64 = "astype(None) is astype(float64)"
+EQUIVALENT: dict[str, dict[str, str]] = {
+    "compare/report/stats.py": {
+        "x__clean__mutmut_2": "np.array(floats, dtype=None) is float64",
+        "x__clean__mutmut_4": "np.array(floats) is float64",
+        "x_paired_difference__mutmut_9": "differences of floats are float64",
+        "x_paired_difference__mutmut_11": "differences of floats are float64",
+        "x_equivalence_test__mutmut_9": "differences of floats are float64",
+        "x_equivalence_test__mutmut_11": "differences of floats are float64",
+        "x_equivalence_test__mutmut_111": "p == alpha: a float never lands on it",
+        "x_seeds_to_resolve__mutmut_31": "< or <= between two computed floats",
+    },
+    "compare/report/words.py": {
+        "x_loop_ratio__mutmut_51": "rounding 100 x a ratio to 6 or 7 decimals before ceil: the "
+                                   "same integer",
+    },
+    "compare/experiment/plan.py": {
+        "x_epoch_plan__mutmut_26": "rng.integers(high) draws as rng.integers(0, high)",
+        "x_epoch_plan__mutmut_41": "rng.integers(high) draws as rng.integers(0, high)",
+        "x_epoch_plan__mutmut_84": "rng.integers(high) draws as rng.integers(0, high)",
+        "x_augment_batch__mutmut_9": "an extra padded image after the batch is never gathered",
+    },
+    "compare/experiment/weights.py": {
+        "x_read_file__mutmut_2": "np.load's allow_pickle is off by default",
+        "x_read_file__mutmut_4": "np.load's allow_pickle is off by default",
+        "x_chw_to_hwc_rows__mutmut_27": "numpy reads reshape(-2) as reshape(-1)",
+        "x_hwc_to_chw_rows__mutmut_27": "numpy reads reshape(-2) as reshape(-1)",
+        "x_flatten_input_shape__mutmut_11": "stopping at index 0 or -1 both end on no Flatten",
+        "x_flatten_input_shape__mutmut_12": "stopping at index 0 or -1 both end on no Flatten",
+        "x_flatten_input_shape__mutmut_16": "in a valid spec a dense layer after no Flatten "
+                                            "sees no 3-D map",
+    },
+    "compare/experiment/parity.py": {name: FLOAT64 for name in (
+        "x_relative_differences__mutmut_7", "x_relative_differences__mutmut_13",
+        "x_running_stats_in_biased_form__mutmut_29", "x_compare_probes__mutmut_33",
+        "x_compare_probes__mutmut_54", "x_compare_probes__mutmut_64",
+        "x_compare_probes__mutmut_73")},
+    "compare/report/verdict.py": {
+        "x_timing__mutmut_8": "needed starts at 1 or 2: every case found needs at least 2x "
+                              "(2 s over under 1 s, or (error / 1%)^2 over 4)",
+        "x_timing__mutmut_65": "< or <= between two computed floats",
+        "x__accuracy_sentence__mutmut_63": "p == 0.001: a float never lands on it",
+        "x__accuracy_sentence__mutmut_94": "a mean of exactly 0 reads 'neither' before the sign",
+    },
 }
 RESULT = re.compile(r"^\s*(?P<name>\S+): (?P<status>.+)$")
 
@@ -97,22 +103,25 @@ def statuses() -> dict[str, str]:
             if (m := RESULT.match(line))}
 
 
-def module_of(mutant: str) -> str:
-    return re.split(r"\.x_|\.xǁ", mutant, maxsplit=1)[0]
+def split(mutant: str) -> tuple[str, str]:
+    """(the module's file, the mutant's name within it) of a mutant named by mutmut."""
+    module, name = re.split(r"\.(?=x_|xǁ)", mutant, maxsplit=1)
+    return module.replace(".", "/") + ".py", name
 
 
 def scores(found: dict[str, str]) -> dict[str, dict]:
     modules: dict[str, dict] = {}
-    for name, status in found.items():
-        entry = modules.setdefault(module_of(name), {"mutants": 0, "killed": 0, "equivalent": [],
-                                                     "survived": []})
+    for mutant, status in found.items():
+        module, name = split(mutant)
+        entry = modules.setdefault(module, {"mutants": 0, "killed": 0, "equivalent": [],
+                                            "survived": []})
         entry["mutants"] += 1
         if status in CAUGHT:
             entry["killed"] += 1
-        elif name in EQUIVALENT:
+        elif name in EQUIVALENT.get(module, {}):
             entry["equivalent"].append(name)
         else:
-            entry["survived"].append(f"{name}: {status}")
+            entry["survived"].append(f"{module}: {name}: {status}")
     for entry in modules.values():
         judged = entry["mutants"] - len(entry["equivalent"])
         entry["score"] = entry["killed"] / judged if judged else 1.0
