@@ -16,9 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+if not __package__:  # run by path (python benchmarks/epoch_start.py): the checkout on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import machine_label
 from compare.experiment import datasets

@@ -22,6 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+if not __package__:  # run by path (python benchmarks/gc_pauses.py): the checkout on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from benchmarks.common import REPO, machine_label
 from compare.experiment.config import RunConfig
 

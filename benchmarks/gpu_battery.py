@@ -62,6 +62,9 @@ from pathlib import Path
 
 STARTED = time.perf_counter()  # --time-left counts from here: imports and setup included
 
+if not __package__:  # run by path (python benchmarks/gpu_battery.py): the checkout on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from benchmarks import common  # noqa: E402 - after STARTED: its time counts
 from benchmarks.battery.calls import device_calls, plan, rental_calls  # noqa: E402
 from benchmarks.battery.estimates import (  # noqa: E402

@@ -29,6 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+if not __package__:  # run by path (python benchmarks/quickstart_time.py): the checkout on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from benchmarks.common import REPO, machine_label
 
 COMMAND = ["compare", "--dataset", "synthetic", "--epochs", "2", "--seeds", "2"]

@@ -24,6 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+if not __package__:  # run by path (python benchmarks/setting_ab.py): the checkout on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from benchmarks import common
 
 # The environment that makes a run behave as on another CPU: the CPU flags --precision auto

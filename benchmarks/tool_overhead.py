@@ -23,6 +23,9 @@ import sys
 import time
 from pathlib import Path
 
+if not __package__:  # run by path (python benchmarks/tool_overhead.py): the checkout on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from benchmarks import common
 
 # The configurations: the seed's batch 4 (the PyTorch tutorial's lr 0.001) and 32 on any

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import patience
 
 from compare.run import interface
 
@@ -290,3 +291,15 @@ def test_every_quoted_figure_names_the_script_and_file_that_hold_it():
                 for figure in re.findall(r"(?<![\d.])\d+\.\d{3}(?!\d)", paragraph):
                     assert figure in held, (page.name, figure, [o for _, o in sources])
     assert found >= 6  # the README's and docs/benchmarks.md's
+
+
+def test_every_benchmark_script_runs_by_its_path_as_docs_name_it():
+    """`python benchmarks/NAME.py --help`, as docs/benchmarks.md and the results' commands
+    write it, from outside the checkout: no ModuleNotFoundError for the benchmarks package."""
+    scripts = [path for path in sorted((REPO / "benchmarks").glob("*.py"))
+               if 'if __name__ == "__main__":' in path.read_text()]
+    assert len(scripts) > 10
+    for script in scripts:
+        done = subprocess.run([sys.executable, str(script), "--help"], cwd="/",
+                              capture_output=True, text=True, timeout=patience(60))
+        assert done.returncode == 0 and "usage" in done.stdout, (script.name, done.stderr[-500:])
