@@ -9,7 +9,6 @@ from pathlib import Path
 
 from compare import files, schema
 from compare.experiment import best as best_advice
-from compare.experiment.frameworks import FRAMEWORKS
 from compare.report import defaults, words
 from compare.report.labels import plain
 
@@ -31,13 +30,8 @@ def summarise(best: dict | None) -> dict | None:
               for key, field in schema.MANIFEST.items()
               if field.comparable and tf.get(key) != torch.get(key)]
     kind = tf.get("device_kind") or torch.get("device_kind") or "cpu"
-    return {"time_ratio": (best.get("ratios") or {}).get("train_time_s"),
-            "accuracy_difference": best.get("accuracy_difference"),
-            "completed": {fw: (best.get("frameworks") or {}).get(fw, {}).get("completed", 0)
-                          for fw in FRAMEWORKS},
-            "settings_differ": differ, "advice": best_advice.advice_rows(kind),
-            "compile_states": {fw: s.to_dict() for fw, s in defaults.states(best).items()},
-            "report": "best/report.html"}
+    return {**defaults.beside(best, "best/report.html"), "settings_differ": differ,
+            "advice": best_advice.advice_rows(kind)}
 
 
 def sentence(summary: dict) -> str | None:

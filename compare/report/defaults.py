@@ -37,14 +37,19 @@ def states(summary: dict) -> dict[str, CompileState]:
 def summarise(defaults: dict | None) -> dict | None:
     """`time_ratio` (TF / PyTorch, each at its own defaults), the accuracy difference, the
     completed runs and each framework's compile state there."""
-    if not defaults:
-        return None
-    return {"time_ratio": (defaults.get("ratios") or {}).get("train_time_s"),
-            "accuracy_difference": defaults.get("accuracy_difference"),
-            "completed": {fw: (defaults.get("frameworks") or {}).get(fw, {}).get("completed", 0)
+    return beside(defaults, REPORT) if defaults else None
+
+
+def beside(comparison: dict, report: str) -> dict:
+    """What a comparison run beside the matched one (each framework at its defaults, or at
+    its best) gives the matched report: `time_ratio` (TF / PyTorch), the accuracy
+    difference, the completed runs, each framework's compile state there, and its `report`."""
+    return {"time_ratio": (comparison.get("ratios") or {}).get("train_time_s"),
+            "accuracy_difference": comparison.get("accuracy_difference"),
+            "completed": {fw: (comparison.get("frameworks") or {}).get(fw, {}).get("completed", 0)
                           for fw in FRAMEWORKS},
-            "compile_states": {fw: s.to_dict() for fw, s in states(defaults).items()},
-            "report": REPORT}
+            "compile_states": {fw: s.to_dict() for fw, s in states(comparison).items()},
+            "report": report}
 
 
 def states_phrase(compile_states: dict[str, CompileState]) -> str:
