@@ -34,7 +34,7 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
                                    learning_rate=_PlanSchedule(lrs))
         # Its variables made now, as fit makes them under a distribution strategy: else
         # they are made while fit traces its step, and TensorFlow traces the step again
-        # (0.7 s more of the first epoch for lenet on a 2-core Xeon)
+        # (a second trace in the first epoch)
         optimizer.build(trainer.model.trainable_variables)
         trainer.model.compile(
             optimizer=optimizer,
@@ -72,8 +72,8 @@ class _KeptIterators(keras.callbacks.Callback):
     """Holds the tf.data iterator of each epoch's fit call until the last epoch is done, then
     lets go of them on a thread of their own. Deleting an iterator waits for its autotuning
     thread's next wake-up (TensorFlow's RootDataset::Iterator destructor), which comes later
-    the longer the iterator ran: 0.6-0.9 s after each epoch of lenet on a 2-core Xeon, in the
-    main thread as fit returned, between two epochs' clocks. Only when that wait happens
+    the longer the iterator ran: up to a second after each epoch on a small CPU, in the main
+    thread as fit returned, between two epochs' clocks. Only when that wait happens
     changes (after the training, off the main thread): the epochs and their times are fit's
     own. Each iterator is spent (fit read its epoch to the end), so holding it costs threads
     that sleep, not batches."""

@@ -74,8 +74,8 @@ class Trainer:
         self.gpu_indices = (gpu_metrics.nvml_indices(_pci_bus_ids(choice)[:len(boards)], boards)
                             if choice.on_gpu else None)
         # No AutoGraph: the steps hold no Python control flow on tensors (their one loop is
-        # an explicit tf.while_loop), and converting their source cost each process about
-        # 0.5 s of its first epoch on a 2-core Xeon. Under autograph=False, strategy.run leaves
+        # an explicit tf.while_loop), and converting their source costs each process part of
+        # its first epoch. Under autograph=False, strategy.run leaves
         # the replica functions unconverted too.
         # XLA compiles the forward/backward; the update and all-reduce stay outside it.
         self._gradients = tf.function(self._forward_backward, jit_compile=config.compile,
@@ -85,7 +85,7 @@ class Trainer:
         self._train_step = tf.function(self._distributed_step, autograph=False)
         # Traced once, at the first call, for any number of steps (train_steps): an epoch's
         # last call, shorter when steps_per_epoch is not a multiple of steps_per_call, would
-        # otherwise trace it again (0.3-0.45 s of the first epoch on a 2-core Xeon).
+        # otherwise trace it again, in the first epoch.
         self._train_steps = tf.function(self._distributed_steps, autograph=False)
         # The whole test set in one call: one trace whatever the last batch's size, and no
         # host round trip per batch
@@ -232,8 +232,8 @@ class Trainer:
 
     def close(self) -> None:
         """Let go of the pipelines. Deleting the training iterator can wait for tf.data's
-        autotuning (1.5-1.6 s in about half the runs of a two-epoch lenet on a 2-core Xeon;
-        never with autotuning off), so it is deleted on a thread of its own: a framework
+        autotuning (seconds, in about half the runs on a small CPU; never with autotuning
+        off), so it is deleted on a thread of its own: a framework
         process, which ends at once after its run (compare.run.worker.leave), does not wait
         for it; a longer-lived one frees it a moment later."""
         pipelines = [self.train_batches, self.test_batches]

@@ -144,8 +144,7 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
     defaults_directory = files.ComparisonDir(directory.defaults)
     for index, (framework, seed) in enumerate(seed_order(comparison.seeds, config.seed)):
         # One phase profile per framework (and form): the split of a step is the setting's,
-        # not the seed's, and each profile costs its steps and a trace (1.3 s for both
-        # frameworks' lenet on a 2-core Xeon)
+        # not the seed's, and each profile costs its steps and a trace
         run = config.replace(framework=framework, seed=seed,
                              out=str(directory.run(framework, seed).path),
                              tensorboard_dir=str(directory.tensorboard),

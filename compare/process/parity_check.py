@@ -45,8 +45,8 @@ def run_parity(config: RunConfig, directory: Path,
     gate, timed = precision.carry(probe_config(config)), timed_config(config)
     # Where the timed configuration trains on the CPU too, each framework's gate process
     # probes it next: one process start and framework set-up less on the check's critical
-    # path (TensorFlow's probes took 2.3 s instead of 3.6 s in a run on a 2-core Xeon). On a
-    # GPU it needs a process of its own: the gate's TensorFlow hides the GPUs from its process.
+    # path. On a GPU it needs a process of its own: the gate's TensorFlow hides the GPUs from
+    # its process.
     then = (timed, directory / "timed") if _device_kind(timed) == "cpu" else None
     gated, *followed = _probes(gate, directory, steps, then=then)
     probes, errors = gated

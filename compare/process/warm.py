@@ -27,9 +27,9 @@ from compare.experiment.frameworks import impl_module
 
 # What each server imports before it forks: the framework's train module, which imports the
 # framework (runner.MODULES may name a stand-in in a test; this stays the framework's), and
-# what every run would import later: the shared loop (compare.run.loop, 30-40 ms a process)
-# and torch._dynamo, which torch_impl/manifest.py reads the compile counters from (1-1.5 s a
-# process), each on a 2-core EPYC. Imports only: no op, no device. (Not PyTorch's TensorBoard
+# what every run would import later: the shared loop (compare.run.loop) and torch._dynamo,
+# which torch_impl/manifest.py reads the compile counters from (the slowest of them, seconds
+# on a small CPU). Imports only: no op, no device. (Not PyTorch's TensorBoard
 # writer: its import needs torch_impl/scalars.py's guard against importing TensorFlow.)
 PRELOAD = {"tf": (impl_module("tf", "train"), "compare.run.loop"),
            "torch": (impl_module("torch", "train"), "torch._dynamo", "compare.run.loop")}

@@ -22,9 +22,9 @@ from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
 from compare.report.render import Group, render
 from compare.report.verdict import verdict_sentences
 
-# What writing a report imports at its first use, about 2 s on a 2-core Xeon (scipy.stats
-# alone about 1 s): commands that never write one do not pay it, and `compare` loads them
-# during its untimed parity check (preload).
+# What writing a report imports at its first use, seconds on a small CPU (scipy.stats the
+# most): commands that never write one do not pay it, and `compare` loads them during its
+# untimed parity check (preload).
 REPORT_IMPORTS = ("scipy.special", "scipy.stats", "scipy.signal", "matplotlib.pyplot", "jinja2",
                   "markdown", "markupsafe")
 

@@ -94,8 +94,8 @@ def environment() -> jinja2.Environment:
                              lstrip_blocks=True)
     # Markdown text (a section's intro and notes) as HTML; its source is the report's own
     # sentences and the results' values, escaped by Markdown's own rules. One converter of
-    # each kind, reset between texts: markdown.markdown() builds a new one for every call
-    # (about 0.2 ms more each, over 400 calls a report, on a 2-core Xeon)
+    # each kind, reset between texts: markdown.markdown() builds a new one for every call,
+    # hundreds of times a report
     block = markdown.Markdown(extensions=["sane_lists"])
     inline = markdown.Markdown()
 

@@ -60,10 +60,9 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     wall_time.mark("imported")  # the interpreter and the framework: before main runs
     # The imported modules' objects (about 330,000 in a PyTorch process) move out of the
     # cyclic collector's reach: a full collection then scans only what this run made.
-    # Otherwise each full pass walks the whole import heap: 0.35 s a TensorFlow run, 0.8 s
-    # over three passes a PyTorch one, against none and 0.27 s frozen, on a 2-core EPYC
-    # (benchmarks/gc_pauses.py); and, in a child of a fork server, it would copy every page
-    # of that heap it touches. Imported modules are never freed anyway.
+    # Otherwise each full pass walks the whole import heap (the pauses: benchmarks/gc_pauses.py,
+    # docs/benchmarks.md); and, in a child of a fork server, it would copy every page of that
+    # heap it touches. Imported modules are never freed anyway.
     gc.freeze()
     shutdown.install_trainer()  # stops are remembered from here on, and act where it is safe
     debug = False
@@ -123,8 +122,8 @@ def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, ste
     """This framework's side of the parity check, in the config it is given (the parent
     chooses: parity.probe_config or timed_config); see compare.run.parity_probe.write_probe.
     With `floor`, a second probe from the same trainer, reset, its initial weights moved by
-    1 ulp (a new trainer would trace its steps again: 0.5 s of TensorFlow's, on the parity
-    check's critical path, on a 2-core Xeon).
+    1 ulp (a new trainer would trace TensorFlow's steps again, on the parity check's critical
+    path).
     A float64 probe that fails where the framework has no float64 kernel for a layer writes
     only `float64_unsupported` (the layer, its kind and the framework's line) instead."""
     import numpy as np
