@@ -294,8 +294,9 @@ def test_every_quoted_figure_names_the_script_and_file_that_hold_it():
 
 
 def test_every_benchmark_script_runs_by_its_path_as_docs_name_it():
-    """`python benchmarks/NAME.py --help`, as docs/benchmarks.md and the results' commands
-    write it, from outside the checkout: no ModuleNotFoundError for the benchmarks package."""
+    """Each script in benchmarks/ runs by its path with --help, as docs/benchmarks.md and
+    the results' commands write it, from outside the checkout: the benchmarks package is
+    found."""
     scripts = [path for path in sorted((REPO / "benchmarks").glob("*.py"))
                if 'if __name__ == "__main__":' in path.read_text()]
     assert len(scripts) > 10
