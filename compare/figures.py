@@ -1,7 +1,8 @@
 """Every figure a comparison reports, declared once: its name in summary.json, its row in the
 report, its unit, what it means and how it is measured, how it is read from a run's summary,
 the scale it is aggregated on across seeds, whether TF and PyTorch are set side by side as a
-ratio or a difference, and whether it opens the report.
+ratio or a difference, whether it opens the report, and whether a sweep's table of runs
+shows it.
 
 The rest is derived: compare.schema files the definitions under MEASUREMENT (copied into
 every result), compare.report.aggregate aggregates each figure on its scale and pairs the
@@ -70,6 +71,7 @@ class Figure:
     versus: Versus = None
     headline: bool = False  # also in the table that opens the report
     only_when_measured: bool = False  # its row appears only where a run measured it
+    in_sweep: bool = False  # also a column of a sweep's table of runs (one run a row)
 
 
 STEP_TIME = ("median and p90 over synchronised timing windows (time of the window / its "
@@ -85,14 +87,14 @@ FIGURES: tuple[Figure, ...] = (
     Figure("train_time_s", "Training time", "s", "train_time_s",
            "sum of per-epoch training times; each epoch timed from a device synchronisation "
            "before its first step to one after its last step",
-           Read("train_time_s", min_epochs=1), "positive", "ratio", headline=True),
+           Read("train_time_s", min_epochs=1), "positive", "ratio", headline=True, in_sweep=True),
     Figure("images_per_s", "Throughput", "ips", "images_per_s",
            "images trained / training time, over all replicas, epochs after the first of each "
            "session (the only epoch for a one-epoch run)",
-           Read("images_per_s"), "positive", "ratio", headline=True),
+           Read("images_per_s"), "positive", "ratio", headline=True, in_sweep=True),
     Figure("steady_step_time_ms", "Steady step time (median)", "ms", "steady_step_time_ms",
            STEP_TIME, Read("steady_step_time_ms", part="median"), "positive", "ratio",
-           headline=True),
+           headline=True, in_sweep=True),
     Figure("steady_step_time_p90_ms", "Steady step time (p90)", "ms", "steady_step_time_ms",
            STEP_TIME, Read("steady_step_time_ms", part="p90"), "positive"),
     Figure("warmup_time_s", "Start-up (first epoch)", "s", "warmup_time_s",
@@ -110,12 +112,12 @@ FIGURES: tuple[Figure, ...] = (
            "PyTorch on the host clock around next() on its loader; TensorFlow inside its step "
            "function (tf.timestamp before and after the iterator's get_next, which runs in the "
            "graph: no host next() to time)",
-           Read("input_wait_fraction"), "fraction"),
+           Read("input_wait_fraction"), "fraction", in_sweep=True),
     Figure("eval_time_s", "Evaluation time", "s", "eval_time_s",
            "test-set pass after each epoch, timed apart, synchronised at both ends",
            Read("eval_time_s", min_epochs=1), "positive"),
     Figure("final_test_accuracy", "Final test accuracy", "acc", "test_accuracy", TEST_ACCURACY,
-           Read("final_test_accuracy"), "accuracy", "difference", headline=True),
+           Read("final_test_accuracy"), "accuracy", "difference", headline=True, in_sweep=True),
     Figure("best_test_accuracy", "Best test accuracy", "acc", "test_accuracy", TEST_ACCURACY,
            Read("best_test_accuracy"), "accuracy"),
     Figure("peak_device_memory_bytes", "Peak device memory", "mib", "peak_device_memory_bytes",
@@ -124,7 +126,7 @@ FIGURES: tuple[Figure, ...] = (
            "graphs' private pool) during training, reset after each epoch's evaluation, "
            "highest over the epochs after the first; the first epoch's (initialisation, "
            "cuDNN/XLA autotuning) is warmup_peak_device_memory_bytes; null on CPU",
-           Read("peak_device_memory_bytes"), "positive", "ratio", headline=True),
+           Read("peak_device_memory_bytes"), "positive", "ratio", headline=True, in_sweep=True),
     Figure("host_peak_rss_bytes", "Host peak RSS", "mib", "host_peak_rss_bytes",
            "getrusage ru_maxrss of the trainer process",
            Read("host_peak_rss_bytes"), "positive"),
@@ -134,7 +136,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("mfu", "MFU", "pct", "mfu",
            "achieved FLOP/s / the device's dense peak for the precision (the table in "
            "compare/machine/gpu_metrics.py); n/a on CPU or an unknown GPU",
-           Read("mfu"), "fraction", headline=True),
+           Read("mfu"), "fraction", headline=True, in_sweep=True),
     Figure("energy_j", "Energy (training)", "j", "energy_j",
            "NVML cumulative energy counter (or sampled power where a device refuses it), "
            "difference over each epoch's training, every GPU of the run on the chief's "
@@ -142,11 +144,12 @@ FIGURES: tuple[Figure, ...] = (
            Read("energy_j"), "positive", "ratio", headline=True),
     Figure("energy_per_image_j", "Energy per image", "j", "energy_per_image_j",
            "training energy / images trained",
-           Read("energy_per_image_j"), "positive"),
+           Read("energy_per_image_j"), "positive", in_sweep=True),
     Figure("time_to_target_s", "Time to target accuracy", "s", "time_to_target_s",
            "cumulative training time at the end of the first epoch whose test accuracy "
            "reaches --target-accuracy",
-           Read("time_to_target_s"), "positive", headline=True, only_when_measured=True),
+           Read("time_to_target_s"), "positive", headline=True, only_when_measured=True,
+           in_sweep=True),
 )
 
 BY_KEY: dict[str, Figure] = {f.key: f for f in FIGURES}

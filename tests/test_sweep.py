@@ -64,6 +64,34 @@ def test_speedups_are_relative_to_each_frameworks_baseline():
             and not rows[1]["baseline"])
 
 
+def test_the_table_of_runs_shows_the_figures_declared_for_it():
+    summary = {"epochs_completed": 2, "train_time_s": 12.5, "images_per_s": 800.0,
+               "steady_step_time_ms": {"median": 40.0, "p90": 44.0},
+               "input_wait_fraction": 0.05, "final_test_accuracy": 0.61,
+               "peak_device_memory_bytes": 3 * 2 ** 20, "mfu": 0.25, "energy_per_image_j": 0.5,
+               "time_to_target_s": None}
+    rows = sweep_report.with_speedups(
+        [{"framework": "tf", "settings": {"precision": "fp32"}, "status": "completed",
+          "path": "", "error": None, "summary": summary},
+         {"framework": "tf", "settings": {"precision": "mixed"}, "status": "failed",
+          "path": None, "error": "boom", "summary": None}], [("precision", ["fp32", "mixed"])])
+    document = {"rows": rows, "varied": {"precision": ["fp32", "mixed"]},
+                "baseline": {"precision": "fp32"}, "command": "cnncompare sweep"}
+    (table,) = [s for s in sweep_report.sections_of(document) if s.key == "sweep"]
+    assert table.columns == (
+        "Framework", "Settings", "Status", "Speed-up", "Training time", "Throughput",
+        "Steady step time (median)", "Input wait", "Final test accuracy", "Peak device memory",
+        "MFU", "Energy per image")  # no time to target: no run measured one
+    assert table.rows == [
+        ["TensorFlow/Keras", "precision=fp32 (baseline)", "completed", "1.000x", "12.50 s",
+         "800 img/s", "40.00 ms", "5.0%", "0.6100", "3 MiB", "25.0%", "0.5 J"],
+        ["TensorFlow/Keras", "precision=mixed", "failed: boom", "n/a", *["n/a"] * 8]]
+    rows[0]["summary"] = {**summary, "time_to_target_s": 7.0, "epochs_completed": 0}
+    (table,) = [s for s in sweep_report.sections_of(document) if s.key == "sweep"]
+    assert table.columns[-1] == "Time to target accuracy" and table.rows[0][-1] == "7.00 s"
+    assert table.rows[0][4] == "n/a"  # no epoch completed: no training time
+
+
 @pytest.mark.slow
 def test_sweep_cli_writes_json_markdown_and_html(tmp_path):
     out = tmp_path / "sweep"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from compare import files, schema
+from compare.figures import FIGURES, Figure
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.report import plots
 from compare.report.render import environment
@@ -64,23 +65,22 @@ def bars(rows: list[dict]) -> str:
     return plots.svg(fig)
 
 
-COLUMNS = ("Framework", "Settings", "Status", "Throughput", "Speed-up", "Training time",
-           "Step (median)", "Input wait", "Final accuracy", "Peak memory", "MFU",
-           "Energy/image")
+RUN_COLUMNS = ("Framework", "Settings", "Status", "Speed-up")
 
 
-def _cells(r: dict, target: bool) -> list[str]:
+def run_figures(rows: list[dict]) -> list[Figure]:
+    """The figures a sweep's table of runs shows (compare.figures: `in_sweep`), in the
+    report's order; one shown only when measured, only where a run measured it."""
+    return [f for f in FIGURES if f.in_sweep and (not f.only_when_measured or any(
+        f.read(r["summary"] or {}) is not None for r in rows))]
+
+
+def _cells(r: dict, shown: list[Figure]) -> list[str]:
     s = r["summary"] or {}
-    cells = [FRAMEWORK_NAMES[r["framework"]],
-             _label(r["settings"]) + (" (baseline)" if r["baseline"] else ""),
-             r["status"] + (f": {r['error']}" if r["error"] else ""),
-             fmt(s.get("images_per_s"), "ips"), fmt(r["speedup"], "x"),
-             fmt(s.get("train_time_s") if s.get("epochs_completed") else None, "s"),
-             fmt((s.get("steady_step_time_ms") or {}).get("median"), "ms"),
-             fmt(s.get("input_wait_fraction"), "pct"), fmt(s.get("final_test_accuracy"), "acc"),
-             fmt(s.get("peak_device_memory_bytes"), "mib"), fmt(s.get("mfu"), "pct"),
-             fmt(s.get("energy_per_image_j"), "j")]
-    return cells + ([fmt(s.get("time_to_target_s"), "s")] if target else [])
+    return [FRAMEWORK_NAMES[r["framework"]],
+            _label(r["settings"]) + (" (baseline)" if r["baseline"] else ""),
+            r["status"] + (f": {r['error']}" if r["error"] else ""), fmt(r["speedup"], "x"),
+            *(fmt(f.read(s), f.unit) for f in shown)]
 
 
 RATIO = ("TF / PyTorch, one run each (no interval: `cnncompare compare --seeds N` gives one): "
@@ -116,7 +116,7 @@ def framework_ratios(rows: list[dict]) -> list[list[str]]:
 
 def sections_of(document: dict) -> list[Section]:
     rows = document["rows"]
-    target = any((r["summary"] or {}).get("target_accuracy") for r in rows)
+    shown = run_figures(rows)
     varied = "; ".join(f"`{name}` = {', '.join(map(str, values))}"
                        for name, values in document["varied"].items())
     baseline = ", ".join(f"{k}={v}" for k, v in document["baseline"].items())
@@ -131,8 +131,8 @@ def sections_of(document: dict) -> list[Section]:
                          *(("FLOPs in (the spec's layer kinds)",)
                            if "model" in document["varied"] else ())),
                 rows=framework_ratios(rows), folded=False),
-        Section("sweep", "All runs", columns=COLUMNS + (("Time to target",) if target else ()),
-                rows=[_cells(r, target) for r in rows], folded=False),
+        Section("sweep", "All runs", columns=RUN_COLUMNS + tuple(f.label for f in shown),
+                rows=[_cells(r, shown) for r in rows], folded=False),
         Section("replay", "Replay", code=document["command"]),
     ]
 
