@@ -1,8 +1,8 @@
 """Every figure a comparison reports, declared once: its name in summary.json, its row in the
 report, its unit, what it means and how it is measured, how it is read from a run's summary,
 the scale it is aggregated on across seeds, whether TF and PyTorch are set side by side as a
-ratio or a difference, whether it opens the report, and whether a sweep's table of runs
-shows it.
+ratio or a difference, whether it opens the report, and whether the tables of runs (a
+comparison's, a sweep's) show it.
 
 The rest is derived: compare.schema files the definitions under MEASUREMENT (copied into
 every result), compare.report.aggregate aggregates each figure on its scale and pairs the
@@ -72,6 +72,7 @@ class Figure:
     headline: bool = False  # also in the table that opens the report
     only_when_measured: bool = False  # its row appears only where a run measured it
     in_sweep: bool = False  # also a column of a sweep's table of runs (one run a row)
+    in_runs: bool = False  # also a column of a comparison's table of its runs
 
 
 STEP_TIME = ("median and p90 over synchronised timing windows (time of the window / its "
@@ -87,11 +88,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("train_time_s", "Training time", "s", "train_time_s",
            "sum of per-epoch training times; each epoch timed from a device synchronisation "
            "before its first step to one after its last step",
-           Read("train_time_s", min_epochs=1), "positive", "ratio", headline=True, in_sweep=True),
+           Read("train_time_s", min_epochs=1), "positive", "ratio", headline=True, in_sweep=True,
+           in_runs=True),
     Figure("images_per_s", "Throughput", "ips", "images_per_s",
            "images trained / training time, over all replicas, epochs after the first of each "
            "session (the only epoch for a one-epoch run)",
-           Read("images_per_s"), "positive", "ratio", headline=True, in_sweep=True),
+           Read("images_per_s"), "positive", "ratio", headline=True, in_sweep=True, in_runs=True),
     Figure("steady_step_time_ms", "Steady step time (median)", "ms", "steady_step_time_ms",
            STEP_TIME, Read("steady_step_time_ms", part="median"), "positive", "ratio",
            headline=True, in_sweep=True),
@@ -117,7 +119,8 @@ FIGURES: tuple[Figure, ...] = (
            "test-set pass after each epoch, timed apart, synchronised at both ends",
            Read("eval_time_s", min_epochs=1), "positive"),
     Figure("final_test_accuracy", "Final test accuracy", "acc", "test_accuracy", TEST_ACCURACY,
-           Read("final_test_accuracy"), "accuracy", "difference", headline=True, in_sweep=True),
+           Read("final_test_accuracy"), "accuracy", "difference", headline=True, in_sweep=True,
+           in_runs=True),
     Figure("best_test_accuracy", "Best test accuracy", "acc", "test_accuracy", TEST_ACCURACY,
            Read("best_test_accuracy"), "accuracy"),
     Figure("peak_device_memory_bytes", "Peak device memory", "mib", "peak_device_memory_bytes",

@@ -157,3 +157,18 @@ def test_the_figures_table_in_the_measurement_page_is_current():
         "docs/measurement.md's table of figures is stale: run python -m compare.cli.docs")
     for figure in figures.FIGURES:
         assert f"| {figure.label} | `{figure.key}` | {figure.scale} |" in page
+
+
+def test_the_table_of_runs_shows_the_figures_declared_for_it():
+    from compare.report import sections
+    done = {**fake_result("torch", 3, train_time=12.5, accuracy=0.61), "path": "runs/a.json"}
+    failed = {**fake_result("tf", 3, 1.0, 0.0, status="failed", epochs=0, error="boom"),
+              "path": "runs/b.json"}
+    summary = {"not_run": [{"framework": "tf", "seed": 4, "reason": "stopped"}]}
+    table = sections.runs({"runs": [done, failed], "summary": summary})
+    assert table.columns == ("Framework", "Seed", "Status", "Epochs", "Training time",
+                             "Throughput", "Final test accuracy", "Error", "Result")
+    assert table.rows == [  # by framework, then seed
+        ["TensorFlow/Keras", 3, "failed", 0, "n/a", "n/a", "n/a", "boom", "`runs/b.json`"],
+        ["PyTorch", 3, "completed", 2, "12.50 s", "160 img/s", "0.6100", "", "`runs/a.json`"],
+        ["TensorFlow/Keras", 4, "not run", 0, "n/a", "n/a", "n/a", "stopped", ""]]

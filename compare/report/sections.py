@@ -168,13 +168,13 @@ def curves(g: dict) -> Section:
 
 
 def runs(g: dict) -> Section:
-    rows = [[r["framework"], r["seed"], r["status"], r["epochs"], r["accuracy"],
-             r["train_time"], r["throughput"], r["error"], f"`{r['path']}`" if r["path"] else ""]
+    rows = [[r["framework"], r["seed"], r["status"], r["epochs"], *r["figures"], r["error"],
+             f"`{r['path']}`" if r["path"] else ""]
             for r in tables.run_rows(g["runs"], g["summary"])]
     board = tables.tensorboard_root(g["runs"])
     return Section("runs", "Runs", columns=(
-        "Framework", "Seed", "Status", "Epochs", "Final accuracy", "Training time",
-        "Throughput", "Error", "Result"), rows=rows,
+        "Framework", "Seed", "Status", "Epochs", *(f.label for f in tables.RUN_FIGURES),
+        "Error", "Result"), rows=rows,
         notes=(f"TensorBoard (loss, learning rate, step time, img/s, test accuracy; the same "
                f"tags in both frameworks): `tensorboard --logdir {board}`" if board else ""))
 

@@ -150,25 +150,27 @@ def _readable(runs: list[dict]) -> list[dict]:
                   key=lambda r: (r["framework"], seed_of(r) or 0))
 
 
-def run_rows(runs: list[dict] | None, summary: dict) -> list[dict[str, str]]:
+# The figures of a comparison's table of its runs (compare.figures: `in_runs`), in order
+RUN_FIGURES = tuple(f for f in figures.FIGURES if f.in_runs)
+
+
+def run_rows(runs: list[dict] | None, summary: dict) -> list[dict[str, Any]]:
     """One row per run (from its result; from the summary alone, without figures, where the
-    results were not read), then the runs planned but not run."""
+    results were not read), then the runs planned but not run; `figures` holds a cell for
+    each of RUN_FIGURES."""
     name = lambda fw: FRAMEWORK_NAMES.get(fw, fw)  # noqa: E731
     if runs is None:
         rows = [{"framework": name(r["framework"]), "seed": r["seed"], "status": r["status"],
-                 "epochs": "", "accuracy": "", "train_time": "", "throughput": "",
+                 "epochs": "", "figures": [""] * len(RUN_FIGURES),
                  "error": r.get("error") or "", "path": r["path"]}
                 for r in summary.get("runs") or []]
     else:
         rows = [{"framework": name(r["framework"]), "seed": seed_of(r),
                  "status": r["summary"].get("status"), "epochs": len(r["epochs"]),
-                 "accuracy": fmt(r["summary"].get("final_test_accuracy"), "acc"),
-                 "train_time": fmt(r["summary"].get("train_time_s") if r["epochs"] else None,
-                                   "s"),
-                 "throughput": fmt(r["summary"].get("images_per_s"), "ips"),
+                 "figures": [fmt(f.read(r["summary"]), f.unit) for f in RUN_FIGURES],
                  "error": r.get("error") or "", "path": r["path"]} for r in _readable(runs)]
     return rows + [{"framework": name(r["framework"]), "seed": r["seed"], "status": "not run",
-                    "epochs": 0, "accuracy": "n/a", "train_time": "n/a", "throughput": "n/a",
+                    "epochs": 0, "figures": ["n/a"] * len(RUN_FIGURES),
                     "error": r["reason"], "path": ""} for r in summary.get("not_run") or []]
 
 
