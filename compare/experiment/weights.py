@@ -102,13 +102,10 @@ def flatten_input_shape(spec: specs.ModelSpec, dense_name: str) -> tuple[int, in
         if layer.name != dense_name:
             continue
         before = i - 1  # past what acts on each value alone: it keeps the order
-        while before >= 0 and isinstance(layers[before], ELEMENTWISE):
+        while before >= 0 and layers[before].per_value:
             before -= 1
         if before >= 0 and isinstance(layers[before], specs.Flatten):
             shape = specs.input_shape_of(spec, layers[before].name)
             return shape if len(shape) == 3 and shape[1:] != (1, 1) else None
     return None
 
-
-# Kinds that act on each value alone, so a flatten's order passes through them.
-ELEMENTWISE = (specs.Dropout, specs.ReLU, specs.Activation, specs.Scale)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 
@@ -15,6 +16,9 @@ class LayerSpec:
     of a kind's docstring is its row in docs/models.md."""
 
     name: str
+    # Acts on each value alone (an activation, dropout, a constant factor), so the order of
+    # a flattened map passes through it (compare.experiment.weights.flatten_input_shape)
+    per_value: ClassVar[bool] = False
 
     @property
     def paths(self) -> tuple[tuple["LayerSpec", ...], ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -21,6 +21,7 @@ class ReLU(LayerSpec):
     """ReLU, or ReLU6 with `max_value=6.0` (MobileNet's)."""
 
     name: str
+    per_value: ClassVar[bool] = True
     max_value: float | None = None
 
     def __post_init__(self) -> None:
@@ -66,6 +67,7 @@ class Activation(LayerSpec):
     whose constant differs between libraries (leaky_relu's slope, elu's scale)."""
 
     name: str
+    per_value: ClassVar[bool] = True
     formula: str
     alpha: float | None = None  # leaky_relu's slope, elu's scale
 
@@ -88,6 +90,7 @@ class Dropout(LayerSpec):
     sample's tensor at once (stochastic depth, on a residual branch). Off in evaluation."""
 
     name: str
+    per_value: ClassVar[bool] = True
     rate: float
     per_sample: bool = False
 

@@ -4,6 +4,7 @@ and fixed or learned per-channel scales."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -165,6 +166,7 @@ class Scale(LayerSpec):
     """Multiply by a constant."""
 
     name: str
+    per_value: ClassVar[bool] = True
     factor: float
 
 
