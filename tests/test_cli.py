@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from compare import schema
 from compare.cli import cli
+from compare.experiment import networks
 
 RUN = ["run", "--framework", "torch", "--dataset", "synthetic", "--synthetic-size", "64", "--quiet"]
 
@@ -42,8 +43,8 @@ def test_every_command_has_help_with_an_example_and_every_option_help_text(comma
     (["--epochs", "0"], "Invalid value for '--epochs'"),
     (["--lr", "0"], "Invalid value for '--lr'"),
     (["--lr", "-0.1"], "Invalid value for '--lr'"),
-    (["--model", "vgg16"], "'vgg16' is not one of lenet, resnet9, resnet18, vgg11, mobilenetv2, "
-                          "a file FILE.py[:NAME] or package.module:NAME"),
+    (["--model", "vgg16"], f"'vgg16' is not one of {', '.join(networks.MODELS)}, a file "
+                          "FILE.py[:NAME] or package.module:NAME"),
     (["--precision", "fp8"], "'fp8' is not one of 'auto', 'mixed', 'fp16', 'fp32'"),
     (["--devices", "0"], "Invalid value for '--devices'"),
 ])

@@ -171,6 +171,8 @@ class Network:
     recipe: dict[str, Any]  # the RunConfig fields its recipe sets apart from the defaults
     published: str  # the accuracy its --target-accuracy comes from, and on what schedule
     source: str  # where the architecture (and the recipe) is defined
+    # trainable parameters of the source's own model, as it counts them: the spec must match
+    parameters: int
 
 
 # pytorch-cifar (github.com/kuangliu/pytorch-cifar) trains every network with SGD lr 0.1,
@@ -185,21 +187,23 @@ MODELS: dict[str, Network] = {
     "lenet": Network(lenet, {"augment": False},
                      "about 54% after 2 epochs at batch 4, lr 0.001",
                      "the PyTorch CIFAR-10 tutorial's Net (pytorch.org/tutorials, "
-                     "beginner/blitz/cifar10_tutorial)"),
+                     "beginner/blitz/cifar10_tutorial)", 62_006),
     # Page's 24-epoch recipe: lr 0.4 at its peak (a summed loss at lr 0.4 / 512 there),
     # weight decay 5e-4, 8x8 cutout; label smoothing from his later posts
     "resnet9": Network(resnet9, {"batch_size": 512, "lr": 0.4, "schedule": "onecycle",
                                  "weight_decay": 5e-4, "nesterov": True,
                                  "label_smoothing": 0.2, "cutout": 8, "epochs": 10},
                        "94% in 24 epochs", "DAWNBench ResNet-9 (Page, 'How to train your "
-                       "ResNet', myrtle.ai, 2018)"),
+                       "ResNet', myrtle.ai, 2018)", 6_573_120),
     "resnet18": Network(resnet18, {**_PYTORCH_CIFAR_RECIPE, "target_accuracy": 0.93},
-                        "93.02% after 200 epochs", PYTORCH_CIFAR.format("resnet.py")),
+                        "93.02% after 200 epochs", PYTORCH_CIFAR.format("resnet.py"),
+                        11_173_962),
     "vgg11": Network(vgg11, {**_PYTORCH_CIFAR_RECIPE, "target_accuracy": 0.92},
                      "none for VGG-11; the target is its VGG-16's 92.64% after 200 epochs",
-                     PYTORCH_CIFAR.format("vgg.py")),
+                     PYTORCH_CIFAR.format("vgg.py"), 9_231_114),
     "mobilenetv2": Network(mobilenetv2, {**_PYTORCH_CIFAR_RECIPE, "target_accuracy": 0.94},
-                           "94.43% after 200 epochs", PYTORCH_CIFAR.format("mobilenetv2.py")),
+                           "94.43% after 200 epochs", PYTORCH_CIFAR.format("mobilenetv2.py"),
+                           2_296_922),
 }
 
 
