@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from compare import errors
 from compare.experiment import datasets
@@ -27,6 +27,24 @@ from compare.run.interface import DeviceChoice
 
 def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     """Run what the arguments ask of `impl` (a compare.run.interface.FrameworkModule)."""
+    parser = _parser(impl)
+    args = parser.parse_args(argv)
+    _settle_in(args)
+    debug = False
+    try:
+        if args.env or args.describe_models:
+            print(json.dumps(_description(impl, args)))  # one line: the answer's last
+            return 0
+        if not args.config:
+            parser.error("a config file is needed")
+        config = carried_precision(RunConfig.from_json(Path(args.config).read_text()))
+        debug = config.debug
+        return _run(impl, config, args)
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line unless --debug
+        return errors.report(exc, debug, where=impl.__name__)
+
+
+def _parser(impl: ModuleType) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {impl.__name__}",
                                      description="One framework's side of cnncompare "
                                                  "(started by the CLI).")
@@ -54,7 +72,11 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     parser.add_argument("--window-lines", action="store_true",
                         help="with the config's quiet, also a line per timing window, for a "
                              "parent that shows them live (compare.run.progress)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _settle_in(args: argparse.Namespace) -> None:
+    """What the process does once its framework is imported, before any work."""
     if args.window_lines:
         progress.ask_for_window_lines()
     wall_time.mark("imported")  # the interpreter and the framework: before main runs
@@ -65,46 +87,42 @@ def main(impl: ModuleType, argv: list[str] | None = None) -> int:
     # heap it touches. Imported modules are never freed anyway.
     gc.freeze()
     shutdown.install_trainer()  # stops are remembered from here on, and act where it is safe
-    debug = False
-    try:
-        if args.env:
-            print(json.dumps(impl.describe_environment()))  # one line: the answer's last
-            return 0
-        if args.describe_models:
-            from compare.experiment import networks
-            print(json.dumps({name: impl.describe_model(networks.get_spec(name))
-                              for name in args.describe_models}))
-            return 0
-        if not args.config:
-            parser.error("a config file is needed")
-        config = carried_precision(RunConfig.from_json(Path(args.config).read_text()))
-        debug = config.debug
-        if args.doctor:  # its own small synthetic data: no dataset to load
-            from compare import files
-            from compare.machine import doctor
-            with shutdown.interruptible():  # nothing to keep: stop at once
-                found = doctor.train_steps(impl, config)
-            files.write_json(Path(args.doctor), found)
-            return 0
-        dataset = datasets.config_dataset(config)
-        wall_time.mark("data")
-        if args.parity:
-            with shutdown.interruptible():  # nothing to keep: stop at once
-                probe(impl, config, dataset, Path(args.parity), args.parity_steps, args.perturb,
-                      Path(args.parity_floor) if args.parity_floor else None)
-                if args.then:  # the next configuration's probe, without a process of its own
-                    then = carried_precision(RunConfig.from_json(Path(args.then[0]).read_text()))
-                    data = (dataset if datasets.same_data(then, config)  # not loaded twice
-                            else datasets.config_dataset(then))
-                    probe(impl, then, data, Path(args.then[1]), args.parity_steps,
-                          floor=Path(args.then[2]))
-            return 0
-        if args.own_loop:
-            from compare.run import own_loop
-            return own_loop.run(impl, config, dataset)
-        return impl.train(config, dataset, resume=args.resume)
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line unless --debug
-        return errors.report(exc, debug, where=impl.__name__)
+
+
+def _description(impl: ModuleType, args: argparse.Namespace) -> dict[str, Any]:
+    """--env: what this framework sees; --describe-models: each network as it builds it."""
+    if args.env:
+        return impl.describe_environment()
+    from compare.experiment import networks
+    return {name: impl.describe_model(networks.get_spec(name)) for name in args.describe_models}
+
+
+def _run(impl: ModuleType, config: RunConfig, args: argparse.Namespace) -> int:
+    """The work on `config`: the doctor's steps, the parity probes, the own loop or the run."""
+    if args.doctor:  # its own small synthetic data: no dataset to load
+        from compare import files
+        from compare.machine import doctor
+        with shutdown.interruptible():  # nothing to keep: stop at once
+            found = doctor.train_steps(impl, config)
+        files.write_json(Path(args.doctor), found)
+        return 0
+    dataset = datasets.config_dataset(config)
+    wall_time.mark("data")
+    if args.parity:
+        with shutdown.interruptible():  # nothing to keep: stop at once
+            probe(impl, config, dataset, Path(args.parity), args.parity_steps, args.perturb,
+                  Path(args.parity_floor) if args.parity_floor else None)
+            if args.then:  # the next configuration's probe, without a process of its own
+                then = carried_precision(RunConfig.from_json(Path(args.then[0]).read_text()))
+                data = (dataset if datasets.same_data(then, config)  # not loaded twice
+                        else datasets.config_dataset(then))
+                probe(impl, then, data, Path(args.then[1]), args.parity_steps,
+                      floor=Path(args.then[2]))
+        return 0
+    if args.own_loop:
+        from compare.run import own_loop
+        return own_loop.run(impl, config, dataset)
+    return impl.train(config, dataset, resume=args.resume)
 
 
 def carried_precision(config: RunConfig) -> RunConfig:
