@@ -8,9 +8,9 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from compare import files, schema
 from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
@@ -123,29 +123,63 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
     own.path.mkdir(parents=True, exist_ok=True)
     config_path = files.write_atomic(own.config, lambda f: f.write(config.to_json()))
     argv = command(config_path, config.framework, (*extra, *(("--resume",) if resume else ())))
-    last_error = None
-    timing = {"launched": time.time()}
+    launched = time.time()
+    process, stream = _start(argv, config.framework, on_line, warm_ok=directory is None)
+    with shutdown.watching(process):
+        followed = _follow(stream, own.log, on_line)
+        code = _wait(process)
+    timing = {"launched": launched, **followed.marks, "exited": time.time()}
+    if followed.interrupted and code == 0:
+        code = EXIT_INTERRUPTED
+    if own_loop:
+        return Outcome(config.framework, out, code, own_loop_status(out), followed.last_error,
+                       True, timing)
+    status, last_error = _status(out, own, code, followed.last_error, config.framework)
+    return Outcome(config.framework, out, code, status, last_error, timing=timing)
+
+
+def _start(argv: list[str], framework: str, on_line: Callable[[str], None] | None,
+           warm_ok: bool) -> tuple[subprocess.Popen[str] | warm.ForkedProcess, IO[str]]:
+    """The framework's process and the stream its lines come on: its stderr where it shares
+    the terminal (`on_line` None); else its merged output, forked from the framework's
+    server inside compare and sweep (compare.process.warm) where `warm_ok`."""
+    env = child_environment()
     process: subprocess.Popen[str] | warm.ForkedProcess
     if on_line is None:
-        process = subprocess.Popen(argv, env=child_environment(), stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
         stream = process.stderr
-    else:  # from the framework's fork server inside compare and sweep (compare.process.warm)
-        env = child_environment()
-        process = ((warm.start(argv, config.framework, env) if directory is None else None)
+    else:
+        process = ((warm.start(argv, framework, env) if warm_ok else None)
                    or subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True))
         stream = process.stdout
     assert stream is not None  # a pipe was asked for
-    interrupted = False
-    with shutdown.watching(process), open(own.log, "a") as log:
+    return process, stream
+
+
+@dataclass
+class _Followed:
+    """What a framework process said while it ran."""
+
+    last_error: str | None = None  # its last "error:" line
+    marks: dict[str, float] = field(default_factory=dict)  # its wall-time marks (wall_time)
+    interrupted: bool = False  # Ctrl-C reached this process too while it ran
+
+
+def _follow(stream: IO[str], log_path: Path, on_line: Callable[[str], None] | None
+            ) -> _Followed:
+    """Read the process's lines to their end: each to its log (but live window figures and
+    wall-time marks), its errors remembered, the rest shown (on_line, or the terminal)."""
+    followed = _Followed()
+    with open(log_path, "a") as log:
         while True:
             try:
                 line = stream.readline()
             except KeyboardInterrupt:  # the child got SIGINT too: let it finish writing
-                interrupted = True
+                followed.interrupted = True
                 continue
             if not line:
-                break
+                return followed
             if progress.window_text(line) is not None:  # live figures, not the run's record
                 if on_line is not None:
                     on_line(line.rstrip("\n"))
@@ -153,27 +187,26 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
             log.write(line)
             log.flush()
             if (marks := wall_time.parse(line)) is not None:
-                timing.update(marks)
+                followed.marks.update(marks)
                 continue
             if line.startswith("error:"):
-                last_error = line[len("error:"):].strip()
+                followed.last_error = line[len("error:"):].strip()
             if _noise(line):
                 continue
             if on_line is None:
                 sys.stderr.write(line)
             else:
                 on_line(line.rstrip("\n"))
-        code = _wait(process)
-    timing["exited"] = time.time()
-    if interrupted and code == 0:
-        code = EXIT_INTERRUPTED
+
+
+def _status(out: Path, own: files.RunDir, code: int, last_error: str | None,
+            framework: str) -> tuple[str, str | None]:
+    """A finished run's status and error: from its result (the chief, rank 0), else from
+    its exit; a death mid-epoch, a signal or a stop before the first result said so."""
     chief = own.path == Path(out)
-    if own_loop:
-        return Outcome(config.framework, out, code, own_loop_status(out), last_error, True,
-                       timing)
     status = result_status(out) if chief else "completed" if code == 0 else "failed"
     if code < 0:  # killed by a signal: say which
-        last_error = f"{config.framework} process killed by {signal.Signals(-code).name}"
+        last_error = f"{framework} process killed by {signal.Signals(-code).name}"
     if status == "running":  # the child died mid-epoch: its last write is still 'running'
         status = "failed"
         last_error = record_death(files.RunDir(out).result, code, own.log)
@@ -181,7 +214,7 @@ def run_framework(config: RunConfig, on_line: Callable[[str], None] | None = Non
         status = "failed"
     if shutdown.is_interrupt(code) and (not chief or not files.RunDir(out).result.exists()):
         status = "interrupted"  # stopped while starting up, before its first result
-    return Outcome(config.framework, out, code, status, last_error, timing=timing)
+    return status, last_error
 
 
 LOG_TAIL_LINES = 20  # of a dead trainer's log, kept in its result
