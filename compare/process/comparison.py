@@ -9,7 +9,7 @@ import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from compare import files, report
 from compare.errors import EXIT_FAILED, UserError
@@ -57,7 +57,6 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
                                  daemon=True)
     importing.start()
     selected = tuple(fw for fw in FRAMEWORKS if fw in frameworks)
-    command = command or replay_command()
     out.mkdir(parents=True, exist_ok=True)
     for framework in selected:
         runner.check_installed(framework)
@@ -65,30 +64,14 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
     config = precision.carry(config)  # once, for every run of this command (--best: its own)
     device_kind = config.device if config.device != "auto" else next(iter(kinds.values()), "cpu")
     directory = files.ComparisonDir(out)
-    saved = files.read_json_or_empty(directory.comparison) if resume else {}
-    command = saved.get("command") or command  # a resumed report replays the first command
-    invocations = saved.get("invocations") or ([{"frameworks": list(FRAMEWORKS)}] if resume
-                                               else [])
-    invocations = invocations + [{"frameworks": list(selected),
-                                  "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
-    files.write_json(directory.comparison, {
-        "config": config.to_dict(), **dataclasses.asdict(comparison), "command": command,
-        **saved, "invocations": invocations})
-    parity_steps = comparison.parity_steps
-
-    both = selected == FRAMEWORKS
+    command, invocations = _record_invocation(directory, config, comparison,
+                                              command or replay_command(), resume, selected)
     parity = _saved_parity(out) if resume else None
     if parity is not None:
         console.print(f"parity check: passed before, kept ({directory.parity})")
-    elif both:
-        console.print(f"parity check: both builds on the first batch, float64 on the CPU, "
-                      f"then {parity_steps} SGD steps; the timed configuration's drift beside it")
-        with (nullcontext() if config.quiet else  # seconds of imports: show that work goes on
-              console.status("starting both frameworks, then their parity probes")):
-            parity = parity_check.run_parity(config.replace(quiet=True), directory.parity_dir,
-                                             parity_steps)
+    elif selected == FRAMEWORKS:
+        parity = _parity_check(config, comparison, directory, console)
         stages["checks and parity"] = time.time() - started
-        files.write_json(directory.parity, parity)
     else:
         console.print(f"parity check: not run ({_names(selected)} alone in this invocation; "
                       f"`cnncompare compare --resume {out}` runs it with the rest)")
@@ -111,10 +94,8 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
         not_run = [_not_run(q, "parity check failed") for q in queue] + waiting
         paths = report.write(out, report.load_runs(earlier), parity, command, not_run,
                              order_note=order)
-        said = (f"could not run: {parity['error']}" if parity.get("error") else
-                f"failed ({', '.join(parity.get('failed', []))}): the two builds are not the "
-                f"same experiment")
-        console.print(f"error: the parity check {said}; see {paths[1]} (or pass --ignore-parity)")
+        console.print(f"error: the parity check {_parity_failure(parity)}; see {paths[1]} (or "
+                      f"pass --ignore-parity)")
         return EXIT_FAILED
 
     importing.join()  # no import competes with a timed run for the CPU
@@ -128,6 +109,43 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
         console.print(timing.table(timing.queued_rows(done.outcomes), stages,
                                    time.time() - started))
     return done.exit_code
+
+
+def _record_invocation(directory: files.ComparisonDir, config: RunConfig,
+                       comparison: ComparisonConfig, command: str, resume: bool,
+                       selected: tuple[str, ...]) -> tuple[str, list[dict[str, Any]]]:
+    """Write comparison.json with this invocation added; the command a report replays (a
+    resumed comparison's first) and every invocation so far."""
+    saved = files.read_json_or_empty(directory.comparison) if resume else {}
+    command = saved.get("command") or command  # a resumed report replays the first command
+    invocations = saved.get("invocations") or ([{"frameworks": list(FRAMEWORKS)}] if resume
+                                               else [])
+    invocations = invocations + [{"frameworks": list(selected),
+                                  "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
+    files.write_json(directory.comparison, {
+        "config": config.to_dict(), **dataclasses.asdict(comparison), "command": command,
+        **saved, "invocations": invocations})
+    return command, invocations
+
+
+def _parity_check(config: RunConfig, comparison: ComparisonConfig,
+                  directory: files.ComparisonDir, console: Console) -> dict[str, Any]:
+    """The parity check of both builds, written to DIR/parity.json."""
+    console.print(f"parity check: both builds on the first batch, float64 on the CPU, then "
+                  f"{comparison.parity_steps} SGD steps; the timed configuration's drift "
+                  f"beside it")
+    with (nullcontext() if config.quiet else  # seconds of imports: show that work goes on
+          console.status("starting both frameworks, then their parity probes")):
+        parity = parity_check.run_parity(config.replace(quiet=True), directory.parity_dir,
+                                         comparison.parity_steps)
+    files.write_json(directory.parity, parity)
+    return parity
+
+
+def _parity_failure(parity: dict[str, Any]) -> str:
+    return (f"could not run: {parity['error']}" if parity.get("error") else
+            f"failed ({', '.join(parity.get('failed', []))}): the two builds are not the same "
+            f"experiment")
 
 
 def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: files.ComparisonDir,
