@@ -5,8 +5,8 @@ docs/measurement.md."""
 from __future__ import annotations
 
 import ast
-import os
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +17,7 @@ from report_runs import fake_result, write_runs
 from compare import figures, report, schema
 from compare.cli import docs as cli_docs
 from compare.experiment.config import RunConfig
-from compare.report import tables
+from compare.report import sections, tables
 from compare.run import summary as run_summary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,8 +159,7 @@ def test_the_figures_table_in_the_measurement_page_is_current():
         assert f"| {figure.label} | `{figure.key}` | {figure.scale} |" in page
 
 
-def test_the_table_of_runs_shows_the_figures_declared_for_it():
-    from compare.report import sections
+def test_a_comparisons_table_of_runs_shows_the_figures_declared_for_it():
     done = {**fake_result("torch", 3, train_time=12.5, accuracy=0.61), "path": "runs/a.json"}
     failed = {**fake_result("tf", 3, 1.0, 0.0, status="failed", epochs=0, error="boom"),
               "path": "runs/b.json"}

@@ -64,7 +64,7 @@ def test_speedups_are_relative_to_each_frameworks_baseline():
             and not rows[1]["baseline"])
 
 
-def test_the_table_of_runs_shows_the_figures_declared_for_it():
+def test_a_sweeps_table_of_runs_shows_the_figures_declared_for_it():
     summary = {"epochs_completed": 2, "train_time_s": 12.5, "images_per_s": 800.0,
                "steady_step_time_ms": {"median": 40.0, "p90": 44.0},
                "input_wait_fraction": 0.05, "final_test_accuracy": 0.61,

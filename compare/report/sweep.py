@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from compare import files, schema
-from compare.figures import FIGURES, Figure
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
+from compare.figures import FIGURES, Figure
 from compare.report import plots
 from compare.report.render import environment
 from compare.report.sections import Section
