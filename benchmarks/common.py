@@ -29,8 +29,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 def run(framework: str, args: argparse.Namespace, *options: str,
         own_loop: bool = False) -> dict:
     """One `cnncompare run` (with `own_loop`, the framework's own loop) in a fresh process:
-    `seconds` (training time of the epochs after the first, or of the only one),
-    `test_accuracy`, `device` and, for a shared-loop run, its `fairness` manifest."""
+    `seconds` (training time of the epochs after the first, or of the only one), `step_ms`
+    (the median step time of the synchronised windows after the first epoch; None from an
+    own loop that records no windows), `test_accuracy`, `device` and, for a shared-loop run,
+    its `fairness` manifest."""
     data = ["--dataset", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
     extra = [part for option in args.option for part in option.split("=", 1)]
     with tempfile.TemporaryDirectory() as out:
@@ -43,13 +45,15 @@ def run(framework: str, args: argparse.Namespace, *options: str,
             record = json.loads((Path(out) / "own-loop.json").read_text())
             times, accuracy = record["epoch_times_s"], record["final_test_accuracy"]
             device, fairness = record["device_used"], None
+            step_ms = (record.get("steady_step_time_ms") or {}).get("median")
         else:
             result = json.loads((Path(out) / "result.json").read_text())
             times = [e["train_time_s"] for e in result["epochs"]]
             accuracy = result["summary"]["final_test_accuracy"]
             device, fairness = result["environment"]["device_used"], result["fairness"]
+            step_ms = result["summary"]["steady_step_time_ms"]["median"]
     from compare.run.own_loop import steady_seconds  # the report's rule
-    return {"seconds": steady_seconds(times),
+    return {"seconds": steady_seconds(times), "step_ms": step_ms,
             "test_accuracy": accuracy, "device": device, "fairness": fairness}
 
 

@@ -15,7 +15,7 @@ from compare.experiment.frameworks import FRAMEWORKS
 
 RESULT_VERSION = 2  # 2: fairness.strategy and fairness.precision are records
 SUMMARY_VERSION = 4  # 4: own_loops; 3: intervals as low/high (v1: ci95_low/high), order_note
-OWN_LOOP_VERSION = 1
+OWN_LOOP_VERSION = 2  # 2: windows, steady_step_time_ms
 STATUSES = ("running", "completed", "interrupted", "diverged", "failed")
 
 
@@ -151,6 +151,11 @@ class OwnLoop(TypedDict):
     steps_per_epoch: int
     steps_per_call: int
     epoch_times_s: list[float]  # each epoch's training time, synchronised at both ends
+    # synchronised timing windows, as result.json's: {"epoch" (1-based), "steps", "seconds"}
+    windows: list[dict]
+    # median and p90 ms per step over the windows of the epochs after the first (a run's
+    # summary figure of that name, compare.run.summary.steady_step_times); None until done
+    steady_step_time_ms: dict | None
     mean_losses: list[list[float]]  # first epoch: [steps, running mean loss] after each call
     final_test_accuracy: float | None
     final_test_loss: float | None
@@ -318,9 +323,12 @@ def read_own_loop(path: str | Path) -> dict[str, Any]:
         data = files.read_json(path)
     except files.Unreadable as exc:
         raise SchemaError(str(exc)) from None
+    if data.get("schema_version") == 1:  # before the windows: its epochs' times alone
+        data = {**data, "schema_version": OWN_LOOP_VERSION, "windows": [],
+                "steady_step_time_ms": None}
     if data.get("schema_version") != OWN_LOOP_VERSION:
         raise SchemaError(f"{path}: own-loop schema version {data.get('schema_version')!r}; "
-                          f"this cnncompare reads version {OWN_LOOP_VERSION}")
+                          f"this cnncompare reads versions 1 to {OWN_LOOP_VERSION}")
     _require(data, OwnLoop, str(path))
     return data
 

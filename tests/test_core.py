@@ -165,6 +165,23 @@ def test_a_result_of_the_first_schema_is_read_as_the_current_one(tmp_path):
         schema.read_result(torn)
 
 
+def test_an_own_loop_of_the_first_schema_is_read_without_windows(tmp_path):
+    """Version 1 own loops recorded their epochs' times alone: read today they have no
+    windows and no median step time (so the report falls back to the epochs' times); a
+    version from the future is refused in one line that names the file."""
+    first = {"schema_version": 1, "framework": "tf", "seed": 0, "loop": "Keras fit",
+             "status": "completed", "config": {}, "device_used": "CPU", "steps_per_epoch": 8,
+             "steps_per_call": 1, "epoch_times_s": [1.0, 0.5], "mean_losses": [],
+             "final_test_accuracy": 0.5, "final_test_loss": 1.0}
+    read = schema.read_own_loop(files.write_json(tmp_path / "own-loop.json", first))
+    assert read["schema_version"] == schema.OWN_LOOP_VERSION
+    assert read["windows"] == [] and read["steady_step_time_ms"] is None
+    assert read["epoch_times_s"] == [1.0, 0.5]
+    future = {**read, "schema_version": schema.OWN_LOOP_VERSION + 1}
+    with pytest.raises(schema.SchemaError, match="future.json: own-loop schema version"):
+        schema.read_own_loop(files.write_json(tmp_path / "future.json", future))
+
+
 @pytest.mark.parametrize("change, message", [
     ({"status": "exploded"}, "summary.status"),
     ({"final_test_accuracy": 54.0}, "fraction in"),

@@ -6,13 +6,12 @@ processes and DataLoader workers)."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import patience, tiny_config, trainer_for
+from conftest import tiny_config, trainer_for
 
 from compare import schema
 from compare.cli import cli
@@ -333,6 +332,7 @@ def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     import importlib
 
     from compare.experiment.recipe import learning_rate
+    from compare.run.windows import WindowClock
     name, module = framework
     config = tiny_config(tmp_path, schedule="onecycle", lr=0.05, augment=True)
     shared = trainer_for(module, config)
@@ -342,10 +342,17 @@ def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     expected, _ = shared.read_steps([shared.train_steps(batches, [lr]) for lr in lrs])
 
     own_loop = importlib.import_module(f"{module.__package__}.own_loop")
-    done = own_loop.own_loop(trainer_for(module, config), config, datasets.config_dataset(config),
-                             lrs, lambda epoch, seconds: None)
+    trainer = trainer_for(module, config)
+    clock = WindowClock(config.replace(timing_window=3), trainer.steps_per_call, trainer.sync)
+    done = own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs, clock,
+                             lambda epoch, seconds: None)
     assert [s for s, _ in done["mean_losses"]] == list(range(1, steps + 1))
     assert len(done["epoch_times_s"]) == 1 and done["epoch_times_s"][0] > 0
+    # windows of 3 whole calls (one step each), the last one what is left, inside the epoch
+    assert [w["steps"] for w in clock.windows] == [3] * (steps // 3) + (
+        [steps % 3] if steps % 3 else [])
+    assert {w["epoch"] for w in clock.windows} == {1}
+    assert 0 < sum(w["seconds"] for w in clock.windows) <= done["epoch_times_s"][0]
     means = [m for _, m in done["mean_losses"]]
     own = [k * means[k - 1] - (k - 1) * (means[k - 2] if k > 1 else 0.0)
            for k in range(1, steps + 1)]
@@ -353,48 +360,3 @@ def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     changes = [abs(b - a) / abs(a) for a, b in zip(expected, expected[1:])]
     assert max(differences) <= 1e-4, differences
     assert min(changes) >= 1e-3, changes  # the bound tells one step from the next
-
-
-def test_keras_own_loop_lets_go_of_its_iterators_after_the_last_epoch_off_the_main_thread(
-        tmp_path, tf_two_cpus):
-    """Deleting a tf.data iterator can wait for its autotuning thread (up to a minute), so the
-    Keras loop holds each fit call's iterator until its last epoch and deletes them on a
-    thread of its own: none is deleted on the main thread, none while an epoch is timed."""
-    import threading
-    import weakref
-
-    from compare.experiment.recipe import learning_rate
-    from tf_impl import own_loop
-    config = tiny_config(tmp_path, epochs=3)
-    trainer = trainer_for(tf_two_cpus, config)
-    steps = trainer.steps_per_epoch * config.epochs
-    lrs = [learning_rate(config, step, steps) for step in range(steps)]
-    deleted: list[tuple[str, int]] = []  # (the deleting thread, epochs timed by then)
-    epochs: list[int] = []
-    built = own_loop._KeptIterators.on_train_begin
-
-    def on_train_begin(self, logs=None):
-        built(self, logs)
-        train = self.model.train_function
-
-        def watched(iterator):
-            if not any(ref() is iterator for ref in watched.refs):
-                watched.refs.append(weakref.ref(iterator))
-                weakref.finalize(iterator, lambda: deleted.append(
-                    (threading.current_thread().name, len(epochs))))
-            return train(iterator)
-        watched.refs = []
-        self.model.train_function = watched
-
-    own_loop._KeptIterators.on_train_begin = on_train_begin
-    try:
-        own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs,
-                          lambda epoch, seconds: epochs.append(epoch))
-    finally:
-        own_loop._KeptIterators.on_train_begin = built
-    deadline = time.monotonic() + patience(10)
-    while len(deleted) < config.epochs and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(deleted) == config.epochs, deleted  # one iterator an epoch, each let go
-    assert all(name == "tf-data-release" and timed == config.epochs
-               for name, timed in deleted), deleted

@@ -92,14 +92,14 @@ def test_several_processes_keep_one_window_size_until_they_agree_on_the_slowest(
     windows: while measuring, the size stays fixed; after the first epoch it comes from the
     slowest process's time per call (what every process's agree() returns)."""
     from compare.experiment.config import RunConfig
-    from compare.run import loop
+    from compare.run.windows import TimingWindows
     asked = []
 
     def agree(own_s):
         asked.append(own_s)
         return 0.05  # the slowest process: 50 ms per call
 
-    windows = loop._Windows(RunConfig(timing_window_s=0.5), steps_per_call=2, agree=agree)
+    windows = TimingWindows(RunConfig(timing_window_s=0.5), steps_per_call=2, agree=agree)
     assert windows.calls == 5  # FIRST_WINDOW_STEPS (10) in calls of 2 steps
     for seconds in (0.9, 0.01, 0.02, 0.03):  # this process alone would resize after each
         windows.observe(seconds, windows.calls)

@@ -6,10 +6,11 @@ Keras' fit traces its step once."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
-from conftest import tiny_config, trainer_for
+from conftest import patience, tiny_config, trainer_for
 
 from compare import files
 from compare.cli import cli
@@ -141,6 +142,38 @@ def test_the_own_loop_caveat_compares_the_same_measure_on_both_sides(tmp_path):
     assert found["tf"]["time_ratio"]["ratio"] == pytest.approx(1.1)
 
 
+def test_the_own_loop_ratios_take_the_median_window_step_time_where_every_run_has_one(tmp_path):
+    """A burst of other work on the host that doubles one own-loop epoch moves the sums by
+    half, the windows' median not at all: the ratios are of the medians, and say so. One
+    record written before windows were recorded turns every ratio back to the sums."""
+    def run(framework, seed, epochs, step_ms):
+        return {"framework": framework, "config": {"seed": seed}, "path": str(tmp_path / "r"),
+                "summary": {"status": "completed", "final_test_accuracy": 0.5,
+                            "steady_step_time_ms": {"median": step_ms}},
+                "epochs": [{"train_time_s": t} for t in epochs]}
+
+    def own(framework, seed, epochs, step_ms):
+        return {"framework": framework, "seed": seed, "status": "completed", "loop": "x",
+                "epoch_times_s": epochs, "final_test_accuracy": 0.5, "mean_losses": [],
+                "steady_step_time_ms": {"median": step_ms} if step_ms else None}
+    runs = [run("tf", s, [9.0, 2.2, 2.2], 4.4) for s in (0, 1, 2)] + [
+        run("torch", s, [1.0, 2.0, 2.0], 4.0) for s in (0, 1, 2)]
+    burst = [own("tf", s, [9.0, 2.0, 2.0 + 2.0 * (s == 1)], 4.0) for s in (0, 1, 2)]
+    records = burst + [own("torch", s, [1.0, 2.0, 2.0], 4.0) for s in (0, 1, 2)]
+    found = own_loops.summarise(runs, records)
+    assert found["measure"] == own_loops.STEP_MEASURE
+    assert found["tf"]["time_ratio"]["ratio"] == pytest.approx(1.1)  # 4.4 ms / 4.0 ms
+    assert found["tf"]["time_ratio"]["high"] == pytest.approx(1.1)  # no spread: no burst
+    assert found["shared_ratio"]["ratio"] == pytest.approx(1.1)
+    assert found["own_ratio"]["ratio"] == pytest.approx(1.0)
+    assert found["tf"]["own_time_s"] == pytest.approx(14 / 3)  # the sums stay in the table
+    summary = {"own_loops": found, "ratios": {}}
+    assert "(median step time after the first epoch, n=3)" in own_loops.sentence(summary)
+    older = own_loops.summarise(runs, [own("tf", 0, [9.0, 2.0, 2.0], None)] + records[1:])
+    assert older["measure"] == own_loops.TIME_MEASURE
+    assert older["tf"]["time_ratio"]["high"] > 1.1  # seed 1's burst widens the sums' interval
+
+
 def test_the_best_section_lists_the_settings_that_differ_from_the_two_manifests():
     manifest = {"device_kind": "cpu", "compile": False, "channels_last": False,
                 "precision": {"precision": "mixed"}}
@@ -209,6 +242,7 @@ def test_keras_own_loop_traces_its_step_once(tmp_path, tf_two_cpus):
     second time to keep variables out of it (about 0.7 s of lenet's first epoch). The loss
     runs in Python only while a step is traced, so its calls count the traces."""
     from compare.experiment.recipe import learning_rate
+    from compare.run.windows import WindowClock
     from tf_impl import own_loop
     config = tiny_config(tmp_path, epochs=2, steps_per_call=4)
     trainer = trainer_for(tf_two_cpus, config)
@@ -221,7 +255,59 @@ def test_keras_own_loop_traces_its_step_once(tmp_path, tf_two_cpus):
         traced.append(1)
         return loss(*args)
     trainer._loss = counted
-    done = own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs,
+    clock = WindowClock(config, trainer.steps_per_call, trainer.sync)
+    done = own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs, clock,
                              lambda epoch, seconds: None)
     assert len(done["epoch_times_s"]) == 2
+    # each epoch's windows hold its steps, in whole calls of 4 but the last
+    for epoch in (1, 2):
+        sizes = [w["steps"] for w in clock.windows if w["epoch"] == epoch]
+        assert sum(sizes) == trainer.steps_per_epoch and all(n % 4 == 0 for n in sizes[:-1])
     assert len(traced) == 1, f"fit traced its step {len(traced)} times"
+
+
+def test_keras_own_loop_lets_go_of_its_iterators_after_the_last_epoch_off_the_main_thread(
+        tmp_path, tf_two_cpus):
+    """Deleting a tf.data iterator can wait for its autotuning thread (up to a minute), so the
+    Keras loop holds each fit call's iterator until its last epoch and deletes them on a
+    thread of its own: none is deleted on the main thread, none while an epoch is timed."""
+    import threading
+    import weakref
+
+    from compare.experiment.recipe import learning_rate
+    from compare.run.windows import WindowClock
+    from tf_impl import own_loop
+    config = tiny_config(tmp_path, epochs=3)
+    trainer = trainer_for(tf_two_cpus, config)
+    steps = trainer.steps_per_epoch * config.epochs
+    lrs = [learning_rate(config, step, steps) for step in range(steps)]
+    deleted: list[tuple[str, int]] = []  # (the deleting thread, epochs timed by then)
+    epochs: list[int] = []
+    built = own_loop._KeptIterators.on_train_begin
+
+    def on_train_begin(self, logs=None):
+        built(self, logs)
+        train = self.model.train_function
+
+        def watched(iterator):
+            if not any(ref() is iterator for ref in watched.refs):
+                watched.refs.append(weakref.ref(iterator))
+                weakref.finalize(iterator, lambda: deleted.append(
+                    (threading.current_thread().name, len(epochs))))
+            return train(iterator)
+        watched.refs = []
+        self.model.train_function = watched
+
+    own_loop._KeptIterators.on_train_begin = on_train_begin
+    try:
+        own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs,
+                          WindowClock(config, trainer.steps_per_call, trainer.sync),
+                          lambda epoch, seconds: epochs.append(epoch))
+    finally:
+        own_loop._KeptIterators.on_train_begin = built
+    deadline = time.monotonic() + patience(10)
+    while len(deleted) < config.epochs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(deleted) == config.epochs, deleted  # one iterator an epoch, each let go
+    assert all(name == "tf-data-release" and timed == config.epochs
+               for name, timed in deleted), deleted

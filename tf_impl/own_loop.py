@@ -5,7 +5,6 @@ it measured). Its twin is torch_impl/own_loop.py.
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import keras
@@ -13,6 +12,7 @@ import tensorflow as tf
 
 from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
+from compare.run.windows import WindowClock
 from tf_impl import data as tf_data
 from tf_impl.optimizer import make_optimizer
 from tf_impl.train import Trainer
@@ -22,13 +22,14 @@ LOOP = ("Keras Model.compile + Model.fit, one fit call per epoch (steps_per_exec
 
 
 def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[float],
-             on_epoch: Callable[[int, float], None]) -> dict:
+             clock: WindowClock, on_epoch: Callable[[int, float], None]) -> dict:
     """Train config.epochs epochs of the trainer's model with Keras' fit: compiled in the
     trainer's strategy scope with the same SGD (PyTorch's form, loss scaling as the run's),
     the per-step learning rates `lrs` as a Keras schedule, the run's per-example loss, and
-    the data plan's batches in a tf.data pipeline. Returns the loop's description, each
-    epoch's training seconds (the device synchronised at both ends) and, over the first
-    epoch, Keras' running mean of the loss after each call ([steps, mean] pairs)."""
+    the data plan's batches in a tf.data pipeline, timed by `clock` from a callback (a
+    synchronised window after each window's last call). Returns the loop's description,
+    each epoch's training seconds (the device synchronised at both ends) and, over the
+    first epoch, Keras' running mean of the loss after each call ([steps, mean] pairs)."""
     with trainer.strategy.scope():  # compile where the variables live (the Keras guide)
         optimizer = make_optimizer(trainer.model, config, trainer.choice,
                                    learning_rate=_PlanSchedule(lrs))
@@ -42,7 +43,7 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
             loss=lambda labels, logits: trainer._loss(tf.cast(labels, tf.int64), logits,
                                                       config.label_smoothing),
             steps_per_execution=trainer.steps_per_call, jit_compile=config.compile)
-    clock = _EpochClock(on_epoch, trainer.steps_per_epoch)
+    timer = _EpochClock(clock, on_epoch, trainer.steps_per_epoch)
     kept = _KeptIterators()
     for epoch in range(config.epochs):
         # One fit call per epoch, on that epoch's batches: fit given all epochs' batches
@@ -50,9 +51,9 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
         # into the next epoch's batches when the epoch is not a multiple of it; a finite
         # epoch ends its last call early, as the shared loop's shorter last call does.
         trainer.model.fit(_fit_batches(trainer, config, dataset, epoch), initial_epoch=epoch,
-                          epochs=epoch + 1, callbacks=[clock, kept], shuffle=False, verbose=0)
+                          epochs=epoch + 1, callbacks=[timer, kept], shuffle=False, verbose=0)
     kept.release()
-    return {"loop": LOOP, "epoch_times_s": clock.times, "mean_losses": clock.mean_losses}
+    return {"loop": LOOP, "epoch_times_s": timer.times, "mean_losses": timer.mean_losses}
 
 
 class _PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -101,32 +102,34 @@ class _KeptIterators(keras.callbacks.Callback):
 
 
 class _EpochClock(keras.callbacks.Callback):
-    """Each epoch's training seconds, the device synchronised at both ends, and the first
+    """Tells `clock` where fit's epochs and calls begin and end (it synchronises the device
+    at both ends of each epoch and after each window's last call), and keeps the first
     epoch's running mean loss after each call of the step function (read there only: a
     read waits for the device, and the first epoch is not in the steady figures)."""
 
-    def __init__(self, on_epoch: Callable[[int, float], None], steps_per_epoch: int):
+    def __init__(self, clock: WindowClock, on_epoch: Callable[[int, float], None],
+                 steps_per_epoch: int):
         super().__init__()
-        self.on_epoch, self.steps_per_epoch = on_epoch, steps_per_epoch
+        self.clock, self.on_epoch, self.steps_per_epoch = clock, on_epoch, steps_per_epoch
         self.times: list[float] = []
         self.mean_losses: list[list[float]] = []
-        self.epoch, self.start = 0, 0.0
+        self.epoch, self.steps = 0, 0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-        tf.test.experimental.sync_devices()
-        self.start = time.perf_counter()
+        self.epoch, self.steps = epoch, 0
+        self.clock.begin_epoch(epoch)
 
     def on_train_batch_end(self, batch, logs=None):
+        # fit names a call by its last step as if it were whole; an epoch's last call
+        # ends with the epoch's batches
+        steps = min(batch + 1, self.steps_per_epoch)
+        self.clock.steps_done(steps - self.steps)
+        self.steps = steps
         if self.epoch == 0 and logs and "loss" in logs:
-            # fit names a call by its last step as if it were whole; an epoch's last call
-            # ends with the epoch's batches
-            steps = min(batch + 1, self.steps_per_epoch)
             self.mean_losses.append([steps, float(logs["loss"])])
 
     def on_epoch_end(self, epoch, logs=None):
-        tf.test.experimental.sync_devices()
-        self.times.append(time.perf_counter() - self.start)
+        self.times.append(self.clock.end_epoch())
         self.on_epoch(epoch, self.times[-1])
 
 

@@ -6,7 +6,6 @@ measured). Its twin is tf_impl/own_loop.py.
 
 from __future__ import annotations
 
-import time
 from contextlib import nullcontext
 from typing import Callable
 
@@ -15,6 +14,7 @@ import torch.nn.functional as F
 
 from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
+from compare.run.windows import WindowClock
 from torch_impl.train import Trainer
 
 LOOP = ("plain PyTorch loop: for batch in DataLoader, autocast, backward, GradScaler step, "
@@ -22,11 +22,12 @@ LOOP = ("plain PyTorch loop: for batch in DataLoader, autocast, backward, GradSc
 
 
 def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[float],
-             on_epoch: Callable[[int, float], None]) -> dict:
+             clock: WindowClock, on_epoch: Callable[[int, float], None]) -> dict:
     """Train config.epochs epochs of the trainer's model (DDP- or compile-wrapped as the run
     is) with the plain loop: the trainer's optimizer, loss scaler and DataLoader, the
-    per-step learning rates `lrs` through LambdaLR, the run's loss. Returns the loop's
-    description, each epoch's training seconds (the device synchronised at both ends) and,
+    per-step learning rates `lrs` through LambdaLR, the run's loss, timed by `clock` (a
+    synchronised window after each window's last step). Returns the loop's description,
+    each epoch's training seconds (the device synchronised at both ends) and,
     over the first epoch, the running mean of the loss after each of the run's calls
     ([steps, mean] pairs, as Keras' fit reports them). Losses stay on the device until the
     epoch ends: no step waits for a read."""
@@ -38,8 +39,7 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
     times: list[float] = []
     mean_losses: list[list[float]] = []
     for epoch in range(config.epochs):
-        _sync(trainer)
-        start = time.perf_counter()
+        clock.begin_epoch(epoch)
         model.train()
         losses = []
         for images, labels in trainer.train_batches.epoch(epoch):
@@ -55,18 +55,13 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
             scaler.update()
             scheduler.step()
             losses.append(loss.detach())
-        _sync(trainer)
-        times.append(time.perf_counter() - start)
+            clock.steps_done(1)
+        times.append(clock.end_epoch())
         if epoch == 0:
             mean_losses = _running_means(torch.stack(losses).float().cpu().tolist(),
                                          trainer.steps_per_call)
         on_epoch(epoch, times[-1])
     return {"loop": LOOP, "epoch_times_s": times, "mean_losses": mean_losses}
-
-
-def _sync(trainer: Trainer) -> None:
-    if trainer.choice.on_gpu:
-        torch.cuda.synchronize(trainer.device)
 
 
 def _running_means(losses: list[float], every: int) -> list[list[float]]:

@@ -1,7 +1,14 @@
 """The shared loop against each framework's own loop (compare.run.own_loop): is the harness
-handicapping a framework? Per framework, the shared loop's training time over its own loop's
-on the same seeds (both after the first epoch), both final accuracies, and how closely their
-first epoch's losses agree; the verdict's sentence and, past CAVEAT_RATIO, its caveat.
+handicapping a framework? Per framework, the shared loop's median step time over its own
+loop's on the same seeds (both over the synchronised windows after the first epoch), both
+final accuracies, and how closely their first epoch's losses agree; the verdict's sentence
+and, past CAVEAT_RATIO, its caveat.
+
+The median of the windows, not the sum of the epochs: on a busy host a burst of other work
+lands in one window or two and moves a sum by all of its length, while the median moves
+little, so the ratio tells the loops apart rather than the bursts each happened to meet.
+Own-loop files written before the windows were recorded give the training time after the
+first epoch instead, and the sentences say which measure they use.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from compare.run.own_loop import running_means, steady_seconds
 # framework, and the TF/PyTorch ratio may be partly the harness's
 CAVEAT_RATIO = 1.05
 OWN_LOOP_NAMES = {"tf": "Keras fit", "torch": "a plain PyTorch loop"}
+# the measure of every ratio here, in the words the sentences use
+STEP_MEASURE = "median step time after the first epoch"
+TIME_MEASURE = "training time after the first epoch"
 
 
 def load(directories: list[Path]) -> list[dict]:
@@ -32,46 +42,76 @@ def load(directories: list[Path]) -> list[dict]:
 
 
 def summarise(runs: list[dict], records: list[dict]) -> dict | None:
-    """Per framework: `time_ratio` (shared / own training time after the first epoch, paired
-    by seed), `throughput_ratio` (its inverse), both mean final accuracies, the first epoch's
-    largest relative loss difference, and the loop; `own_ratio`: TF / PyTorch with each in
-    its own loop. None without a completed own loop."""
+    """Per framework: `time_ratio` (shared / own on `measure`, paired by seed),
+    `throughput_ratio` (its inverse), both loops' training time after the first epoch and
+    mean final accuracies, the first epoch's largest relative loss difference, and the loop;
+    `own_ratio`: TF / PyTorch with each in its own loop, `shared_ratio` the same in the shared
+    loop, on the same measure and seeds. The measure is STEP_MEASURE where every run and own
+    loop recorded its windows, else TIME_MEASURE. None without a completed own loop."""
     completed = [r for r in records if r.get("status") == "completed"]
     if not completed:
         return None
-    summary: dict = {"caveat_ratio": CAVEAT_RATIO}
-    own_times: dict[str, dict[int, float]] = {}
-    shared_steady: dict[str, dict[int, float]] = {}
+    shared_runs = {fw: {r["config"].get("seed"): r for r in runs if r["framework"] == fw
+                        and r["summary"].get("status") == "completed"} for fw in FRAMEWORKS}
+    own_runs = {fw: {r["seed"]: r for r in completed if r["framework"] == fw}
+                for fw in FRAMEWORKS}
+    by_step = all(_own_step_ms(r) is not None for r in completed) and all(
+        _shared_step_ms(r) is not None for shared in shared_runs.values()
+        for r in shared.values())
+    shared_figure, own_figure = ((_shared_step_ms, _own_step_ms) if by_step
+                                 else (_shared_steady_s, _own_steady_s))
+    summary: dict = {"caveat_ratio": CAVEAT_RATIO,
+                     "measure": STEP_MEASURE if by_step else TIME_MEASURE}
+    own_values: dict[str, dict[int, float]] = {}
+    shared_values: dict[str, dict[int, float]] = {}
     for framework in FRAMEWORKS:
-        own = {r["seed"]: r for r in completed if r["framework"] == framework}
-        shared = {r["config"].get("seed"): r for r in runs if r["framework"] == framework
-                  and r["summary"].get("status") == "completed"}
-        own_times[framework] = {s: steady_seconds(r["epoch_times_s"]) for s, r in own.items()}
-        shared_times = {s: steady_seconds([e["train_time_s"] for e in r["epochs"]])
-                        for s, r in shared.items()}
-        shared_steady[framework] = shared_times
-        ratio = stats.paired_ratio(shared_times, own_times[framework], "shared/own loop")
+        own, shared = own_runs[framework], shared_runs[framework]
+        own_values[framework] = {s: v for s, r in own.items() if (v := own_figure(r))}
+        shared_values[framework] = {s: v for s, r in shared.items() if (v := shared_figure(r))}
+        ratio = stats.paired_ratio(shared_values[framework], own_values[framework],
+                                   "shared/own loop")
         seeds = ratio["seeds"]
         summary[framework] = {
             "loop": next((r["loop"] for r in own.values()), None),
             "own_runs": len(own), "seeds": seeds,
             "time_ratio": ratio,
             "throughput_ratio": 1 / ratio["ratio"] if ratio["ratio"] else None,
-            "shared_time_s": _mean([shared_times[s] for s in seeds]),
-            "own_time_s": _mean([own_times[framework][s] for s in seeds]),
+            "shared_time_s": _mean([_shared_steady_s(shared[s]) for s in seeds]),
+            "own_time_s": _mean([_own_steady_s(own[s]) for s in seeds]),
             "shared_accuracy": _mean([shared[s]["summary"]["final_test_accuracy"]
                                       for s in seeds]),
             "own_accuracy": _mean([own[s]["final_test_accuracy"] for s in seeds]),
             "loss_difference": _max([_loss_difference(shared[s], own[s]) for s in seeds]),
         }
-    # TF / PyTorch with each in its own loop, and in the shared loop on the same measure
-    # (training time after the first epoch) and the same seeds, so the two compare like for like
-    summary["own_ratio"] = stats.paired_ratio(own_times["tf"], own_times["torch"])
+    # TF / PyTorch with each in its own loop, and in the shared loop on the same measure and
+    # the same seeds, so the two compare like for like
+    summary["own_ratio"] = stats.paired_ratio(own_values["tf"], own_values["torch"])
     seeds = set(summary["own_ratio"]["seeds"])
-    tf_shared, torch_shared = ({s: t for s, t in shared_steady[fw].items() if s in seeds}
+    tf_shared, torch_shared = ({s: t for s, t in shared_values[fw].items() if s in seeds}
                                for fw in FRAMEWORKS)
     summary["shared_ratio"] = stats.paired_ratio(tf_shared, torch_shared)
     return summary
+
+
+def _shared_step_ms(run: dict) -> float | None:
+    return (run["summary"].get("steady_step_time_ms") or {}).get("median")
+
+
+def _own_step_ms(record: dict) -> float | None:
+    return (record.get("steady_step_time_ms") or {}).get("median")
+
+
+def _shared_steady_s(run: dict) -> float:
+    return steady_seconds([e["train_time_s"] for e in run["epochs"]])
+
+
+def _own_steady_s(record: dict) -> float:
+    return steady_seconds(record["epoch_times_s"])
+
+
+def measure(summary: dict) -> str:
+    """The measure of the own-loop ratios in `summary` (older summaries: TIME_MEASURE)."""
+    return (summary.get("own_loops") or {}).get("measure") or TIME_MEASURE
 
 
 def sentence(summary: dict, mark: str = "") -> str | None:
@@ -84,15 +124,15 @@ def sentence(summary: dict, mark: str = "") -> str | None:
     if not parts:
         return None
     n = min(len((own.get(fw) or {}).get("seeds") or []) for fw in FRAMEWORKS if own.get(fw))
-    return (f"The shared loop ran {' and '.join(parts)} on the same recipe (training time "
-            f"after the first epoch{mark}, n={n}).")
+    return (f"The shared loop ran {' and '.join(parts)} on the same recipe "
+            f"({measure(summary)}{mark}, n={n}).")
 
 
 def caveats(summary: dict) -> list[str]:
     """A caveat for each framework the shared loop slowed past CAVEAT_RATIO, its interval (or
     range) wholly above it, with what it could explain: the TF/PyTorch ratio with each
-    framework in its own loop against the same ratio in the shared loop, both of training
-    time after the first epoch on the same seeds."""
+    framework in its own loop against the same ratio in the shared loop, both on the own
+    loops' measure and the same seeds."""
     own = summary.get("own_loops") or {}
     found = []
     for framework in FRAMEWORKS:
@@ -105,7 +145,7 @@ def caveats(summary: dict) -> list[str]:
     each_own = (own.get("own_ratio") or {}).get("ratio")
     if found and shared and each_own:
         found[-1] += (f", so up to that much of the TF/PyTorch ratio may be the harness's "
-                      f"(training time after the first epoch, TF / PyTorch: {each_own:.2f} "
+                      f"({measure(summary)}, TF / PyTorch: {each_own:.2f} "
                       f"each in its own loop, against {shared:.2f} in the shared loop)")
     return found
 

@@ -14,6 +14,7 @@ from typing import Any
 from compare.experiment.compile_state import CompileState
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.report import defaults, plots, tables
+from compare.report import own_loops as own_loop_words
 from compare.report.verdict import behaviour_notes, phase_clocks_differ
 from compare.run import phases
 
@@ -79,7 +80,8 @@ def own_loops(g: dict) -> Section | None:
                    "fit; the plain PyTorch loop) on the same model, initial weights, batches, "
                    "recipe, precision, distribution and compile state (Keras' fit with the "
                    "run's jit_compile, not \"auto\"). Times are training after the first "
-                   "epoch; shared / own above 1 means the shared loop was slower.",
+                   f"epoch; shared / own is the ratio of the {own_loop_words.measure(g['summary'])}"
+                   " (paired by seed; above 1, the shared loop was slower).",
                    ("Framework", "Own loop", "Shared loop", "Own loop time", "Shared / own",
                     "Final accuracy (shared / own)", "First-epoch loss, max rel. difference"),
                    rows, notes=f"A shared / own ratio above {own['caveat_ratio']:.2f} is a "

@@ -187,10 +187,12 @@ class OwnLoopModule(Protocol):
     LOOP: str  # the loop in words
 
     # Train config.epochs epochs of `trainer`'s model with the framework's own loop, the
-    # per-step learning rates `lrs`, calling on_epoch(epoch, seconds) after each; returns
-    # {"loop", "epoch_times_s", "mean_losses"} (compare.schema.OwnLoop's fields).
+    # per-step learning rates `lrs`, telling `clock` (compare.run.windows.WindowClock) where
+    # each epoch begins and ends and as steps are issued, calling on_epoch(epoch, seconds)
+    # after each; returns {"loop", "epoch_times_s", "mean_losses"} (compare.schema.OwnLoop's
+    # fields).
     def own_loop(self, trainer: Any, config: RunConfig, dataset: Dataset, lrs: list[float],
-                 on_epoch: Any) -> dict[str, Any]: ...
+                 clock: Any, on_epoch: Any) -> dict[str, Any]: ...
 
 
 class PortModule(Protocol):

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from compare.run import checkpoint, fairness, phases, shutdown
 from compare.run.interface import Trainer
 from compare.run.progress import ProgressDisplay
 from compare.run.recorder import Recorder
+from compare.run.windows import TimingWindows
 
 
 def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
@@ -83,7 +84,7 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
         measured = [row[0] for row in trainer.gather_figures([own_s]) if math.isfinite(row[0])]
         return max(measured) if measured else math.nan  # nan: none measured, the size holds
 
-    windows = _Windows(config, trainer.steps_per_call,  # sized in the session's first epoch
+    windows = TimingWindows(config, trainer.steps_per_call,  # sized in the session's first epoch
                        slowest if trainer.choice.processes > 1 else None)
     with shutdown.shielded():  # from here on a stop cannot cut the writing of the result short
         try:
@@ -141,7 +142,7 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
 
 def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                  display: ProgressDisplay, nvml: gpu_metrics.NvmlSampler | gpu_metrics.NoSampler,
-                 windows: "_Windows", epoch: int,
+                 windows: TimingWindows, epoch: int,
                  global_step: int, total_steps: int) -> tuple[dict[str, Any], int]:
     """One epoch's training in calls of trainer.steps_per_call steps (the last call takes
     what is left), timed in synchronised windows of whole calls, then its evaluation."""
@@ -218,60 +219,6 @@ def per_process(trainer: Trainer, train_time_s: float, input_wait_s: float,
     own = [train_time_s, input_wait_s, float(np.median(step_ms)) if step_ms else math.nan]
     rows = trainer.gather_figures(own)
     return [{"rank": rank, **dict(zip(PROCESS_FIGURES, row))} for rank, row in enumerate(rows)]
-
-
-FIRST_WINDOW_STEPS = 10  # several processes: steps per window while the size is measured
-
-
-class _Windows:
-    """How many calls make one synchronised timing window (a window ends on a call boundary,
-    and at the end of the epoch).
-
-    With config.timing_window, a fixed number of steps rounded up to whole calls. Otherwise
-    sized so that a window lasts about config.timing_window_s: in the session's first epoch
-    (its warm-up), after every window but the first (which carries tracing and compilation),
-    from the median time per call of that epoch's windows so far; then held for the rest of
-    the session, so that the steady-state windows of later epochs are alike. Syncing the
-    device once per window, not every few steps, keeps the clock from draining the device's
-    queue more often than the figures need.
-    """
-
-    def __init__(self, config: RunConfig, steps_per_call: int,
-                 agree: Callable[[float], float] | None = None):
-        self.target_s = config.timing_window_s
-        self.sizing = config.timing_window is None
-        self.agree = agree
-        if config.timing_window is not None:
-            self.calls = math.ceil(config.timing_window / steps_per_call)
-        else:  # several processes keep one fixed size through the first epoch (agree below)
-            self.calls = 1 if agree is None else math.ceil(FIRST_WINDOW_STEPS / steps_per_call)
-        self.per_call_s: list[float] = []  # seconds per call of the measured windows
-        self.seen = 0  # windows closed in this epoch
-
-    def observe(self, seconds: float, calls: int) -> None:
-        self.seen += 1
-        if self.sizing and self.seen > 1:
-            self.per_call_s.append(seconds / calls)
-            if self.agree is None:
-                self._size(float(np.median(self.per_call_s)))
-
-    def end_epoch(self) -> None:
-        """The size holds from here on, once measured. With several processes it is agreed
-        here, by all of them together (`agree`, a collective: every process calls it after
-        its first epoch), from the slowest one's time per call: PyTorch all-reduces each
-        window's losses, so every process must close the same windows."""
-        self.seen = 0
-        if self.sizing and self.agree is not None:
-            own = float(np.median(self.per_call_s)) if self.per_call_s else math.nan
-            self._size(self.agree(own))
-            self.sizing = False
-        elif self.per_call_s:
-            self.sizing = False
-
-    def _size(self, per_call_s: float) -> None:
-        if math.isfinite(per_call_s):
-            per_call_s = max(per_call_s, 1e-6)  # s; 0 on a coarse clock
-            self.calls = max(1, round(self.target_s / per_call_s))
 
 
 def profile_phases(trainer: Trainer, config: RunConfig, recorder: Recorder | None,

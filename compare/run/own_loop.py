@@ -22,6 +22,8 @@ from compare.experiment.config import RunConfig
 from compare.experiment.recipe import learning_rate
 from compare.experiment.datasets import Dataset
 from compare.run import shutdown, wall_time
+from compare.run.summary import steady_step_times
+from compare.run.windows import WindowClock
 
 
 def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
@@ -38,7 +40,8 @@ def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
     record = {"schema_version": schema.OWN_LOOP_VERSION, "framework": impl.FRAMEWORK,
               "seed": config.seed, "loop": "", "status": "running", "config": config.to_dict(),
               "device_used": choice.description, "steps_per_epoch": 0, "steps_per_call": 0,
-              "epoch_times_s": [], "mean_losses": [], "final_test_accuracy": None,
+              "epoch_times_s": [], "windows": [], "steady_step_time_ms": None,
+              "mean_losses": [], "final_test_accuracy": None,
               "final_test_loss": None, "error": None}
     files.write_json(path, record)
     trainer = None
@@ -56,10 +59,14 @@ def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
                 print(f"{impl.FRAMEWORK} own loop  epoch {epoch + 1}/{config.epochs}  "
                       f"train {seconds:.2f} s  test_acc at the end", flush=True)
 
+            clock = WindowClock(config, trainer.steps_per_call, trainer.sync)
             loop = importlib.import_module(f"{impl.__package__}.own_loop")
-            done = loop.own_loop(trainer, config, dataset, lrs, on_epoch)
+            done = loop.own_loop(trainer, config, dataset, lrs, clock, on_epoch)
             test_loss, test_accuracy = trainer.evaluate()
+        epochs = [{"epoch": number} for number in range(1, len(done["epoch_times_s"]) + 1)]
         record.update(loop=done["loop"], epoch_times_s=done["epoch_times_s"],
+                      windows=clock.windows,
+                      steady_step_time_ms=steady_step_times(epochs, clock.windows),
                       mean_losses=done["mean_losses"], final_test_accuracy=test_accuracy,
                       final_test_loss=test_loss, status="completed")
         print(f"{impl.FRAMEWORK} own loop: {steady_seconds(record['epoch_times_s']):.2f} s "
