@@ -8,13 +8,17 @@ The rest is derived: compare.schema files the definitions under MEASUREMENT (cop
 every result), compare.report.aggregate aggregates each figure on its scale and pairs the
 ratios, compare.report.tables prints the rows, `python -m compare.cli.docs` the table in
 docs/measurement.md. A new figure is one `Figure` in FIGURES plus the code in
-compare/run/summary.py that computes the summary field it reads (a field of RunSummary).
+compare/run/summary.py that computes the summary field it reads (a field of
+compare.records.RunSummary).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+if TYPE_CHECKING:  # the record is read by attribute; this module imports nothing to run
+    from compare.records import RunSummary
 
 # How a figure is aggregated over seeds (compare.report.stats): "accuracy" on the logit scale
 # with the test set's binomial variance; "positive" on the log scale (geometric mean);
@@ -29,27 +33,25 @@ Versus = Literal["ratio", "difference"] | None
 
 @dataclass(frozen=True)
 class Read:
-    """Where a figure is in a run's summary (schema.RunSummary): the field `key`, or the entry
-    `part` of it, less the field `less`; None where the run completed fewer than `min_epochs`
-    epochs or a field is missing or null."""
+    """Where a figure is in a run's summary (compare.records.RunSummary): the field `key`, or
+    the entry `part` of it, less the field `less`; None where the run completed fewer than
+    `min_epochs` epochs or a field is null."""
 
     key: str
     part: str | None = None
     less: str | None = None
     min_epochs: int = 0
 
-    def __call__(self, summary: dict[str, Any]) -> Any:
-        try:
-            if self.min_epochs and (summary.get("epochs_completed") or 0) < self.min_epochs:
-                return None
-            value = summary[self.key]
-            if self.part is not None:
-                value = value[self.part]
-            if self.less is not None:
-                value = value - summary[self.less]
-            return value
-        except (KeyError, TypeError):
+    def __call__(self, summary: RunSummary) -> Any:
+        if self.min_epochs and summary.epochs_completed < self.min_epochs:
             return None
+        value = getattr(summary, self.key)
+        if self.part is not None and value is not None:
+            value = getattr(value, self.part)
+        if self.less is not None and value is not None:
+            less = getattr(summary, self.less)
+            value = value - less if less is not None else None
+        return value
 
     @property
     def keys(self) -> tuple[str, ...]:

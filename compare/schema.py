@@ -5,12 +5,14 @@ and writers go through `read_result`, `read_summary` and the TypedDicts here; wh
 live is compare.files's.
 """
 
+import dataclasses
 import math  # no `from __future__ import annotations`: TypedDict reads NotRequired from them
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, cast
 
 from compare import figures, files
+from compare.records import RecordError, RunSummary
 from compare.experiment.frameworks import FRAMEWORKS
 
 RESULT_VERSION = 2  # 2: fairness.strategy and fairness.precision are records
@@ -45,31 +47,6 @@ class Epoch(TypedDict):
     loss_scale: NotRequired[float | None]  # the dynamic loss scale at the epoch's end (float16)
 
 
-class RunSummary(TypedDict):
-    """A run's figures (compare.run.summary), recomputed from its epochs and windows; each
-    reported figure (compare.figures) reads its fields."""
-
-    status: str  # one of STATUSES
-    replicas: int
-    train_flops_per_image: int
-    final_test_accuracy: float | None
-    best_test_accuracy: float | None
-    train_time_s: float
-    warmup_time_s: float | None
-    steady_step_time_ms: dict  # median, p90, windows, steps_per_window, window_target_s
-    images_per_s: float | None
-    input_wait_fraction: float | None
-    peak_device_memory_bytes: int | None
-    host_peak_rss_bytes: NotRequired[int | None]
-    achieved_flops_per_s: NotRequired[float | None]
-    epochs_completed: NotRequired[int]
-    eval_time_s: NotRequired[float]
-    mfu: NotRequired[float | None]
-    energy_j: NotRequired[float | None]
-    energy_per_image_j: NotRequired[float | None]
-    time_to_target_s: NotRequired[float | None]
-
-
 class Environment(TypedDict):
     """What the framework's process saw (its describe_environment) and trained on."""
 
@@ -91,7 +68,7 @@ class Result(TypedDict):
     fairness: dict  # the manifest: MANIFEST's fields
     measurement: dict  # MEASUREMENT, as the run used it
     epochs: list[Epoch]
-    summary: RunSummary
+    summary: RunSummary  # a record (compare.records); its JSON form in the file
     data: NotRequired[dict]
     files: NotRequired[dict]  # the run's other files, by role
     started_at: NotRequired[str]
@@ -103,6 +80,10 @@ class Result(TypedDict):
     peer_failures: NotRequired[dict]
     profile: NotRequired[dict]  # the phase split (compare.run.phases)
     compilation: NotRequired[dict]  # what compiled of the step, read from the compiler
+    # set by the report's reader (compare.report.builder.load_runs), not in the file: where
+    # the result was read, and why it could not be (then it is a placeholder, not a run)
+    path: NotRequired[str]
+    unreadable: NotRequired[str]
 
 
 class Summary(TypedDict):
@@ -249,8 +230,9 @@ MEASUREMENT = {
 }
 
 
-def validate_result(result: dict[str, Any], where: str = "result") -> dict[str, Any]:
-    """`result` if it follows Result, else SchemaError saying what is wrong."""
+def validate_result(result: dict[str, Any], where: str = "result") -> Result:
+    """`result`, its summary read into a record (compare.records.RunSummary), if it follows
+    Result; else SchemaError saying what is wrong."""
     _require(result, Result, where)
     if result["framework"] not in FRAMEWORKS:
         raise SchemaError(f"{where}: unknown framework {result['framework']!r}")
@@ -258,17 +240,19 @@ def validate_result(result: dict[str, Any], where: str = "result") -> dict[str, 
         _require(epoch, Epoch, f"{where}: epoch {i + 1}")
         _fraction(epoch["test_accuracy"], f"{where}: epoch {i + 1} test_accuracy")
     summary = result["summary"]
-    _require(summary, RunSummary, f"{where}: summary")
-    if summary["status"] not in STATUSES:
-        raise SchemaError(f"{where}: summary.status {summary['status']!r} is not one of "
+    if not isinstance(summary, RunSummary):
+        try:
+            summary = RunSummary.from_dict(summary, f"{where}: summary")
+        except RecordError as exc:
+            raise SchemaError(str(exc)) from None
+    if summary.status not in STATUSES:
+        raise SchemaError(f"{where}: summary.status {summary.status!r} is not one of "
                           f"{', '.join(STATUSES)}")
-    for key in ("final_test_accuracy", "best_test_accuracy"):
-        if summary[key] is not None:
-            _fraction(summary[key], f"{where}: summary.{key}")
-    step = summary["steady_step_time_ms"]
-    if not isinstance(step, dict) or set(step) < {"median", "p90"}:
-        raise SchemaError(f"{where}: summary.steady_step_time_ms must hold median and p90")
-    return result
+    for key, value in (("final_test_accuracy", summary.final_test_accuracy),
+                       ("best_test_accuracy", summary.best_test_accuracy)):
+        if value is not None:
+            _fraction(value, f"{where}: summary.{key}")
+    return cast(Result, {**result, "summary": summary})
 
 
 def _require(record: Any, kind: type, where: str) -> None:
@@ -285,7 +269,7 @@ def _fraction(value: Any, what: str) -> None:
         raise SchemaError(f"{what} must be a fraction in [0, 1], got {value!r}")
 
 
-def read_result(path: str | Path) -> dict[str, Any]:
+def read_result(path: str | Path) -> Result:
     """A result file, migrated to RESULT_VERSION and validated; SchemaError (one line, naming
     the file) when it cannot be used."""
     try:
@@ -383,9 +367,9 @@ def mark_failed(path: str | Path, error: str, exit_record: dict[str, Any]) -> No
     """Rewrite a result its trainer left 'running' as failed: the error, and how the process
     ended (`exit`: code, reason, the last lines of its log). Its epochs stay as written."""
     result = read_result(path)
-    if result["summary"].get("status") != "running":
+    if result["summary"].status != "running":
         return
-    result["summary"]["status"] = "failed"
-    result["error"] = error if not result.get("error") else f"{result['error']}; {error}"
-    result["exit"] = exit_record
-    files.write_json(path, result)
+    failed = dataclasses.replace(result["summary"], status="failed")
+    files.write_json(path, {**result, "summary": failed.to_dict(), "exit": exit_record,
+                            "error": f"{result['error']}; {error}" if result.get("error")
+                            else error})

@@ -50,6 +50,11 @@ def fake_result(framework: str, seed: int, train_time: float, accuracy: float,
             "error": error}
 
 
+def as_read(result: dict) -> schema.Result:
+    """`result` as compare.schema.read_result gives it back: migrated, its summary a record."""
+    return schema.validate_result(schema.migrate_result(result))
+
+
 def write_runs(root: Path, runs: list[dict], parity: dict | None = None) -> None:
     """Result files as `compare` leaves them, with per-step and per-window CSVs, and the
     parity record in summary.json."""

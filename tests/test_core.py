@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -132,18 +133,21 @@ def _result(**summary) -> dict:
     base = run_summary.summarise_run(RunConfig(), [], [], status="completed", replicas=1,
                                      train_flops_per_image=100, device_name=None, on_gpu=False,
                                      peak_memory_note=None, host_peak_rss_bytes=None)
-    base.update({"final_test_accuracy": 0.5, "best_test_accuracy": 0.6, **summary})
+    base = dataclasses.replace(base, **{"final_test_accuracy": 0.5, "best_test_accuracy": 0.6,
+                                        **summary})
     epoch = {"epoch": 1, "train_loss": 1.0, "test_loss": 1.1, "test_accuracy": 0.5,
              "train_time_s": 2.0, "eval_time_s": 0.1, "images_per_s": 100.0}
     return {"schema_version": schema.RESULT_VERSION, "framework": "torch", "model": {},
-            "config": {}, "environment": {}, "fairness": {}, "epochs": [epoch], "summary": base,
+            "config": {}, "environment": {}, "fairness": {}, "epochs": [epoch],
+            "summary": base.to_dict(),
             "measurement": {}}
 
 
 def test_result_schema_round_trip(tmp_path):
     path = files.write_json(tmp_path / "result.json", _result())
-    assert schema.read_result(path) == json.loads(path.read_text())
-    assert schema.read_result(path)["summary"]["final_test_accuracy"] == 0.5
+    read = schema.read_result(path)
+    assert {**read, "summary": read["summary"].to_dict()} == json.loads(path.read_text())
+    assert read["summary"].final_test_accuracy == 0.5
 
 
 def test_a_result_of_the_first_schema_is_read_as_the_current_one(tmp_path):
@@ -185,7 +189,9 @@ def test_an_own_loop_of_the_first_schema_is_read_without_windows(tmp_path):
 @pytest.mark.parametrize("change, message", [
     ({"status": "exploded"}, "summary.status"),
     ({"final_test_accuracy": 54.0}, "fraction in"),
-    ({"steady_step_time_ms": 3.0}, "median and p90"),
+    ({"steady_step_time_ms": 3.0}, "steady_step_time_ms: not a JSON object"),
+    ({"train_time_s": "fast"}, "summary.train_time_s: .fast. is not float"),
+    ({"processes": [{"rank": 0}]}, r"processes\[0\] lacks train_time_s"),
 ])
 def test_result_schema_rejects_bad_values(tmp_path, change, message):
     with pytest.raises(schema.SchemaError, match=message):

@@ -85,11 +85,11 @@ def test_cli_run_writes_a_valid_result(tmp_path, name):
     assert outcome.exit_code == 0, outcome.output
     result = schema.read_result(out / "result.json")
     summary = result["summary"]
-    assert summary["status"] == "completed" and len(result["epochs"]) == 2
-    assert 0.0 <= summary["final_test_accuracy"] <= 1.0
-    assert summary["steady_step_time_ms"]["median"] > 0 and summary["images_per_s"] > 0
-    assert (summary["peak_device_memory_bytes"] is None
-            and "CPU" in summary["peak_device_memory_note"])
+    assert summary.status == "completed" and len(result["epochs"]) == 2
+    assert 0.0 <= summary.final_test_accuracy <= 1.0
+    assert summary.steady_step_time_ms.median > 0 and summary.images_per_s > 0
+    assert (summary.peak_device_memory_bytes is None
+            and "CPU" in summary.peak_device_memory_note)
     assert result["fairness"]["precision_policy"] == "float32"
     assert result["fairness"]["bn_momentum"] == {"torch_convention": 0.1,
                                                  "as_set": OWN[name]["bn_as_set"],
@@ -298,7 +298,7 @@ def test_ddp_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_p
     """Averaged gradients over 2 ranks = the gradient of the global batch: after every step of
     an epoch the weights agree, and so do the recorded global-batch losses."""
     ra, rb = _ddp_against_one_process(tmp_path)
-    assert (rb["summary"]["replicas"] == 2
+    assert (rb["summary"].replicas == 2
             and rb["fairness"]["distribution"] == "DistributedDataParallel (gloo)")
     assert rb["fairness"]["per_replica_batch"] == 16
     assert (ra["environment"]["hardware"]["shared_chip"], rb["environment"]["hardware"][

@@ -104,7 +104,7 @@ def test_tf_model_parallel_puts_each_stage_on_its_gpu(tmp_path, tf_gpus):
     result = tf_run(tmp_path, "model-parallel", "--devices", "2", "--parallel", "model",
                      "--epochs", "1", "--precision", "fp32")
     assert result["fairness"]["placement"] == ["stage 0: /gpu:0", "stage 1: /gpu:1"]
-    assert result["summary"]["replicas"] == 1 and result["summary"]["status"] == "completed"
+    assert result["summary"].replicas == 1 and result["summary"].status == "completed"
 
 
 def test_torch_ddp_over_every_gpu(tmp_path, torch_gpu):
@@ -117,7 +117,7 @@ def test_torch_ddp_over_every_gpu(tmp_path, torch_gpu):
     assert torch_gpu.train(config, datasets.config_dataset(config)) == 0
     result = schema.read_result(Path(config.out) / "result.json")
     assert result["fairness"]["distribution"] == "DistributedDataParallel (nccl)"
-    assert result["summary"]["replicas"] == count
+    assert result["summary"].replicas == count
 
 
 # ---------------------------------------------------------------- one GPU shared by two devices
@@ -158,7 +158,7 @@ def test_torch_ddp_two_processes_share_one_gpu(tmp_path, torch_gpu):
         results.append(schema.read_result(Path(config.out) / "result.json"))
     assert results[1]["fairness"]["distribution"].startswith("DistributedDataParallel (gloo)")
     assert "share one GPU" in results[1]["fairness"]["distribution"]
-    assert results[1]["summary"]["replicas"] == 2
+    assert results[1]["summary"].replicas == 2
     assert results[1]["fairness"]["weights_on"] == ["cuda:0"]  # the chief's replica
     _shared_chip(results[1])
     assert _epoch_losses(results[1]) == pytest.approx(_epoch_losses(results[0]), rel=1e-3)

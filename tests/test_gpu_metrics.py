@@ -139,10 +139,10 @@ def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
     # 300 W x 4 steps x 50 ms
     assert energies == pytest.approx([300 * 4 * 0.05] * 2, abs=0.01)  # the counter counts mJ
     summary = result["summary"]
-    assert summary["energy_j"] == pytest.approx(sum(energies))
-    assert summary["energy_per_image_j"] == pytest.approx(summary["energy_j"] / (2 * 4 * 32))
-    assert summary["mfu"] == pytest.approx(summary["achieved_flops_per_s"] / 989e12)
-    assert "fp16 peak of NVIDIA H100" in summary["mfu_note"]
+    assert summary.energy_j == pytest.approx(sum(energies))
+    assert summary.energy_per_image_j == pytest.approx(summary.energy_j / (2 * 4 * 32))
+    assert summary.mfu == pytest.approx(summary.achieved_flops_per_s / 989e12)
+    assert "fp16 peak of NVIDIA H100" in summary.mfu_note
 
 
 def test_cpu_runs_say_why_there_is_no_mfu_or_energy(tmp_path):
@@ -152,8 +152,8 @@ def test_cpu_runs_say_why_there_is_no_mfu_or_energy(tmp_path):
     recorder = recorder_module.Recorder(config, trainer, networks.get_spec("lenet"), {}, {}, {})
     loop.train_epochs(trainer, config, recorder)
     summary = schema.read_result(tmp_path / "run" / "result.json")["summary"]
-    assert summary["mfu"] is None and summary["mfu_note"].startswith("CPU run")
-    assert summary["energy_j"] is None and summary["energy_note"] == "CPU run: no GPU to sample"
+    assert summary.mfu is None and summary.mfu_note.startswith("CPU run")
+    assert summary.energy_j is None and summary.energy_note == "CPU run: no GPU to sample"
 
 
 def _refusing(module, *queries):

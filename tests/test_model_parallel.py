@@ -140,7 +140,7 @@ def test_cli_run_trains_with_the_model_split_over_two_devices(tmp_path, name):
     assert parallel["kind"] == "model" and parallel["micro_batches"] == 1
     assert [s["layers"].split(" .. ")[0] for s in parallel["stages"]] == ["conv1", "conv2"]
     assert abs(sum(s["flops_share"] for s in parallel["stages"]) - 1) < 1e-3
-    assert len(result["fairness"]["placement"]) == 2 and result["summary"]["replicas"] == 1
+    assert len(result["fairness"]["placement"]) == 2 and result["summary"].replicas == 1
 
 
 @pytest.mark.parametrize("parallel, rank, names", [

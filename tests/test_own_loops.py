@@ -18,6 +18,7 @@ from compare.experiment import best as best_advice
 from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.process.comparison import planned_runs
+from compare.records import RunSummary, StepTimes
 from compare.report import best as best_report
 from compare.report import own_loops, sections, stats
 
@@ -126,7 +127,8 @@ def test_the_own_loop_caveat_compares_the_same_measure_on_both_sides(tmp_path):
     a first epoch ten times the others' does not enter either."""
     def run(framework, seed, epochs):
         return {"framework": framework, "config": {"seed": seed}, "path": str(tmp_path / "r"),
-                "summary": {"status": "completed", "final_test_accuracy": 0.5},
+                "summary": RunSummary(status="completed", replicas=1, train_flops_per_image=1,
+                                      final_test_accuracy=0.5),
                 "epochs": [{"train_time_s": t} for t in epochs]}
 
     def own(framework, seed, epochs):
@@ -148,8 +150,9 @@ def test_the_own_loop_ratios_take_the_median_window_step_time_where_every_run_ha
     record written before windows were recorded turns every ratio back to the sums."""
     def run(framework, seed, epochs, step_ms):
         return {"framework": framework, "config": {"seed": seed}, "path": str(tmp_path / "r"),
-                "summary": {"status": "completed", "final_test_accuracy": 0.5,
-                            "steady_step_time_ms": {"median": step_ms}},
+                "summary": RunSummary(status="completed", replicas=1, train_flops_per_image=1,
+                                      final_test_accuracy=0.5,
+                                      steady_step_time_ms=StepTimes(median=step_ms)),
                 "epochs": [{"train_time_s": t} for t in epochs]}
 
     def own(framework, seed, epochs, step_ms):

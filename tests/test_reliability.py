@@ -138,15 +138,15 @@ def _run_fake(tmp_path, failure, capsys=None):
 def test_nan_loss_stops_the_run_and_keeps_finished_epochs(tmp_path, capsys):
     code, result = _run_fake(tmp_path, "nan")
     assert code == EXIT_DIVERGED
-    assert result["summary"]["status"] == "diverged" and len(result["epochs"]) == 1
-    assert result["summary"]["final_test_accuracy"] == 0.5
+    assert result["summary"].status == "diverged" and len(result["epochs"]) == 1
+    assert result["summary"].final_test_accuracy == 0.5
     assert result["error"].startswith("the training loss became nan at epoch 2, step 7: lower --lr")
     assert "error: the training loss became nan" in capsys.readouterr().err
 
 
 def test_out_of_memory_names_the_batch_size_and_a_smaller_one(tmp_path, capsys):
     code, result = _run_fake(tmp_path, MemoryError("CUDA out of memory"))
-    assert code == EXIT_OOM and result["summary"]["status"] == "failed"
+    assert code == EXIT_OOM and result["summary"].status == "failed"
     assert len(result["epochs"]) == 1
     assert result["error"] == ("out of device memory at --batch-size 32 (32 per replica); "
                                "try --batch-size 16")
@@ -154,13 +154,13 @@ def test_out_of_memory_names_the_batch_size_and_a_smaller_one(tmp_path, capsys):
 
 def test_a_crash_keeps_finished_epochs_and_says_what_broke(tmp_path):
     code, result = _run_fake(tmp_path, RuntimeError("cuDNN exploded"))
-    assert code == EXIT_FAILED and result["summary"]["status"] == "failed"
+    assert code == EXIT_FAILED and result["summary"].status == "failed"
     assert len(result["epochs"]) == 1 and result["error"] == "RuntimeError: cuDNN exploded"
 
 
 def test_keyboard_interrupt_keeps_finished_epochs(tmp_path):
     code, result = _run_fake(tmp_path, KeyboardInterrupt())
-    assert code == EXIT_INTERRUPTED and result["summary"]["status"] == "interrupted"
+    assert code == EXIT_INTERRUPTED and result["summary"].status == "interrupted"
     assert len(result["epochs"]) == 1
 
 
@@ -170,7 +170,7 @@ def test_real_divergence_exits_3_with_a_valid_result(tmp_path):
     config = tiny_config(tmp_path, lr=1e6, epochs=2)
     assert torch_train.train(config, datasets.config_dataset(config)) == EXIT_DIVERGED
     result = schema.read_result(tmp_path / "run" / "result.json")
-    assert result["summary"]["status"] == "diverged" and "lower --lr" in result["error"]
+    assert result["summary"].status == "diverged" and "lower --lr" in result["error"]
 
 
 @pytest.mark.slow
@@ -183,7 +183,7 @@ def test_ctrl_c_during_run_writes_an_interrupted_result(tmp_path):
     _, stderr = process.communicate(timeout=patience(120))
     assert process.returncode == EXIT_INTERRUPTED, stderr
     result = schema.read_result(out / "result.json")
-    assert result["summary"]["status"] == "interrupted" and 1 <= len(result["epochs"]) < 200
+    assert result["summary"].status == "interrupted" and 1 <= len(result["epochs"]) < 200
     assert "Traceback" not in stderr and "interrupted" in stderr
     assert wait_until_gone(out) == []
 
@@ -235,7 +235,7 @@ def test_a_trainer_killed_mid_run_is_recorded_failed_with_its_exit(tmp_path, mon
     assert outcome.code == -signal.SIGKILL and outcome.status == "failed"
     assert "killed by SIGKILL" in outcome.error
     result = schema.read_result(outcome.result_path)
-    assert result["summary"]["status"] == "failed" and len(result["epochs"]) == 1
+    assert result["summary"].status == "failed" and len(result["epochs"]) == 1
     assert result["exit"]["reason"] == "killed by SIGKILL" and result["exit"]["code"] == -9
     assert "dies_mid_run: SIGKILL" in result["exit"]["log_tail"]
     from compare import report

@@ -64,7 +64,7 @@ def _straight_and_resumed(tmp_path, monkeypatch, module, framework: str) -> tupl
         assert module.train(resumed, dataset) == EXIT_INTERRUPTED
     out = Path(resumed.out)
     stopped = schema.read_result(out / "result.json")
-    assert stopped["summary"]["status"] == "interrupted" and len(stopped["epochs"]) == 1
+    assert stopped["summary"].status == "interrupted" and len(stopped["epochs"]) == 1
     assert len((out / "steps.csv").read_text().splitlines()) == 1 + 8  # epoch 1's steps only
     assert json.loads(files.RunDir(out).checkpoint.read_text())["next_epoch"] == 1
     assert module.train(resumed, dataset, resume=True) == 0
@@ -74,7 +74,7 @@ def _straight_and_resumed(tmp_path, monkeypatch, module, framework: str) -> tupl
 def _check_resumed_result(straight: Path, resumed: Path) -> None:
     assert (resumed / "steps.csv").read_text() == (straight / "steps.csv").read_text()
     result = schema.read_result(resumed / "result.json")
-    assert result["summary"]["status"] == "completed"
+    assert result["summary"].status == "completed"
     assert [e["session"] for e in result["epochs"]] == [0, 1, 1]
     assert [s["first_epoch"] for s in result["sessions"]] == [1, 2]
     assert result["epochs"][2]["test_loss"] == schema.read_result(
@@ -164,9 +164,9 @@ def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=patience(120))
     assert process.returncode == 128 + signal.SIGTERM, stderr
-    assert schema.read_result(second / "result.json")["summary"]["status"] == "interrupted"
+    assert schema.read_result(second / "result.json")["summary"].status == "interrupted"
     first = schema.read_result(out / "runs" / "tf-seed0" / "result.json")
-    assert first["summary"]["status"] == "completed"
+    assert first["summary"].status == "completed"
     parity_written = (out / "parity" / "tf.npz").stat().st_mtime_ns
     outcome = subprocess.run(_cli("compare", "--resume", str(out), "--quiet"), cwd=REPO,
                              capture_output=True, text=True, timeout=patience(600))
@@ -175,7 +175,7 @@ def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
     assert (out / "parity" / "tf.npz").stat().st_mtime_ns == parity_written
     assert schema.read_result(out / "runs" / "tf-seed0" / "result.json") == first
     resumed = schema.read_result(second / "result.json")
-    assert resumed["summary"]["status"] == "completed" and len(resumed["epochs"]) == 4
+    assert resumed["summary"].status == "completed" and len(resumed["epochs"]) == 4
     assert len(resumed["sessions"]) == 2
     summary = json.loads((out / "summary.json").read_text())
     assert sorted(r["status"] for r in summary["runs"]) == ["completed", "completed"]

@@ -82,7 +82,7 @@ def test_tf_three_steps_per_call_give_the_losses_of_one(tmp_path, tf_two_cpus):
     waits = [float(w["input_wait_s"]) for w in windows]  # timed in the graph
     assert all(np.isfinite(waits)) and min(waits) >= 0 and sum(waits) > 0
     result = schema.read_result(tmp_path / "three" / "result.json")
-    assert result["summary"]["steps_per_call"] == 3
+    assert result["summary"].steps_per_call == 3
     assert result["fairness"]["steps_per_call"] == 3
     assert result["fairness"]["steps_per_call_from"] == "--steps-per-call"
     assert "inside the graph" in result["fairness"]["step_batching"]
@@ -150,7 +150,7 @@ def test_torch_three_steps_per_call_give_the_losses_of_one(tmp_path):
     assert len(a) == 16 and a == b
     result = schema.read_result(tmp_path / "three" / "result.json")
     assert result["fairness"]["strategy"]["wrapper"] is None  # auto, one replica: no DDP
-    assert result["fairness"]["steps_per_call"] == result["summary"]["steps_per_call"] == 3
+    assert result["fairness"]["steps_per_call"] == result["summary"].steps_per_call == 3
 
 
 @pytest.mark.parametrize("framework", ["tf", "torch"])

@@ -50,7 +50,7 @@ def test_a_stop_signal_to_the_parent_alone_reaches_the_trainer(tmp_path, signum,
     _, stderr = process.communicate(timeout=patience(120))
     assert process.returncode == 128 + signum, stderr
     result = schema.read_result(out / "result.json")
-    assert result["summary"]["status"] == "interrupted" and 1 <= len(result["epochs"]) < 200
+    assert result["summary"].status == "interrupted" and 1 <= len(result["epochs"]) < 200
     assert result["error"] == f"interrupted ({signal.Signals(signum).name})"
     assert "Traceback" not in stderr
     assert wait_until_gone(out) == []
@@ -70,7 +70,7 @@ def test_sigterm_to_the_whole_process_group_stops_the_run_as_interrupted(tmp_pat
     _, stderr = process.communicate(timeout=patience(120))
     assert process.returncode == 128 + signal.SIGTERM, stderr
     result = schema.read_result(out / "result.json")
-    assert result["summary"]["status"] == "interrupted" and 1 <= len(result["epochs"]) < 200
+    assert result["summary"].status == "interrupted" and 1 <= len(result["epochs"]) < 200
     assert result["error"] == "interrupted (SIGTERM)"
     assert "killed by signal" not in stderr and "Traceback" not in stderr
     assert wait_until_gone(out) == []
@@ -86,7 +86,7 @@ def test_sigterm_to_the_parent_reaches_every_ddp_process(tmp_path):
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=patience(120))
     assert process.returncode == 128 + signal.SIGTERM, stderr
-    assert schema.read_result(out / "result.json")["summary"]["status"] == "interrupted"
+    assert schema.read_result(out / "result.json")["summary"].status == "interrupted"
     assert wait_until_gone(out) == []
 
 
@@ -102,7 +102,7 @@ def test_a_trainer_whose_parent_is_killed_stops_and_writes_its_result(tmp_path):
     process.communicate(timeout=patience(120))  # the trainer holds the stdout pipe until it ends
     assert wait_until_gone(out, timeout=60) == []
     result = schema.read_result(out / "result.json")
-    assert result["summary"]["status"] == "interrupted" and len(result["epochs"]) >= 1
+    assert result["summary"].status == "interrupted" and len(result["epochs"]) >= 1
     assert "the parent process" in result["error"] and "ended" in result["error"]
 
 
@@ -137,7 +137,7 @@ def test_sigterm_during_evaluation_stops_it_and_keeps_the_finished_epochs(tmp_pa
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert time.monotonic() - sent < SLOW_EVALUATION_S
     result = schema.read_result(out / "result.json")
-    assert result["summary"]["status"] == "interrupted" and result["epochs"] == []
+    assert result["summary"].status == "interrupted" and result["epochs"] == []
     assert wait_until_gone(out) == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -15,6 +16,7 @@ from compare.errors import UserError
 from compare.experiment import datasets, settings
 from compare.experiment.config import PipelineConfig, RunConfig
 from compare.process import sweep
+from compare.records import RunSummary, StepTimes
 from compare.report import sweep as sweep_report
 
 
@@ -51,7 +53,8 @@ def test_speedups_are_relative_to_each_frameworks_baseline():
     def row(fw, precision, ips, tta=None):
         return {"framework": fw, "settings": {"precision": precision}, "status": "completed",
                 "path": "", "error": None,
-                "summary": {"images_per_s": ips, "time_to_target_s": tta}}
+                "summary": RunSummary(status="completed", replicas=1, train_flops_per_image=1,
+                                      images_per_s=ips, time_to_target_s=tta)}
     rows = sweep_report.with_speedups([row("tf", "fp32", 100.0, 10.0),
                                        row("tf", "mixed", 250.0, 4.0),
                                        row("torch", "fp32", 200.0), row("torch", "mixed", 300.0),
@@ -65,11 +68,11 @@ def test_speedups_are_relative_to_each_frameworks_baseline():
 
 
 def test_a_sweeps_table_of_runs_shows_the_figures_declared_for_it():
-    summary = {"epochs_completed": 2, "train_time_s": 12.5, "images_per_s": 800.0,
-               "steady_step_time_ms": {"median": 40.0, "p90": 44.0},
-               "input_wait_fraction": 0.05, "final_test_accuracy": 0.61,
-               "peak_device_memory_bytes": 3 * 2 ** 20, "mfu": 0.25, "energy_per_image_j": 0.5,
-               "time_to_target_s": None}
+    summary = RunSummary(status="completed", replicas=1, train_flops_per_image=1,
+                         epochs_completed=2, train_time_s=12.5, images_per_s=800.0,
+                         steady_step_time_ms=StepTimes(median=40.0, p90=44.0),
+                         input_wait_fraction=0.05, final_test_accuracy=0.61,
+                         peak_device_memory_bytes=3 * 2 ** 20, mfu=0.25, energy_per_image_j=0.5)
     rows = sweep_report.with_speedups(
         [{"framework": "tf", "settings": {"precision": "fp32"}, "status": "completed",
           "path": "", "error": None, "summary": summary},
@@ -86,7 +89,7 @@ def test_a_sweeps_table_of_runs_shows_the_figures_declared_for_it():
         ["TensorFlow/Keras", "precision=fp32 (baseline)", "completed", "1.000x", "12.50 s",
          "800 img/s", "40.00 ms", "5.0%", "0.6100", "3 MiB", "25.0%", "0.5 J"],
         ["TensorFlow/Keras", "precision=mixed", "failed: boom", "n/a", *["n/a"] * 8]]
-    rows[0]["summary"] = {**summary, "time_to_target_s": 7.0, "epochs_completed": 0}
+    rows[0]["summary"] = dataclasses.replace(summary, time_to_target_s=7.0, epochs_completed=0)
     (table,) = [s for s in sweep_report.sections_of(document) if s.key == "sweep"]
     assert table.columns[-1] == "Time to target accuracy" and table.rows[0][-1] == "7.00 s"
     assert table.rows[0][4] == "n/a"  # no epoch completed: no training time
@@ -187,6 +190,6 @@ def test_time_to_target_accuracy_is_the_training_time_of_the_first_epoch_reachin
     assert loop.train_epochs(trainer, config, recorder) == 0
     result = schema.read_result(tmp_path / "run" / "result.json")
     epochs = result["epochs"]
-    assert result["summary"]["epochs_to_target"] == 2
-    assert result["summary"]["time_to_target_s"] == pytest.approx(epochs[0]["train_time_s"]
+    assert result["summary"].epochs_to_target == 2
+    assert result["summary"].time_to_target_s == pytest.approx(epochs[0]["train_time_s"]
                                                                   + epochs[1]["train_time_s"])

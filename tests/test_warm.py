@@ -96,7 +96,7 @@ def test_a_forked_run_killed_mid_run_is_reported_and_the_next_one_runs(tmp_path,
     assert dead.code == -signal.SIGKILL and dead.status == "failed"
     assert "killed by SIGKILL" in dead.error
     result = schema.read_result(dead.result_path)
-    assert result["summary"]["status"] == "failed" and len(result["epochs"]) == 1
+    assert result["summary"].status == "failed" and len(result["epochs"]) == 1
     assert "dies_mid_run: SIGKILL" in result["exit"]["log_tail"]
     assert after.status == "completed"
 

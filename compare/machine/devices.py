@@ -3,6 +3,9 @@ NVML sees, and how the device and the machine are described and labelled in resu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from compare.machine import gpu_metrics
 from compare.machine.cpu import cpu_description
 
@@ -74,7 +77,7 @@ def hardware(kind: str, model: str | None, replicas: int, nodes: int,
             "named": label if kind == "gpu" else f"CPU: {cpu_description()}"}
 
 
-def label_of(environment: dict | None) -> str | None:
+def label_of(environment: Mapping[str, Any] | None) -> str | None:
     """A result environment's hardware label (see `hardware`); for results written before it
     was recorded, derived from the framework's own words in `device_used`."""
     environment = environment or {}

@@ -259,7 +259,7 @@ def _wait(process: subprocess.Popen[str] | warm.ForkedProcess) -> int:
 
 def result_status(out: Path) -> str:
     try:
-        return schema.read_result(files.RunDir(out).result)["summary"]["status"]
+        return schema.read_result(files.RunDir(out).result)["summary"].status
     except schema.SchemaError:
         return "failed"
 

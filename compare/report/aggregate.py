@@ -15,7 +15,7 @@ from compare.report import best, defaults, own_loops, stats
 from compare.report.labels import machine_of, seed_of
 
 
-def summarise(runs: list[dict], parity: dict | None, command: str | None,
+def summarise(runs: list[schema.Result], parity: dict | None, command: str | None,
               planned: list[dict] | None = None,
               margin: float = stats.EQUIVALENCE_MARGIN,
               order_note: str | None = None,
@@ -29,13 +29,13 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
     comparison's summary, and the verdict sentences."""
     skipped = [{"path": r["path"], "reason": r["unreadable"]} for r in runs if r.get("unreadable")]
     runs = [r for r in runs if not r.get("unreadable")]
-    by_framework: dict[str, list[dict]] = {fw: [] for fw in FRAMEWORKS}
+    by_framework: dict[str, list[schema.Result]] = {fw: [] for fw in FRAMEWORKS}
     for run in runs:
         by_framework.setdefault(run["framework"], []).append(run)
     test_size = next((r["data"].get("test_size") for r in runs if r.get("data")), None)
 
-    def completed(fw: str) -> list[dict]:
-        return [r for r in by_framework.get(fw, []) if r["summary"].get("status") == "completed"]
+    def completed(fw: str) -> list[schema.Result]:
+        return [r for r in by_framework.get(fw, []) if r["summary"].status == "completed"]
 
     frameworks: dict[str, dict[str, Any]] = {}
     for fw, fw_runs in by_framework.items():
@@ -44,7 +44,7 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
                  if (kind := (r.get("fairness") or {}).get("device_kind")) is not None}
         entry: dict[str, Any] = {
             "runs": len(fw_runs), "completed": len(completed(fw)),
-            "statuses": {r["path"]: r["summary"].get("status") for r in fw_runs},
+            "statuses": {r["path"]: r["summary"].status for r in fw_runs},
             "pipelines": sorted(pipelines), "device_kinds": sorted(kinds)}
         for figure in figures.FIGURES:  # each on its scale
             values = [figure.read(r["summary"]) for r in completed(fw)]
@@ -62,7 +62,7 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
     first = {fw: next((r for r in by_framework.get(fw, []) if r.get("environment")), None)
              for fw in FRAMEWORKS}
     base_config: dict[str, Any] = next((r["config"] for r in runs if r.get("config")), {})
-    environment = {fw: (r or {}).get("environment") for fw, r in first.items()}
+    environment = {fw: r.get("environment") if r else None for fw, r in first.items()}
     accuracy = (per_seed("tf", figures.DIFFERENCE_KEY), per_seed("torch", figures.DIFFERENCE_KEY))
     summary = {
         "schema_version": schema.SUMMARY_VERSION,
@@ -78,14 +78,14 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
         "accuracy_difference": stats.paired_difference(*accuracy),
         "accuracy_equivalence": stats.equivalence_test(*accuracy, margin=margin),
         "runs": [{"framework": r["framework"], "seed": seed_of(r), "path": r["path"],
-                  "status": r["summary"].get("status"), "error": r.get("error"),
+                  "status": r["summary"].status, "error": r.get("error"),
                   "exit": (r.get("exit") or {}).get("reason")} for r in runs],
         "not_run": planned or [],
         "order_note": order_note,  # the runs were not alternated (compare --framework)
         "skipped": skipped,
         "machine": machine_of(environment),
         "environment": environment,
-        "fairness": {fw: (r or {}).get("fairness") for fw, r in first.items()},
+        "fairness": {fw: r.get("fairness") if r else None for fw, r in first.items()},
         "model": next((r["model"] for r in runs if "name" in r.get("model", {})), None),
         "data": next((r["data"] for r in runs if r.get("data")), None),
         "measurement": schema.MEASUREMENT,
@@ -100,7 +100,7 @@ def summarise(runs: list[dict], parity: dict | None, command: str | None,
     return summary
 
 
-def _pipeline_kind(run: dict) -> str | None:
+def _pipeline_kind(run: schema.Result) -> str | None:
     pipeline = run.get("config", {}).get("pipeline")
     return pipeline.get("kind") if isinstance(pipeline, dict) else pipeline
 

@@ -11,10 +11,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from compare import files, schema
 from compare.errors import UserError
+from compare.records import RunSummary
 from compare.experiment.frameworks import FRAMEWORKS
 from compare.report import best, defaults, own_loops, plots, stats
 from compare.report.aggregate import summarise
@@ -48,27 +49,30 @@ def preload(background: bool = False) -> None:
             raise
 
 
-def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
+def load_runs(paths: list[Path]) -> list[schema.Result]:
     """Every result file at or below `paths`, each with its `path`.
 
     A file that cannot be used (torn JSON, an unknown schema version, missing fields) becomes
     a placeholder with `unreadable` set to why; summarise() lists it apart, never as a run.
     """
-    runs = []
+    runs: list[schema.Result] = []
     for root in paths:
         for path in files.results_under(Path(root)):
             try:
                 result = schema.read_result(path)
             except schema.SchemaError as exc:
-                result = {"framework": "tf" if path.parent.name.startswith("tf") else "torch",
-                          "unreadable": str(exc).replace(f"{path}: ", "", 1), "epochs": [],
-                          "summary": {"status": "unreadable"}, "config": {}}
+                # a placeholder, not a run: summarise() lists it apart by `unreadable`
+                result = cast(schema.Result, {
+                    "framework": "tf" if path.parent.name.startswith("tf") else "torch",
+                    "unreadable": str(exc).replace(f"{path}: ", "", 1), "epochs": [],
+                    "summary": RunSummary(status="unreadable", replicas=0,
+                                          train_flops_per_image=0), "config": {}})
             result["path"] = str(path)
             runs.append(result)
     return runs
 
 
-def write(out_dir: Path, runs: list[dict], parity: dict | None, command: str | None,
+def write(out_dir: Path, runs: list[schema.Result], parity: dict | None, command: str | None,
           planned: list[dict] | None = None,
           margin: float = stats.EQUIVALENCE_MARGIN, order_note: str | None = None) -> list[Path]:
     """summary.json, report.md and report.html for these runs (one comparison)."""
@@ -110,7 +114,7 @@ class Built:
     skipped: list[dict[str, str]] = field(default_factory=list)
 
 
-def _run_key(run: dict) -> tuple:
+def _run_key(run: schema.Result) -> tuple:
     """What runs of one comparison share: precision, model, data, and whether they are
     matched, each framework's defaults or each framework's best (compare --best)."""
     return (precision_label(run), (run.get("model") or {}).get("name"),
@@ -118,21 +122,21 @@ def _run_key(run: dict) -> tuple:
             (run.get("config") or {}).get("variant", "matched"))
 
 
-def _groups_from_runs(runs: list[dict], margin: float) -> list[Group]:
+def _groups_from_runs(runs: list[schema.Result], margin: float) -> list[Group]:
     """Runs split into comparisons: by compare directory, then pooled across directories
     whose machine, precision, model and data agree; never across machines."""
     where = {id(r): files.ComparisonDir.of(Path(r["path"])) for r in runs}
     hosts: dict[Path, set] = {}  # a run that failed before recording its host gets its dir's
     for run in runs:
-        platform = (run.get("environment") or {}).get("platform")
-        hosts.setdefault(where[id(run)], set()).update({platform} - {None})
-    units: dict[tuple, list[dict]] = {}
+        recorded = (run.get("environment") or {}).get("platform")
+        hosts.setdefault(where[id(run)], set()).update({recorded} - {None})
+    units: dict[tuple, list[schema.Result]] = {}
     for run in runs:  # one unit per compare directory, precision, model, data and host
         directory = where[id(run)]
         platform = (run.get("environment") or {}).get("platform") or (
             next(iter(hosts[directory])) if len(hosts[directory]) == 1 else None)
         units.setdefault((str(directory), *_run_key(run), platform), []).append(run)
-    pooled: dict[tuple, list[list[dict]]] = {}
+    pooled: dict[tuple, list[list[schema.Result]]] = {}
     for key, unit in units.items():
         environment = {fw: next((r.get("environment") for r in unit if r["framework"] == fw
                                  and r.get("environment")), None) for fw in FRAMEWORKS}
@@ -184,7 +188,7 @@ def build(sources: list[Path], out_dir: Path | None = None,
     writes summary.json there; several (machines, precisions) write combined.json and leave
     summary.json alone. Raises UserError when no readable result remains.
     """
-    runs: list[dict] = []
+    runs: list[schema.Result] = []
     summary_groups: list[Group] = []
     skipped: list[dict[str, str]] = []
     for source in map(Path, sources):

@@ -4,6 +4,7 @@ tables, figures and verdict all read it, and it reads none of them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from compare.experiment.config import FRAMEWORK_NAMES
@@ -17,17 +18,17 @@ MACHINE_IDENTITY = (
     "summary.json is shown as it was summarised.")
 
 
-def seed_of(run: dict) -> int | None:
+def seed_of(run: Mapping[str, Any]) -> int | None:
     return run.get("config", {}).get("seed")
 
 
-def device_label(environment: dict | None) -> str | None:
+def device_label(environment: Mapping[str, Any] | None) -> str | None:
     """'GPU: <count>x <model>' or 'CPU' from a result's environment (None when unknown): the
     hardware both frameworks record alike (compare.machine.devices.hardware)."""
     return devices.label_of(environment)
 
 
-def machine_of(environment: dict[str, dict | None]) -> dict[str, Any]:
+def machine_of(environment: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
     """{id, device, host, named}: where a comparison ran (see MACHINE_IDENTITY); `named` is
     the device as a reader knows it (a CPU's model, cores and instructions)."""
     labels = {fw: label for fw, env in environment.items() if (label := device_label(env))}
@@ -44,7 +45,7 @@ def machine_of(environment: dict[str, dict | None]) -> dict[str, Any]:
     return {"id": f"{device} | {host}", "device": device, "host": host, "named": named}
 
 
-def precision_label(run_or_summary: dict) -> str | None:
+def precision_label(run_or_summary: Mapping[str, Any]) -> str | None:
     """The precision a result or comparison computed in, for grouping and labels: the
     resolved compute type where recorded ('float32', 'bfloat16', 'float16'), else the
     requested --precision of an older result."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from compare import files, schema
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.report import stats, words
+from compare.report.labels import seed_of
 from compare.run.own_loop import running_means, steady_seconds
 
 # shared / own training time above this: the shared loop may be handicapping that
@@ -41,7 +42,7 @@ def load(directories: list[Path]) -> list[dict]:
     return records
 
 
-def summarise(runs: list[dict], records: list[dict]) -> dict | None:
+def summarise(runs: list[schema.Result], records: list[dict]) -> dict | None:
     """Per framework: `time_ratio` (shared / own on `measure`, paired by seed),
     `throughput_ratio` (its inverse), both loops' training time after the first epoch and
     mean final accuracies, the first epoch's largest relative loss difference, and the loop;
@@ -51,8 +52,9 @@ def summarise(runs: list[dict], records: list[dict]) -> dict | None:
     completed = [r for r in records if r.get("status") == "completed"]
     if not completed:
         return None
-    shared_runs = {fw: {r["config"].get("seed"): r for r in runs if r["framework"] == fw
-                        and r["summary"].get("status") == "completed"} for fw in FRAMEWORKS}
+    shared_runs = {fw: {seed: r for r in runs if r["framework"] == fw
+                        and r["summary"].status == "completed"
+                        and (seed := seed_of(r)) is not None} for fw in FRAMEWORKS}
     own_runs = {fw: {r["seed"]: r for r in completed if r["framework"] == fw}
                 for fw in FRAMEWORKS}
     by_step = all(_own_step_ms(r) is not None for r in completed) and all(
@@ -78,7 +80,7 @@ def summarise(runs: list[dict], records: list[dict]) -> dict | None:
             "throughput_ratio": 1 / ratio["ratio"] if ratio["ratio"] else None,
             "shared_time_s": _mean([_shared_steady_s(shared[s]) for s in seeds]),
             "own_time_s": _mean([_own_steady_s(own[s]) for s in seeds]),
-            "shared_accuracy": _mean([shared[s]["summary"]["final_test_accuracy"]
+            "shared_accuracy": _mean([shared[s]["summary"].final_test_accuracy
                                       for s in seeds]),
             "own_accuracy": _mean([own[s]["final_test_accuracy"] for s in seeds]),
             "loss_difference": _max([_loss_difference(shared[s], own[s]) for s in seeds]),
@@ -93,15 +95,15 @@ def summarise(runs: list[dict], records: list[dict]) -> dict | None:
     return summary
 
 
-def _shared_step_ms(run: dict) -> float | None:
-    return (run["summary"].get("steady_step_time_ms") or {}).get("median")
+def _shared_step_ms(run: schema.Result) -> float | None:
+    return run["summary"].steady_step_time_ms.median
 
 
 def _own_step_ms(record: dict) -> float | None:
     return (record.get("steady_step_time_ms") or {}).get("median")
 
 
-def _shared_steady_s(run: dict) -> float:
+def _shared_steady_s(run: schema.Result) -> float:
     return steady_seconds([e["train_time_s"] for e in run["epochs"]])
 
 
@@ -150,7 +152,7 @@ def caveats(summary: dict) -> list[str]:
     return found
 
 
-def _loss_difference(run: dict, record: dict) -> float | None:
+def _loss_difference(run: schema.Result, record: dict) -> float | None:
     """The largest relative difference between the own loop's running mean losses in the
     first epoch and the shared loop's at the same steps (from its steps.csv)."""
     steps = files.read_csv(files.RunDir(Path(run["path"]).parent).steps)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compare import files
+from compare import files, schema
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.experiment.frameworks import FRAMEWORKS
 from compare.report.labels import seed_of
@@ -41,7 +41,7 @@ def smooth(values: np.ndarray, steps_per_epoch: int) -> np.ndarray:
     return smoothed
 
 
-def window_step_ms(run: dict) -> np.ndarray:
+def window_step_ms(run: schema.Result) -> np.ndarray:
     """Per-step time of each steady-state timing window, ms: epochs after the first (a
     one-epoch run: its windows after the first), as steady_step_time_ms is measured."""
     windows = files.read_csv(files.RunDir(Path(run["path"]).parent).windows)
@@ -59,7 +59,7 @@ def matplotlib_agg() -> None:
     matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable
 
 
-def plots(runs: list[dict]) -> dict[str, str]:
+def plots(runs: list[schema.Result]) -> dict[str, str]:
     """Learning curves, steady step times and the time breakdown as inline SVG strings."""
     matplotlib_agg()
     runs = [r for r in runs if not r.get("unreadable")]
@@ -67,7 +67,7 @@ def plots(runs: list[dict]) -> dict[str, str]:
             "breakdown": svg(_breakdown_figure(runs))}
 
 
-def headline(runs: list[dict]) -> str:
+def headline(runs: list[schema.Result]) -> str:
     """The answer in one figure: each run's test accuracy after every epoch against its
     cumulative training time; up and to the left is better."""
     matplotlib_agg()
@@ -77,7 +77,7 @@ def headline(runs: list[dict]) -> str:
     return svg(fig)
 
 
-def draw_headline(ax: Axes, runs: list[dict]) -> None:
+def draw_headline(ax: Axes, runs: list[schema.Result]) -> None:
     """The headline figure on the axes `ax` (the report's, and the README's picture)."""
     runs = [r for r in runs if not r.get("unreadable") and r["epochs"]]
     dashes = ("-", "--", ":", "-.")
@@ -96,7 +96,7 @@ def draw_headline(ax: Axes, runs: list[dict]) -> None:
         ax.legend(fontsize=8, loc="lower right")
 
 
-def _curves_figure(runs: list[dict]) -> Figure:
+def _curves_figure(runs: list[schema.Result]) -> Figure:
     """Per-step training loss (EMA), test accuracy against time and per epoch, test loss."""
     import matplotlib.pyplot as plt
     dashes = ("-", "--", ":", "-.")  # one line style per seed, one colour per framework
@@ -146,7 +146,7 @@ def _curves_figure(runs: list[dict]) -> Figure:
     return fig
 
 
-def _step_time_figure(runs: list[dict]) -> Figure:
+def _step_time_figure(runs: list[schema.Result]) -> Figure:
     """Every steady-state window's ms per step, a box per framework with the windows drawn."""
     import matplotlib.pyplot as plt
     import matplotlib.ticker
@@ -183,7 +183,7 @@ def _step_time_figure(runs: list[dict]) -> Figure:
     return fig
 
 
-def _breakdown_figure(runs: list[dict]) -> Figure:
+def _breakdown_figure(runs: list[schema.Result]) -> Figure:
     """Mean seconds per framework: warm-up, later epochs, input wait, evaluation."""
     import matplotlib.pyplot as plt
     parts = ("warm-up (epoch 1)", "later epochs", "input wait", "evaluation")
@@ -211,7 +211,7 @@ def _breakdown_figure(runs: list[dict]) -> Figure:
     return fig
 
 
-def _breakdown(run: dict) -> tuple[float, float, float, float]:
+def _breakdown(run: schema.Result) -> tuple[float, float, float, float]:
     """(first epoch, later epochs, input wait, evaluation) seconds; the two training parts
     exclude the input wait, which is counted over all epochs."""
     epochs = run["epochs"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
-from compare import files
+from compare import files, schema
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.report import sections, tables
 from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
@@ -24,7 +24,7 @@ class Group:
     """One comparison to show: its summary, and its runs when read from result files."""
 
     summary: dict[str, Any]
-    runs: list[dict[str, Any]] | None = None  # None: read from a summary.json
+    runs: list[schema.Result] | None = None  # None: read from a summary.json
     source: str = ""
 
     @property

@@ -10,6 +10,7 @@ from typing import Any
 from compare import files, schema
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.figures import FIGURES, Figure
+from compare.records import RunSummary
 from compare.report import plots
 from compare.report.render import environment
 from compare.report.sections import Section
@@ -28,11 +29,12 @@ def with_speedups(rows: list[dict], varies: list[tuple[str, list[Any]]]) -> list
     for r in rows:
         row = dict(r)
         base = baselines.get(r["framework"])
-        s, b = r["summary"] or {}, (base or {}).get("summary") or {}
-        ips, base_ips = s.get("images_per_s"), b.get("images_per_s")
-        row["speedup"] = ips / base_ips if ips and base_ips else None
-        tta, base_tta = s.get("time_to_target_s"), b.get("time_to_target_s")
-        row["time_to_target_speedup"] = base_tta / tta if tta and base_tta else None
+        s: RunSummary | None = r["summary"]
+        b: RunSummary | None = base["summary"] if base else None
+        row["speedup"] = _ratio(s.images_per_s if s else None,
+                                b.images_per_s if b else None)
+        row["time_to_target_speedup"] = _ratio(b.time_to_target_s if b else None,
+                                               s.time_to_target_s if s else None)
         row["baseline"] = r["settings"] == baseline_settings
         out.append(row)
     return out
@@ -72,51 +74,64 @@ def run_figures(rows: list[dict]) -> list[Figure]:
     """The figures a sweep's table of runs shows (compare.figures: `in_sweep`), in the
     report's order; one shown only when measured, only where a run measured it."""
     return [f for f in FIGURES if f.in_sweep and (not f.only_when_measured or any(
-        f.read(r["summary"] or {}) is not None for r in rows))]
+        r["summary"] and f.read(r["summary"]) is not None for r in rows))]
 
 
 def _cells(r: dict, shown: list[Figure]) -> list[str]:
-    s = r["summary"] or {}
+    s: RunSummary | None = r["summary"]
     return [FRAMEWORK_NAMES[r["framework"]],
             _label(r["settings"]) + (" (baseline)" if r["baseline"] else ""),
             r["status"] + (f": {r['error']}" if r["error"] else ""), fmt(r["speedup"], "x"),
-            *(fmt(f.read(s), f.unit) for f in shown)]
+            *(fmt(f.read(s) if s else None, f.unit) for f in shown)]
 
 
-RATIO = ("TF / PyTorch, one run each (no interval: `cnncompare compare --seeds N` gives one): "
-         "above 1, TensorFlow took longer. Training time includes the first epoch (tracing, "
-         "compilation, warm-up); the median step leaves it out")
+RATIO = ("TF / PyTorch of each figure compared as a ratio (compare.figures), one run each (no "
+         "interval: `cnncompare compare --seeds N` gives one): for a time, above 1 means "
+         "TensorFlow took longer; for a rate, that it went faster. Training time includes the "
+         "first epoch (tracing, compilation, warm-up); the median step leaves it out")
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def framework_ratios(rows: list[dict]) -> list[list[str]]:
-    """A row per combination both frameworks completed: TF / PyTorch training time, median
-    step and throughput; where the model varies, the layer kinds holding its FLOPs."""
-    from compare.experiment import networks, specs
+def ratio_figures(rows: list[dict]) -> list[Figure]:
+    """The sweep's figures compared TF / PyTorch (`in_sweep`, `versus` "ratio"), those some
+    completed pair measured."""
+    pairs = _pairs(rows)
+    return [f for f in FIGURES if f.in_sweep and f.versus == "ratio"
+            and any(_ratio(f.read(tf), f.read(torch)) is not None for _, tf, torch, _ in pairs)]
+
+
+def _pairs(rows: list[dict]) -> list[tuple[str, RunSummary, RunSummary, str | None]]:
+    """(settings, TF's summary, PyTorch's, the model where it varies) per combination both
+    frameworks completed."""
     out = []
     for label in dict.fromkeys(_label(r["settings"]) for r in rows):
         pair = {r["framework"]: r for r in rows if _label(r["settings"]) == label
                 and r["status"] == "completed" and r["summary"]}
-        if set(pair) != set(FRAMEWORKS):
-            continue
-        tf, torch = pair["tf"]["summary"], pair["torch"]["summary"]
-        model = pair["tf"]["settings"].get("model")
+        if set(pair) == set(FRAMEWORKS):
+            out.append((label, pair["tf"]["summary"], pair["torch"]["summary"],
+                        pair["tf"]["settings"].get("model")))
+    return out
+
+
+def framework_ratios(rows: list[dict], shown: list[Figure]) -> list[list[str]]:
+    """A row per combination both frameworks completed: TF / PyTorch of each figure in
+    `shown`; where the model varies, the layer kinds holding its FLOPs."""
+    from compare.experiment import networks, specs
+    out = []
+    for label, tf, torch, model in _pairs(rows):
         kinds = ", ".join(f"{k} {v:.0%}" for k, v in specs.flops_by_kind(
             networks.get_spec(model)).items() if v >= 0.01) if model else ""
-        out.append([label, fmt(_ratio(tf.get("train_time_s"), torch.get("train_time_s")), "x"),
-                    fmt(_ratio((tf.get("steady_step_time_ms") or {}).get("median"),
-                               (torch.get("steady_step_time_ms") or {}).get("median")), "x"),
-                    fmt(_ratio(torch.get("images_per_s"), tf.get("images_per_s")), "x"),
+        out.append([label, *(fmt(_ratio(f.read(tf), f.read(torch)), "x") for f in shown),
                     *([kinds] if model else [])])
     return out
 
 
 def sections_of(document: dict) -> list[Section]:
     rows = document["rows"]
-    shown = run_figures(rows)
+    shown, ratios = run_figures(rows), ratio_figures(rows)
     varied = "; ".join(f"`{name}` = {', '.join(map(str, values))}"
                        for name, values in document["varied"].items())
     baseline = ", ".join(f"{k}={v}" for k, v in document["baseline"].items())
@@ -126,11 +141,10 @@ def sections_of(document: dict) -> list[Section]:
                 figures=[bars(rows)], figures_elsewhere="The speed-up bars are in sweep.html.",
                 folded=False),
         Section("frameworks", "TensorFlow against PyTorch per setting", RATIO + ".",
-                columns=("Settings", "Training time TF / PyTorch", "Median step TF / PyTorch",
-                         "Throughput PyTorch / TF",
+                columns=("Settings", *(f"{f.label} TF / PyTorch" for f in ratios),
                          *(("FLOPs in (the spec's layer kinds)",)
                            if "model" in document["varied"] else ())),
-                rows=framework_ratios(rows), folded=False),
+                rows=framework_ratios(rows, ratios), folded=False),
         Section("sweep", "All runs", columns=RUN_COLUMNS + tuple(f.label for f in shown),
                 rows=[_cells(r, shown) for r in rows], folded=False),
         Section("replay", "Replay", code=document["command"]),
@@ -145,7 +159,9 @@ def write(out: Path, rows: list[dict], varies: list[tuple[str, list[Any]]],
                 "baseline": {n: v[0] for n, v in varies}, "rows": rows,
                 "measurement": {"speedup": SPEEDUP, **schema.MEASUREMENT}}
     directory = files.SweepDir(out)
-    paths = [files.write_json(directory.sweep, document)]
+    written = {**document, "rows": [{**r, "summary": r["summary"] and r["summary"].to_dict()}
+                                    for r in rows]}
+    paths = [files.write_json(directory.sweep, written)]
     env = environment()
     context = {"title": "cnncompare sweep", "sections": sections_of(document),
                "names": FRAMEWORK_NAMES}

@@ -145,7 +145,7 @@ def environment_rows(summary: dict) -> list[dict[str, str]]:
             for k in ENVIRONMENT_KEYS if k in tf or k in torch]
 
 
-def _readable(runs: list[dict]) -> list[dict]:
+def _readable(runs: list[schema.Result]) -> list[schema.Result]:
     return sorted((r for r in runs if not r.get("unreadable")),
                   key=lambda r: (r["framework"], seed_of(r) or 0))
 
@@ -154,7 +154,7 @@ def _readable(runs: list[dict]) -> list[dict]:
 RUN_FIGURES = tuple(f for f in figures.FIGURES if f.in_runs)
 
 
-def run_rows(runs: list[dict] | None, summary: dict) -> list[dict[str, Any]]:
+def run_rows(runs: list[schema.Result] | None, summary: dict) -> list[dict[str, Any]]:
     """One row per run (from its result; from the summary alone, without figures, where the
     results were not read), then the runs planned but not run; `figures` holds a cell for
     each of RUN_FIGURES."""
@@ -166,7 +166,7 @@ def run_rows(runs: list[dict] | None, summary: dict) -> list[dict[str, Any]]:
                 for r in summary.get("runs") or []]
     else:
         rows = [{"framework": name(r["framework"]), "seed": seed_of(r),
-                 "status": r["summary"].get("status"), "epochs": len(r["epochs"]),
+                 "status": r["summary"].status, "epochs": len(r["epochs"]),
                  "figures": [fmt(f.read(r["summary"]), f.unit) for f in RUN_FIGURES],
                  "error": r.get("error") or "", "path": r["path"]} for r in _readable(runs)]
     return rows + [{"framework": name(r["framework"]), "seed": r["seed"], "status": "not run",
@@ -174,7 +174,7 @@ def run_rows(runs: list[dict] | None, summary: dict) -> list[dict[str, Any]]:
                     "error": r["reason"], "path": ""} for r in summary.get("not_run") or []]
 
 
-def tensorboard_root(runs: list[dict] | None) -> str | None:
+def tensorboard_root(runs: list[schema.Result] | None) -> str | None:
     """The folder `tensorboard --logdir` overlays every run of the comparison from."""
     for r in runs or []:
         board = (r.get("files") or {}).get("tensorboard")
@@ -187,7 +187,7 @@ PHASE_HEADINGS = {"input": "Input", "host_to_device": "Host to device", "forward
                   "backward": "Backward", "all_reduce": "All-reduce", "update": "Update"}
 
 
-def phase_rows(runs: list[dict]) -> list[dict[str, Any]]:
+def phase_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
     """Where a step's time goes, per run with a phase profile (compare.run.phases): each
     phase's milliseconds per profiled step and share of the step, the rest, and on a GPU the
     device's idle time."""
@@ -219,20 +219,20 @@ def phase_rows(runs: list[dict]) -> list[dict[str, Any]]:
     return rows
 
 
-def process_rows(runs: list[dict]) -> list[dict[str, str]]:
+def process_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
     """Multi-process runs (DDP, MultiWorkerMirroredStrategy, several machines): each
     process's own steady-state clock, from the run's summary."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in _readable(runs):
         manifest = r.get("fairness") or {}
-        for p in r["summary"].get("processes") or []:
+        for p in r["summary"].processes or []:
             rows.append({"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]),
-                         "seed": seed_of(r), "rank": p["rank"],
+                         "seed": seed_of(r), "rank": p.rank,
                          "where": f"{manifest.get('nodes', 1)} machine(s), "
                                   f"{manifest.get('launcher', '')}",
-                         "train_time": fmt(p["train_time_s"], "s"),
-                         "input_wait": fmt(p["input_wait_fraction"], "pct"),
-                         "step_ms": fmt(p["median_step_ms"], "ms")})
+                         "train_time": fmt(p.train_time_s, "s"),
+                         "input_wait": fmt(p.input_wait_fraction, "pct"),
+                         "step_ms": fmt(p.median_step_ms, "ms")})
     return rows
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from compare import schema
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.experiment.frameworks import FRAMEWORKS
 from compare.report import best, defaults, own_loops, stats, words
@@ -278,7 +279,7 @@ def behaviour_notes(summary: dict) -> list[str]:
     return notes
 
 
-def phase_clocks_differ(runs: list[dict]) -> str | None:
+def phase_clocks_differ(runs: list[schema.Result]) -> str | None:
     """Where one framework's phase split was read on the device clock and the other's only on
     the host clock (no GPU trace), the sentence that keeps the two from being read side by
     side; None when they share a clock."""

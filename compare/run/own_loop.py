@@ -13,6 +13,7 @@ test set is evaluated once, at the end. What it measured is written to own-loop.
 from __future__ import annotations
 
 import importlib
+from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 
@@ -66,7 +67,7 @@ def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
         epochs = [{"epoch": number} for number in range(1, len(done["epoch_times_s"]) + 1)]
         record.update(loop=done["loop"], epoch_times_s=done["epoch_times_s"],
                       windows=clock.windows,
-                      steady_step_time_ms=steady_step_times(epochs, clock.windows),
+                      steady_step_time_ms=asdict(steady_step_times(epochs, clock.windows)),
                       mean_losses=done["mean_losses"], final_test_accuracy=test_accuracy,
                       final_test_loss=test_loss, status="completed")
         print(f"{impl.FRAMEWORK} own loop: {steady_seconds(record['epoch_times_s']):.2f} s "

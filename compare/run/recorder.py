@@ -130,12 +130,13 @@ class Recorder:
 
     def summarise(self, status: str) -> None:
         trainer = self.trainer
-        self.result["summary"] = summarise_run(
+        self.summary = summarise_run(
             self.config, self.epochs, self.windows, status=status, replicas=trainer.replicas,
             train_flops_per_image=self.train_flops_per_image, device_name=trainer.choice.name,
             on_gpu=trainer.choice.on_gpu, peak_memory_note=trainer.peak_memory()[1],
             precision=resolved_precision(trainer),
             host_peak_rss_bytes=host_peak_rss(), steps_per_call=trainer.steps_per_call)
+        self.result["summary"] = self.summary.to_dict()
 
     def finish(self, status: str) -> None:
         if self.scalars is not None:

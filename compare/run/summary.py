@@ -6,12 +6,14 @@ are summarised by this code, so a figure means the same in both.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from compare.experiment.config import RunConfig
 from compare.machine import gpu_metrics
+from compare.records import ProcessClock, RunSummary, StepTimes
 
 
 def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list[dict[str, float]],
@@ -19,54 +21,50 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
                   device_name: str | None, on_gpu: bool, peak_memory_note: str | None,
                   host_peak_rss_bytes: int | None,
                   steps_per_call: int | None = None,
-                  precision: str | None = None) -> dict[str, Any]:
-    """The summary block of result.json for these epochs and windows; `precision` is the one
-    the run resolved (compare.experiment.precision), config.precision where not given."""
-    summary: dict[str, Any] = {
-        "status": status, "replicas": replicas, "train_flops_per_image": train_flops_per_image,
-        "steps_per_call": steps_per_call,
-        "epochs_completed": len(epochs),
-        "train_time_s": sum(e["train_time_s"] for e in epochs),
-        "eval_time_s": sum(e["eval_time_s"] for e in epochs),
-        "peak_device_memory_bytes": None, "warmup_peak_device_memory_bytes": None,
-        "peak_device_memory_note": peak_memory_note,
-        "host_peak_rss_bytes": host_peak_rss_bytes,
-        "final_test_accuracy": None, "best_test_accuracy": None, "warmup_time_s": None,
-        "images_per_s": None, "input_wait_fraction": None,
-        # steps_per_window: the median steps of the windows used (windows end on call
-        # boundaries; sized by time unless config.timing_window fixes them)
-        "steady_step_time_ms": {"median": None, "p90": None, "windows": 0,
-                                "steps_per_window": None,
-                                "window_target_s": (config.timing_window_s
-                                                    if config.timing_window is None else None)},
-        "target_accuracy": config.target_accuracy, "time_to_target_s": None,
-    }
+                  precision: str | None = None) -> RunSummary:
+    """The summary of result.json for these epochs and windows; `precision` is the one the
+    run resolved (compare.experiment.precision), config.precision where not given."""
+    summary = RunSummary(
+        status=status, replicas=replicas, train_flops_per_image=train_flops_per_image,
+        steps_per_call=steps_per_call, epochs_completed=len(epochs),
+        train_time_s=sum(e["train_time_s"] for e in epochs),
+        eval_time_s=sum(e["eval_time_s"] for e in epochs),
+        peak_device_memory_note=peak_memory_note, host_peak_rss_bytes=host_peak_rss_bytes,
+        steady_step_time_ms=StepTimes(window_target_s=(config.timing_window_s
+                                                       if config.timing_window is None
+                                                       else None)),
+        target_accuracy=config.target_accuracy)
     if not epochs:
         return summary
     accuracies = [e["test_accuracy"] for e in epochs]
-    summary["final_test_accuracy"] = accuracies[-1]
-    summary["best_test_accuracy"] = max(accuracies)
-    summary["warmup_time_s"] = epochs[0]["train_time_s"]
+    summary.final_test_accuracy = accuracies[-1]
+    summary.best_test_accuracy = max(accuracies)
+    summary.warmup_time_s = epochs[0]["train_time_s"]
     steady = steady_epochs(epochs)
     steady_time = sum(e["train_time_s"] for e in steady)
     if steady_time > 0:
-        summary["images_per_s"] = sum(e["images"] for e in steady) / steady_time
+        summary.images_per_s = sum(e["images"] for e in steady) / steady_time
         wait = sum(e["input_wait_s"] for e in steady)
-        summary["input_wait_fraction"] = min(1.0, wait / steady_time)
-    summary["steady_step_time_ms"].update(steady_step_times(epochs, windows))
-    summary["processes"] = per_process(steady)
+        summary.input_wait_fraction = min(1.0, wait / steady_time)
+    summary.steady_step_time_ms = dataclasses.replace(
+        steady_step_times(epochs, windows),
+        window_target_s=summary.steady_step_time_ms.window_target_s)
+    summary.processes = per_process(steady)
     peaks = [e.get("peak_device_memory_bytes") for e in steady]
     measured = [p for p in peaks if p is not None]
     if measured and len(measured) == len(peaks):
-        summary["peak_device_memory_bytes"] = max(measured)
-    summary["warmup_peak_device_memory_bytes"] = epochs[0].get("peak_device_memory_bytes")
-    flops = train_flops_per_image * summary["images_per_s"] if summary["images_per_s"] else None
-    summary["achieved_flops_per_s"] = flops
+        summary.peak_device_memory_bytes = max(measured)
+    summary.warmup_peak_device_memory_bytes = epochs[0].get("peak_device_memory_bytes")
+    flops = train_flops_per_image * summary.images_per_s if summary.images_per_s else None
+    summary.achieved_flops_per_s = flops
     mode = gpu_metrics.math_mode(on_gpu, precision or config.precision, config.tf32)
-    summary.update(gpu_metrics.mfu(flops, device_name, mode, replicas))
-    summary.update(energy(epochs))
+    utilisation = gpu_metrics.mfu(flops, device_name, mode, replicas)
+    summary.mfu, summary.peak_flops_per_s = utilisation["mfu"], utilisation["peak_flops_per_s"]
+    summary.mfu_note = utilisation["mfu_note"]
+    summary.energy_j, summary.energy_per_image_j, summary.energy_note = energy(epochs)
     if config.target_accuracy is not None:
-        summary.update(time_to_target(epochs, config.target_accuracy))
+        summary.time_to_target_s, summary.epochs_to_target = time_to_target(
+            epochs, config.target_accuracy)
     return summary
 
 
@@ -79,7 +77,7 @@ def steady_epochs(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return steady or (epochs[1:] if len(epochs) > 1 else epochs)
 
 
-def per_process(steady: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def per_process(steady: list[dict[str, Any]]) -> list[ProcessClock] | None:
     """Each process's own clock over the steady epochs (compare.run.loop.per_process), rank by
     rank: training seconds, the share of them spent waiting for input, and the median
     step time (ms) of its windows; None for a single process."""
@@ -91,13 +89,15 @@ def per_process(steady: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         own = [g[rank] for g in gathered]
         train = sum(p["train_time_s"] for p in own)
         wait = sum(p["input_wait_s"] for p in own)
-        rows.append({"rank": rank, "train_time_s": train,
-                     "input_wait_fraction": min(1.0, wait / train) if train > 0 else None,
-                     "median_step_ms": float(np.median([p["median_step_ms"] for p in own]))})
+        rows.append(ProcessClock(
+            rank=rank, train_time_s=train,
+            input_wait_fraction=min(1.0, wait / train) if train > 0 else None,
+            median_step_ms=float(np.median([p["median_step_ms"] for p in own]))))
     return rows
 
 
-def steady_step_times(epochs: list[dict[str, Any]], windows: list[dict[str, float]]) -> dict:
+def steady_step_times(epochs: list[dict[str, Any]],
+                      windows: list[dict[str, float]]) -> StepTimes:
     """Median and p90 of per-step milliseconds over the steady windows."""
     numbers = {e["epoch"] for e in steady_epochs(epochs)}
     steady = [w for w in windows if w["epoch"] in numbers]
@@ -105,27 +105,28 @@ def steady_step_times(epochs: list[dict[str, Any]], windows: list[dict[str, floa
         steady = steady[1:]  # a one-epoch run: its first window carries tracing/compilation
     per_step_ms = np.array([1000.0 * w["seconds"] / w["steps"] for w in steady])
     if not per_step_ms.size:
-        return {"median": None, "p90": None, "windows": 0, "steps_per_window": None}
-    return {"median": float(np.median(per_step_ms)), "p90": float(np.percentile(per_step_ms, 90)),
-            "windows": int(per_step_ms.size),
-            "steps_per_window": int(np.median([w["steps"] for w in steady]))}
+        return StepTimes()
+    return StepTimes(median=float(np.median(per_step_ms)),
+                     p90=float(np.percentile(per_step_ms, 90)), windows=int(per_step_ms.size),
+                     steps_per_window=int(np.median([w["steps"] for w in steady])))
 
 
-def energy(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+def energy(epochs: list[dict[str, Any]]) -> tuple[float | None, float | None, str | None]:
     """Training energy over all epochs (joules), per image, and where the figure came from."""
     energies = [e["gpu"].get("energy_j") for e in epochs]
     total = sum(energies) if all(v is not None for v in energies) else None
     images = sum(e["images"] for e in epochs)
     last = epochs[-1]["gpu"]
-    return {"energy_j": total, "energy_per_image_j": total / images if total is not None else None,
-            "energy_note": last.get("note") or last.get("energy_source")}
+    return (total, total / images if total is not None else None,
+            last.get("note") or last.get("energy_source"))
 
 
-def time_to_target(epochs: list[dict[str, Any]], target: float) -> dict[str, Any]:
-    """Cumulative training time (s) at the end of the first epoch reaching `target` accuracy."""
+def time_to_target(epochs: list[dict[str, Any]], target: float) -> tuple[float | None, int | None]:
+    """Cumulative training time (s) at the end of the first epoch reaching `target` accuracy,
+    and that epoch's number; None, None when none did."""
     elapsed = 0.0
     for e in epochs:
         elapsed += e["train_time_s"]
         if e["test_accuracy"] >= target:
-            return {"time_to_target_s": elapsed, "epochs_to_target": e["epoch"]}
-    return {"time_to_target_s": None, "epochs_to_target": None}
+            return elapsed, e["epoch"]
+    return None, None
