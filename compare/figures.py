@@ -77,84 +77,106 @@ class Figure:
     in_runs: bool = False  # also a column of a comparison's table of its runs
 
 
-STEP_TIME = ("median and p90 over synchronised timing windows (time of the window / its "
+STEP_TIME_HOW = ("median and p90 over synchronised timing windows (time of the window / its "
              "steps), epochs after the first (after a resume, also after the first of each "
              "session: it warms up again); a one-epoch run uses its windows after the first. A "
              "window holds whole calls of `steps_per_call` steps and lasts about "
              "`window_target_s` (sized from the first epoch's calls), or `timing_window` steps "
              "when that is set; `steps_per_window` is the median steps of the windows used")
-TEST_ACCURACY = "fraction of the test set classified correctly (0..1)"
+ACCURACY_HOW = "fraction of the test set classified correctly (0..1)"
+
+# Each figure, by the name code reads it under.
+TRAIN_TIME = Figure(
+    "train_time_s", "Training time", "s", "train_time_s",
+    "sum of per-epoch training times; each epoch timed from a device synchronisation "
+    "before its first step to one after its last step",
+    Read("train_time_s", min_epochs=1), "positive", "ratio", headline=True, in_sweep=True,
+    in_runs=True)
+THROUGHPUT = Figure(
+    "images_per_s", "Throughput", "ips", "images_per_s",
+    "images trained / training time, over all replicas, epochs after the first of each "
+    "session (the only epoch for a one-epoch run)",
+    Read("images_per_s"), "positive", "ratio", headline=True, in_sweep=True, in_runs=True)
+STEP_TIME = Figure(
+    "steady_step_time_ms", "Steady step time (median)", "ms", "steady_step_time_ms",
+    STEP_TIME_HOW, Read("steady_step_time_ms", part="median"), "positive", "ratio",
+    headline=True, in_sweep=True)
+STEP_TIME_P90 = Figure(
+    "steady_step_time_p90_ms", "Steady step time (p90)", "ms", "steady_step_time_ms",
+    STEP_TIME_HOW, Read("steady_step_time_ms", part="p90"), "positive")
+WARMUP_TIME = Figure(
+    "warmup_time_s", "Start-up (first epoch)", "s", "warmup_time_s",
+    "training time of the first epoch (tracing, XLA/torch.compile, cuDNN autotuning, "
+    "allocator growth all land there)",
+    Read("warmup_time_s"), "positive", "ratio")
+STEADY_TRAIN_TIME = Figure(
+    "steady_train_time_s", "Steady training (after the first epoch)", "s",
+    "steady_train_time_s",
+    "training time of the epochs after the first (train_time_s less warmup_time_s): "
+    "steady training, start-up apart",
+    Read("train_time_s", less="warmup_time_s", min_epochs=2), "positive", "ratio")
+INPUT_WAIT = Figure(
+    "input_wait_fraction", "Input wait", "pct", "input_wait_fraction",
+    "time the training steps blocked waiting for their next batch / training time, "
+    "same epochs as images_per_s. Timed where each framework takes its batches: "
+    "PyTorch on the host clock around next() on its loader; TensorFlow inside its step "
+    "function (tf.timestamp before and after the iterator's get_next, which runs in the "
+    "graph: no host next() to time)",
+    Read("input_wait_fraction"), "fraction", in_sweep=True)
+EVAL_TIME = Figure(
+    "eval_time_s", "Evaluation time", "s", "eval_time_s",
+    "test-set pass after each epoch, timed apart, synchronised at both ends",
+    Read("eval_time_s", min_epochs=1), "positive")
+FINAL_ACCURACY = Figure(
+    "final_test_accuracy", "Final test accuracy", "acc", "test_accuracy", ACCURACY_HOW,
+    Read("final_test_accuracy"), "accuracy", "difference", headline=True, in_sweep=True,
+    in_runs=True)
+BEST_ACCURACY = Figure(
+    "best_test_accuracy", "Best test accuracy", "acc", "test_accuracy", ACCURACY_HOW,
+    Read("best_test_accuracy"), "accuracy")
+PEAK_DEVICE_MEMORY = Figure(
+    "peak_device_memory_bytes", "Peak device memory", "mib", "peak_device_memory_bytes",
+    "the framework allocator's peak (tf get_memory_info 'peak', torch "
+    "max_memory_allocated; under --cuda-graphs max_memory_reserved, which holds the "
+    "graphs' private pool) during training, reset after each epoch's evaluation, "
+    "highest over the epochs after the first; the first epoch's (initialisation, "
+    "cuDNN/XLA autotuning) is warmup_peak_device_memory_bytes; null on CPU",
+    Read("peak_device_memory_bytes"), "positive", "ratio", headline=True, in_sweep=True)
+HOST_PEAK_RSS = Figure(
+    "host_peak_rss_bytes", "Host peak RSS", "mib", "host_peak_rss_bytes",
+    "getrusage ru_maxrss of the trainer process",
+    Read("host_peak_rss_bytes"), "positive")
+ACHIEVED_FLOPS = Figure(
+    "achieved_flops_per_s", "Achieved FLOP/s", "flops", "achieved_flops_per_s",
+    "analytic training FLOPs per image (3 x forward, multiply-add = 2) x images/s",
+    Read("achieved_flops_per_s"), "positive")
+MFU = Figure(
+    "mfu", "MFU", "pct", "mfu",
+    "achieved FLOP/s / the device's dense peak for the precision (the table in "
+    "compare/machine/gpu_metrics.py); n/a on CPU or an unknown GPU",
+    Read("mfu"), "fraction", headline=True, in_sweep=True)
+ENERGY = Figure(
+    "energy_j", "Energy (training)", "j", "energy_j",
+    "NVML cumulative energy counter (or sampled power where a device refuses it), "
+    "difference over each epoch's training, every GPU of the run on the chief's "
+    "machine; n/a without NVML",
+    Read("energy_j"), "positive", "ratio", headline=True)
+ENERGY_PER_IMAGE = Figure(
+    "energy_per_image_j", "Energy per image", "j", "energy_per_image_j",
+    "training energy / images trained",
+    Read("energy_per_image_j"), "positive", in_sweep=True)
+TIME_TO_TARGET = Figure(
+    "time_to_target_s", "Time to target accuracy", "s", "time_to_target_s",
+    "cumulative training time at the end of the first epoch whose test accuracy "
+    "reaches --target-accuracy",
+    Read("time_to_target_s"), "positive", headline=True, only_when_measured=True,
+    in_sweep=True)
 
 # In the order of the report's table.
 FIGURES: tuple[Figure, ...] = (
-    Figure("train_time_s", "Training time", "s", "train_time_s",
-           "sum of per-epoch training times; each epoch timed from a device synchronisation "
-           "before its first step to one after its last step",
-           Read("train_time_s", min_epochs=1), "positive", "ratio", headline=True, in_sweep=True,
-           in_runs=True),
-    Figure("images_per_s", "Throughput", "ips", "images_per_s",
-           "images trained / training time, over all replicas, epochs after the first of each "
-           "session (the only epoch for a one-epoch run)",
-           Read("images_per_s"), "positive", "ratio", headline=True, in_sweep=True, in_runs=True),
-    Figure("steady_step_time_ms", "Steady step time (median)", "ms", "steady_step_time_ms",
-           STEP_TIME, Read("steady_step_time_ms", part="median"), "positive", "ratio",
-           headline=True, in_sweep=True),
-    Figure("steady_step_time_p90_ms", "Steady step time (p90)", "ms", "steady_step_time_ms",
-           STEP_TIME, Read("steady_step_time_ms", part="p90"), "positive"),
-    Figure("warmup_time_s", "Start-up (first epoch)", "s", "warmup_time_s",
-           "training time of the first epoch (tracing, XLA/torch.compile, cuDNN autotuning, "
-           "allocator growth all land there)",
-           Read("warmup_time_s"), "positive", "ratio"),
-    Figure("steady_train_time_s", "Steady training (after the first epoch)", "s",
-           "steady_train_time_s",
-           "training time of the epochs after the first (train_time_s less warmup_time_s): "
-           "steady training, start-up apart",
-           Read("train_time_s", less="warmup_time_s", min_epochs=2), "positive", "ratio"),
-    Figure("input_wait_fraction", "Input wait", "pct", "input_wait_fraction",
-           "time the training steps blocked waiting for their next batch / training time, "
-           "same epochs as images_per_s. Timed where each framework takes its batches: "
-           "PyTorch on the host clock around next() on its loader; TensorFlow inside its step "
-           "function (tf.timestamp before and after the iterator's get_next, which runs in the "
-           "graph: no host next() to time)",
-           Read("input_wait_fraction"), "fraction", in_sweep=True),
-    Figure("eval_time_s", "Evaluation time", "s", "eval_time_s",
-           "test-set pass after each epoch, timed apart, synchronised at both ends",
-           Read("eval_time_s", min_epochs=1), "positive"),
-    Figure("final_test_accuracy", "Final test accuracy", "acc", "test_accuracy", TEST_ACCURACY,
-           Read("final_test_accuracy"), "accuracy", "difference", headline=True, in_sweep=True,
-           in_runs=True),
-    Figure("best_test_accuracy", "Best test accuracy", "acc", "test_accuracy", TEST_ACCURACY,
-           Read("best_test_accuracy"), "accuracy"),
-    Figure("peak_device_memory_bytes", "Peak device memory", "mib", "peak_device_memory_bytes",
-           "the framework allocator's peak (tf get_memory_info 'peak', torch "
-           "max_memory_allocated; under --cuda-graphs max_memory_reserved, which holds the "
-           "graphs' private pool) during training, reset after each epoch's evaluation, "
-           "highest over the epochs after the first; the first epoch's (initialisation, "
-           "cuDNN/XLA autotuning) is warmup_peak_device_memory_bytes; null on CPU",
-           Read("peak_device_memory_bytes"), "positive", "ratio", headline=True, in_sweep=True),
-    Figure("host_peak_rss_bytes", "Host peak RSS", "mib", "host_peak_rss_bytes",
-           "getrusage ru_maxrss of the trainer process",
-           Read("host_peak_rss_bytes"), "positive"),
-    Figure("achieved_flops_per_s", "Achieved FLOP/s", "flops", "achieved_flops_per_s",
-           "analytic training FLOPs per image (3 x forward, multiply-add = 2) x images/s",
-           Read("achieved_flops_per_s"), "positive"),
-    Figure("mfu", "MFU", "pct", "mfu",
-           "achieved FLOP/s / the device's dense peak for the precision (the table in "
-           "compare/machine/gpu_metrics.py); n/a on CPU or an unknown GPU",
-           Read("mfu"), "fraction", headline=True, in_sweep=True),
-    Figure("energy_j", "Energy (training)", "j", "energy_j",
-           "NVML cumulative energy counter (or sampled power where a device refuses it), "
-           "difference over each epoch's training, every GPU of the run on the chief's "
-           "machine; n/a without NVML",
-           Read("energy_j"), "positive", "ratio", headline=True),
-    Figure("energy_per_image_j", "Energy per image", "j", "energy_per_image_j",
-           "training energy / images trained",
-           Read("energy_per_image_j"), "positive", in_sweep=True),
-    Figure("time_to_target_s", "Time to target accuracy", "s", "time_to_target_s",
-           "cumulative training time at the end of the first epoch whose test accuracy "
-           "reaches --target-accuracy",
-           Read("time_to_target_s"), "positive", headline=True, only_when_measured=True,
-           in_sweep=True),
+    TRAIN_TIME, THROUGHPUT, STEP_TIME, STEP_TIME_P90, WARMUP_TIME, STEADY_TRAIN_TIME, INPUT_WAIT,
+    EVAL_TIME, FINAL_ACCURACY, BEST_ACCURACY, PEAK_DEVICE_MEMORY, HOST_PEAK_RSS, ACHIEVED_FLOPS,
+    MFU, ENERGY, ENERGY_PER_IMAGE, TIME_TO_TARGET,
 )
 
 BY_KEY: dict[str, Figure] = {f.key: f for f in FIGURES}

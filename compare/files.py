@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 RESULT = "result.json"  # a run's result (compare.schema.Result)
-OWN_LOOP = "own-loop.json"  # a framework's own loop on a run's recipe (compare.schema.OwnLoop)
+OWN_LOOP = "own-loop.json"  # a framework's own loop on a run's recipe (records.OwnLoopRecord)
 SUMMARY = "summary.json"  # one comparison's summary (compare.schema.Summary)
 COMBINED = "combined.json"  # several comparisons side by side
 SWEEP = "sweep.json"

@@ -1,11 +1,11 @@
-"""A run's summary as a typed record: what compare.run.summary computes, result.json's
-`summary` holds, and every report reads by attribute.
+"""Typed records read by attribute: a run's summary (what compare.run.summary computes,
+result.json's `summary` holds and every report reads) and a framework's own loop
+(own-loop.json, compare.run.own_loop).
 
-`RunSummary.to_dict` writes the JSON form and `RunSummary.from_dict` reads it back, older
-files included (a field they lack takes its default); a required field missing, or one of the
-wrong kind, is a RecordError naming the field, so a misspelt or retyped field fails where the
-file is read, not in a report. The other records of result.json stay TypedDicts in
-compare.schema.
+`to_dict` writes a record's JSON form and `from_dict` reads it back, older files included (a
+field they lack takes its default); a required field missing, or one of the wrong kind, is a
+RecordError naming the field, so a misspelt or retyped field fails where the file is read,
+not in a report. The other records of result.json stay TypedDicts in compare.schema.
 """
 
 from __future__ import annotations
@@ -93,6 +93,42 @@ class RunSummary:
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RunSummary))
 
 
+@dataclass
+class OwnLoopRecord:
+    """own-loop.json: a framework's own idiomatic loop (Keras fit; a plain PyTorch loop) on a
+    run's model, initial weights, batches and recipe (compare.run.own_loop). Times in
+    seconds and milliseconds, accuracy a fraction."""
+
+    schema_version: int
+    framework: str
+    seed: int
+    status: str  # one of compare.schema.STATUSES
+    config: dict[str, Any]  # the RunConfig, as the matched run's
+    device_used: str
+    loop: str = ""  # the loop in words
+    steps_per_epoch: int = 0
+    steps_per_call: int = 0
+    epoch_times_s: list[float] = field(default_factory=list)  # synchronised at both ends
+    # synchronised timing windows, as result.json's: {"epoch" (1-based), "steps", "seconds"}
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    # over the windows of the epochs after the first, as a run's summary figure of that name
+    # (compare.run.summary.steady_step_times); None until done, and in version 1 files
+    steady_step_time_ms: StepTimes | None = None
+    mean_losses: list[list[float]] = field(default_factory=list)  # first epoch: [steps, mean]
+    final_test_accuracy: float | None = None
+    final_test_loss: float | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (own-loop.json)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "own loop") -> OwnLoopRecord:
+        """As RunSummary.from_dict."""
+        return _record(cls, data, where)
+
+
 def _record(kind: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise RecordError(f"{where}: not a JSON object")
@@ -129,6 +165,8 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         if option is int and isinstance(value, int) and not isinstance(value, bool):
             return value
         if option is str and isinstance(value, str):
+            return value
+        if (option is dict or origin is dict) and isinstance(value, dict):
             return value
     raise RecordError(f"{where}: {value!r} is not {_name(hint)}")
 

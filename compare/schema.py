@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 from compare import figures, files
-from compare.records import RecordError, RunSummary
+from compare.records import OwnLoopRecord, RecordError, RunSummary
 from compare.experiment.frameworks import FRAMEWORKS
 
 RESULT_VERSION = 2  # 2: fairness.strategy and fairness.precision are records
@@ -107,7 +107,7 @@ class Summary(TypedDict):
     data: NotRequired[dict | None]
     measurement: NotRequired[dict]
     verdict: NotRequired[list[str]]
-    own_loops: NotRequired[dict]  # per framework: the shared loop against its own (OwnLoop)
+    own_loops: NotRequired[dict]  # per framework: the shared loop against its own loop
     # per framework: compiled or eager, and whether that is its own default
     # (compare.experiment.compile_state.CompileState.to_dict)
     compile_states: NotRequired[dict]
@@ -116,31 +116,6 @@ class Summary(TypedDict):
     order_note: NotRequired[str | None]
     command: NotRequired[str | None]
     created_at: NotRequired[str]
-
-
-class OwnLoop(TypedDict):
-    """own-loop.json: a framework's own idiomatic loop (Keras fit; a plain PyTorch loop) on a
-    run's model, initial weights, batches and recipe (compare.run.own_loop)."""
-
-    schema_version: int
-    framework: str
-    seed: int
-    loop: str  # the loop in words
-    status: str  # one of STATUSES
-    config: dict  # the RunConfig, as the matched run's
-    device_used: str
-    steps_per_epoch: int
-    steps_per_call: int
-    epoch_times_s: list[float]  # each epoch's training time, synchronised at both ends
-    # synchronised timing windows, as result.json's: {"epoch" (1-based), "steps", "seconds"}
-    windows: list[dict]
-    # median and p90 ms per step over the windows of the epochs after the first (a run's
-    # summary figure of that name, compare.run.summary.steady_step_times); None until done
-    steady_step_time_ms: dict | None
-    mean_losses: list[list[float]]  # first epoch: [steps, running mean loss] after each call
-    final_test_accuracy: float | None
-    final_test_loss: float | None
-    error: NotRequired[str | None]
 
 
 class PortRecord(TypedDict):
@@ -255,6 +230,17 @@ def validate_result(result: dict[str, Any], where: str = "result") -> Result:
     return cast(Result, {**result, "summary": summary})
 
 
+def epoch_seconds(result: Result) -> list[float]:
+    """Each epoch's training seconds, in order."""
+    return [e["train_time_s"] for e in result["epochs"]]
+
+
+def epoch_parts(result: Result) -> list[tuple[float, float, float]]:
+    """Each epoch's (training, input wait within it, evaluation) seconds, in order."""
+    return [(e["train_time_s"], e.get("input_wait_s", 0.0), e["eval_time_s"])
+            for e in result["epochs"]]
+
+
 def _require(record: Any, kind: type, where: str) -> None:
     if not isinstance(record, dict):
         raise SchemaError(f"{where}: not a JSON object")
@@ -301,20 +287,22 @@ def migrate_result(data: dict[str, Any], path: str | Path = "result") -> dict[st
     return {**data, "schema_version": RESULT_VERSION}
 
 
-def read_own_loop(path: str | Path) -> dict[str, Any]:
-    """An own-loop file, validated; SchemaError (one line, naming the file) otherwise."""
+def read_own_loop(path: str | Path) -> OwnLoopRecord:
+    """An own-loop file as its record, validated; SchemaError (one line, naming the file)
+    otherwise."""
     try:
         data = files.read_json(path)
     except files.Unreadable as exc:
         raise SchemaError(str(exc)) from None
     if data.get("schema_version") == 1:  # before the windows: its epochs' times alone
-        data = {**data, "schema_version": OWN_LOOP_VERSION, "windows": [],
-                "steady_step_time_ms": None}
+        data = {**data, "schema_version": OWN_LOOP_VERSION}
     if data.get("schema_version") != OWN_LOOP_VERSION:
         raise SchemaError(f"{path}: own-loop schema version {data.get('schema_version')!r}; "
                           f"this cnncompare reads versions 1 to {OWN_LOOP_VERSION}")
-    _require(data, OwnLoop, str(path))
-    return data
+    try:
+        return OwnLoopRecord.from_dict(data, str(path))
+    except RecordError as exc:
+        raise SchemaError(str(exc)) from None
 
 
 def read_summary(path: str | Path) -> list[dict[str, Any]]:

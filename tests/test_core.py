@@ -178,10 +178,10 @@ def test_an_own_loop_of_the_first_schema_is_read_without_windows(tmp_path):
              "steps_per_call": 1, "epoch_times_s": [1.0, 0.5], "mean_losses": [],
              "final_test_accuracy": 0.5, "final_test_loss": 1.0}
     read = schema.read_own_loop(files.write_json(tmp_path / "own-loop.json", first))
-    assert read["schema_version"] == schema.OWN_LOOP_VERSION
-    assert read["windows"] == [] and read["steady_step_time_ms"] is None
-    assert read["epoch_times_s"] == [1.0, 0.5]
-    future = {**read, "schema_version": schema.OWN_LOOP_VERSION + 1}
+    assert read.schema_version == schema.OWN_LOOP_VERSION
+    assert read.windows == [] and read.steady_step_time_ms is None
+    assert read.epoch_times_s == [1.0, 0.5] and read.final_test_accuracy == 0.5
+    future = {**read.to_dict(), "schema_version": schema.OWN_LOOP_VERSION + 1}
     with pytest.raises(schema.SchemaError, match="future.json: own-loop schema version"):
         schema.read_own_loop(files.write_json(tmp_path / "future.json", future))
 

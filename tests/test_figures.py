@@ -105,6 +105,18 @@ def test_each_figure_is_declared_whole_and_once():
         figures.DIFFERENCE_KEY] == ["final_test_accuracy"]
 
 
+def test_the_report_names_every_figure_through_compare_figures():
+    """No figure's summary.json key is written out in compare/report: each is read through
+    its Figure (compare.figures) or a record's attribute, so renaming a figure is one edit and
+    a misspelt one fails mypy."""
+    keys = {f.key for f in figures.FIGURES} | {k for f in figures.FIGURES for k in f.read.keys}
+    found = [f"{path.name}:{node.lineno} {node.value}"
+             for path in sorted((REPO / "compare" / "report").glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Constant) and node.value in keys]
+    assert found == []
+
+
 @pytest.mark.parametrize("module", ["figures.py", "records.py"])
 def test_figures_and_records_stand_on_the_standard_library_alone(module):
     tree = ast.parse((REPO / "compare" / module).read_text())

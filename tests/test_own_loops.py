@@ -18,7 +18,7 @@ from compare.experiment import best as best_advice
 from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.process.comparison import planned_runs
-from compare.records import RunSummary, StepTimes
+from compare.records import OwnLoopRecord, RunSummary, StepTimes
 from compare.report import best as best_report
 from compare.report import own_loops, sections, stats
 
@@ -132,8 +132,9 @@ def test_the_own_loop_caveat_compares_the_same_measure_on_both_sides(tmp_path):
                 "epochs": [{"train_time_s": t} for t in epochs]}
 
     def own(framework, seed, epochs):
-        return {"framework": framework, "seed": seed, "status": "completed", "loop": "x",
-                "epoch_times_s": epochs, "final_test_accuracy": 0.5, "mean_losses": []}
+        return OwnLoopRecord(schema_version=2, framework=framework, seed=seed,
+                             status="completed", config={}, device_used="CPU", loop="x",
+                             epoch_times_s=epochs, final_test_accuracy=0.5)
     runs = [run("tf", s, [10.0, 2.2, 2.2]) for s in (0, 1)] + [
         run("torch", s, [1.0, 2.0, 2.0]) for s in (0, 1)]
     records = [own("tf", s, [9.0, 2.0, 2.0]) for s in (0, 1)] + [
@@ -156,9 +157,10 @@ def test_the_own_loop_ratios_take_the_median_window_step_time_where_every_run_ha
                 "epochs": [{"train_time_s": t} for t in epochs]}
 
     def own(framework, seed, epochs, step_ms):
-        return {"framework": framework, "seed": seed, "status": "completed", "loop": "x",
-                "epoch_times_s": epochs, "final_test_accuracy": 0.5, "mean_losses": [],
-                "steady_step_time_ms": {"median": step_ms} if step_ms else None}
+        return OwnLoopRecord(schema_version=2, framework=framework, seed=seed,
+                             status="completed", config={}, device_used="CPU", loop="x",
+                             epoch_times_s=epochs, final_test_accuracy=0.5,
+                             steady_step_time_ms=StepTimes(median=step_ms) if step_ms else None)
     runs = [run("tf", s, [9.0, 2.2, 2.2], 4.4) for s in (0, 1, 2)] + [
         run("torch", s, [1.0, 2.0, 2.0], 4.0) for s in (0, 1, 2)]
     burst = [own("tf", s, [9.0, 2.0, 2.0 + 2.0 * (s == 1)], 4.0) for s in (0, 1, 2)]
@@ -218,6 +220,10 @@ def test_compare_reports_each_framework_against_its_own_loop(tmp_path):
     assert "The shared loop against each framework's own loop" in (out / "report.md").read_text()
     record = json.loads((out / "own-loops" / "tf-seed0" / "own-loop.json").read_text())
     assert record["status"] == "completed" and record["loop"].startswith("Keras Model.compile")
+    # timed in windows as the shared loop times its own, so the ratios are of median steps
+    assert sum(w["steps"] for w in record["windows"]) == 2 * record["steps_per_epoch"]
+    assert record["steady_step_time_ms"]["median"] > 0
+    assert own["measure"] == own_loops.STEP_MEASURE
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ it measured). Its twin is torch_impl/own_loop.py.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import keras
 import tensorflow as tf
@@ -15,7 +15,9 @@ from compare.experiment.datasets import Dataset
 from compare.run.windows import WindowClock
 from tf_impl import data as tf_data
 from tf_impl.optimizer import make_optimizer
-from tf_impl.train import Trainer
+
+if TYPE_CHECKING:  # tf_impl.train imports this module: its Trainer is for the checker
+    from tf_impl.train import Trainer
 
 LOOP = ("Keras Model.compile + Model.fit, one fit call per epoch (steps_per_execution = the "
         "run's steps per call)")

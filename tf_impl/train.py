@@ -27,6 +27,7 @@ from compare.run.validate import check_split
 from tf_impl import data as tf_data
 from tf_impl import device as trainer_device
 from tf_impl import manifest as trainer_manifest
+from tf_impl import own_loop  # noqa: F401 - the protocol's: compare.run.own_loop runs it
 from tf_impl import profile as tf_profile
 from tf_impl.device import (  # noqa: F401 - the protocol's: compare.run.worker looks here
     FRAMEWORK,

@@ -7,7 +7,7 @@ measured). Its twin is tf_impl/own_loop.py.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +15,9 @@ import torch.nn.functional as F
 from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
 from compare.run.windows import WindowClock
-from torch_impl.train import Trainer
+
+if TYPE_CHECKING:  # torch_impl.train imports this module: its Trainer is for the checker
+    from torch_impl.train import Trainer
 
 LOOP = ("plain PyTorch loop: for batch in DataLoader, autocast, backward, GradScaler step, "
         "LambdaLR step")

@@ -29,6 +29,7 @@ from compare.run.validate import check_split
 from torch_impl import data as torch_data
 from torch_impl import device as trainer_device
 from torch_impl import manifest as trainer_manifest
+from torch_impl import own_loop  # noqa: F401 - the protocol's: compare.run.own_loop runs it
 from torch_impl import profile as torch_profile
 from torch_impl.device import (  # noqa: F401 - the protocol's: compare.run.worker looks here
     FRAMEWORK,

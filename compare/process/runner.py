@@ -266,7 +266,7 @@ def result_status(out: Path) -> str:
 
 def own_loop_status(out: Path) -> str:
     try:
-        return schema.read_own_loop(files.RunDir(out).own_loop)["status"]
+        return schema.read_own_loop(files.RunDir(out).own_loop).status
     except schema.SchemaError:
         return "failed"
 

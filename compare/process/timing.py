@@ -52,7 +52,7 @@ def _epochs(outcome: runner.Outcome) -> tuple[list[float], float | None]:
     path = Path(outcome.result_path)
     try:
         if outcome.own_loop:  # its evaluation is inside its last epoch's figures
-            return list(schema.read_own_loop(path)["epoch_times_s"]), None
+            return list(schema.read_own_loop(path).epoch_times_s), None
         epochs = schema.read_result(path)["epochs"]
     except (schema.SchemaError, OSError, KeyError):
         return [], None

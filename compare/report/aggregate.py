@@ -11,6 +11,7 @@ from typing import Any
 
 from compare import figures, schema
 from compare.experiment.frameworks import FRAMEWORKS
+from compare.records import OwnLoopRecord
 from compare.report import best, defaults, own_loops, stats
 from compare.report.labels import machine_of, seed_of
 
@@ -19,7 +20,7 @@ def summarise(runs: list[schema.Result], parity: dict | None, command: str | Non
               planned: list[dict] | None = None,
               margin: float = stats.EQUIVALENCE_MARGIN,
               order_note: str | None = None,
-              own_loop_records: list[dict] | None = None,
+              own_loop_records: list[OwnLoopRecord] | None = None,
               best_summary: dict | None = None,
               defaults_summary: dict | None = None) -> dict[str, Any]:
     """Aggregates per framework, paired TF/PyTorch ratios, accuracy difference and TOST, the

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from compare import files, schema
 from compare.experiment import best as best_advice
+from compare.figures import TRAIN_TIME
 from compare.report import defaults, words
 from compare.report.labels import plain
 
@@ -41,7 +42,7 @@ def sentence(summary: dict) -> str | None:
     ratio = best.get("time_ratio") or {}
     if ratio.get("ratio") is None:
         return None
-    matched = (summary.get("ratios") or {}).get("train_time_s") or {}
+    matched = (summary.get("ratios") or {}).get(TRAIN_TIME.key) or {}
     return (f"Each at its own guide's best settings (--best), "
             f"{words.time_ratio(ratio, 'training time')}"
             + ("; matched, " + words.time_ratio(matched, "training time",

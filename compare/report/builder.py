@@ -15,8 +15,8 @@ from typing import Any, cast
 
 from compare import files, schema
 from compare.errors import UserError
-from compare.records import RunSummary
 from compare.experiment.frameworks import FRAMEWORKS
+from compare.records import RunSummary
 from compare.report import best, defaults, own_loops, plots, stats
 from compare.report.aggregate import summarise
 from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label

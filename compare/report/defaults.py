@@ -12,6 +12,7 @@ from pathlib import Path
 from compare import files, schema
 from compare.experiment.compile_state import CompileState
 from compare.experiment.frameworks import FRAMEWORK_NAMES, FRAMEWORKS
+from compare.figures import TRAIN_TIME
 from compare.report import words
 
 REPORT = "defaults/report.html"  # relative to the matched comparison's directory
@@ -44,7 +45,7 @@ def beside(comparison: dict, report: str) -> dict:
     """What a comparison run beside the matched one (each framework at its defaults, or at
     its best) gives the matched report: `time_ratio` (TF / PyTorch), the accuracy
     difference, the completed runs, each framework's compile state there, and its `report`."""
-    return {"time_ratio": (comparison.get("ratios") or {}).get("train_time_s"),
+    return {"time_ratio": (comparison.get("ratios") or {}).get(TRAIN_TIME.key),
             "accuracy_difference": comparison.get("accuracy_difference"),
             "completed": {fw: (comparison.get("frameworks") or {}).get(fw, {}).get("completed", 0)
                           for fw in FRAMEWORKS},

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from compare import files, schema
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
+from compare.records import OwnLoopRecord
 from compare.report import stats, words
 from compare.report.labels import seed_of
 from compare.run.own_loop import running_means, steady_seconds
@@ -30,32 +31,32 @@ STEP_MEASURE = "median step time after the first epoch"
 TIME_MEASURE = "training time after the first epoch"
 
 
-def load(directories: list[Path]) -> list[dict]:
+def load(directories: list[Path]) -> list[OwnLoopRecord]:
     """The own-loop records of these comparison directories (unreadable ones left out)."""
     records = []
     for directory in directories:
         for path in sorted(files.ComparisonDir(directory).own_loops.glob(f"*/{files.OWN_LOOP}")):
             try:
-                records.append({**schema.read_own_loop(path), "path": str(path)})
+                records.append(schema.read_own_loop(path))
             except schema.SchemaError:
                 continue
     return records
 
 
-def summarise(runs: list[schema.Result], records: list[dict]) -> dict | None:
+def summarise(runs: list[schema.Result], records: list[OwnLoopRecord]) -> dict | None:
     """Per framework: `time_ratio` (shared / own on `measure`, paired by seed),
     `throughput_ratio` (its inverse), both loops' training time after the first epoch and
     mean final accuracies, the first epoch's largest relative loss difference, and the loop;
     `own_ratio`: TF / PyTorch with each in its own loop, `shared_ratio` the same in the shared
     loop, on the same measure and seeds. The measure is STEP_MEASURE where every run and own
     loop recorded its windows, else TIME_MEASURE. None without a completed own loop."""
-    completed = [r for r in records if r.get("status") == "completed"]
+    completed = [r for r in records if r.status == "completed"]
     if not completed:
         return None
     shared_runs = {fw: {seed: r for r in runs if r["framework"] == fw
                         and r["summary"].status == "completed"
                         and (seed := seed_of(r)) is not None} for fw in FRAMEWORKS}
-    own_runs = {fw: {r["seed"]: r for r in completed if r["framework"] == fw}
+    own_runs = {fw: {r.seed: r for r in completed if r.framework == fw}
                 for fw in FRAMEWORKS}
     by_step = all(_own_step_ms(r) is not None for r in completed) and all(
         _shared_step_ms(r) is not None for shared in shared_runs.values()
@@ -74,7 +75,7 @@ def summarise(runs: list[schema.Result], records: list[dict]) -> dict | None:
                                    "shared/own loop")
         seeds = ratio["seeds"]
         summary[framework] = {
-            "loop": next((r["loop"] for r in own.values()), None),
+            "loop": next((r.loop for r in own.values()), None),
             "own_runs": len(own), "seeds": seeds,
             "time_ratio": ratio,
             "throughput_ratio": 1 / ratio["ratio"] if ratio["ratio"] else None,
@@ -82,7 +83,7 @@ def summarise(runs: list[schema.Result], records: list[dict]) -> dict | None:
             "own_time_s": _mean([_own_steady_s(own[s]) for s in seeds]),
             "shared_accuracy": _mean([shared[s]["summary"].final_test_accuracy
                                       for s in seeds]),
-            "own_accuracy": _mean([own[s]["final_test_accuracy"] for s in seeds]),
+            "own_accuracy": _mean([own[s].final_test_accuracy for s in seeds]),
             "loss_difference": _max([_loss_difference(shared[s], own[s]) for s in seeds]),
         }
     # TF / PyTorch with each in its own loop, and in the shared loop on the same measure and
@@ -99,16 +100,16 @@ def _shared_step_ms(run: schema.Result) -> float | None:
     return run["summary"].steady_step_time_ms.median
 
 
-def _own_step_ms(record: dict) -> float | None:
-    return (record.get("steady_step_time_ms") or {}).get("median")
+def _own_step_ms(record: OwnLoopRecord) -> float | None:
+    return record.steady_step_time_ms.median if record.steady_step_time_ms else None
 
 
 def _shared_steady_s(run: schema.Result) -> float:
-    return steady_seconds([e["train_time_s"] for e in run["epochs"]])
+    return steady_seconds(schema.epoch_seconds(run))
 
 
-def _own_steady_s(record: dict) -> float:
-    return steady_seconds(record["epoch_times_s"])
+def _own_steady_s(record: OwnLoopRecord) -> float:
+    return steady_seconds(record.epoch_times_s)
 
 
 def measure(summary: dict) -> str:
@@ -152,11 +153,11 @@ def caveats(summary: dict) -> list[str]:
     return found
 
 
-def _loss_difference(run: schema.Result, record: dict) -> float | None:
+def _loss_difference(run: schema.Result, record: OwnLoopRecord) -> float | None:
     """The largest relative difference between the own loop's running mean losses in the
     first epoch and the shared loop's at the same steps (from its steps.csv)."""
     steps = files.read_csv(files.RunDir(Path(run["path"]).parent).steps)
-    pairs = record.get("mean_losses") or []
+    pairs = record.mean_losses
     if not steps or not pairs:
         return None
     losses = steps["loss"][steps["epoch"] == 1].tolist()

@@ -84,7 +84,7 @@ def draw_headline(ax: Axes, runs: list[schema.Result]) -> None:
     seeds = sorted({seed for r in runs if (seed := seed_of(r)) is not None})
     for run in sorted(runs, key=lambda r: (r["framework"], seed_of(r) or 0)):
         fw, seed = run["framework"], seed_of(run)
-        elapsed = np.cumsum([e["train_time_s"] for e in run["epochs"]])
+        elapsed = np.cumsum(schema.epoch_seconds(run))
         ax.plot(elapsed, [e["test_accuracy"] for e in run["epochs"]], marker="o", markersize=3,
                 color=COLOURS[fw], linestyle=dashes[seeds.index(seed) % 4] if seed in seeds
                 else "-", label=f"{FRAMEWORK_NAMES[fw]} seed {seed}")
@@ -121,7 +121,7 @@ def _curves_figure(runs: list[schema.Result]) -> Figure:
             continue
         marked = {**style, "marker": "o", "markersize": 3}
         epochs = [e["epoch"] for e in run["epochs"]]
-        elapsed = np.cumsum([e["train_time_s"] for e in run["epochs"]])
+        elapsed = np.cumsum(schema.epoch_seconds(run))
         time_ax.plot(elapsed, [e["test_accuracy"] for e in run["epochs"]], **marked)
         epoch_ax.plot(epochs, [e["test_accuracy"] for e in run["epochs"]], **marked)
         test_loss_ax.plot(epochs, [e["test_loss"] for e in run["epochs"]], **marked)
@@ -214,9 +214,7 @@ def _breakdown_figure(runs: list[schema.Result]) -> Figure:
 def _breakdown(run: schema.Result) -> tuple[float, float, float, float]:
     """(first epoch, later epochs, input wait, evaluation) seconds; the two training parts
     exclude the input wait, which is counted over all epochs."""
-    epochs = run["epochs"]
-    first = epochs[0]["train_time_s"] - epochs[0].get("input_wait_s", 0.0)
-    later = sum(e["train_time_s"] - e.get("input_wait_s", 0.0) for e in epochs[1:])
-    wait = sum(e.get("input_wait_s", 0.0) for e in epochs)
-    evaluation = sum(e["eval_time_s"] for e in epochs)
-    return first, later, wait, evaluation
+    parts = schema.epoch_parts(run)
+    first = parts[0][0] - parts[0][1]
+    later = sum(train - wait for train, wait, _ in parts[1:])
+    return first, later, sum(wait for _, wait, _ in parts), sum(e for _, _, e in parts)

@@ -13,6 +13,7 @@ from typing import Any
 
 from compare.experiment.compile_state import CompileState
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
+from compare.figures import TRAIN_TIME
 from compare.report import defaults, plots, tables
 from compare.report import own_loops as own_loop_words
 from compare.report.verdict import behaviour_notes, phase_clocks_differ
@@ -94,7 +95,7 @@ def compile_states(g: dict) -> Section | None:
     its own default is read here."""
     summary = g["summary"]
     rungs = [("matched", summary.get("compile_states") or {},
-              (summary.get("ratios") or {}).get("train_time_s"))]
+              (summary.get("ratios") or {}).get(TRAIN_TIME.key))]
     for name, rung in (("each at its own defaults", summary.get("defaults")),
                        ("each at its own best (--best)", summary.get("best"))):
         if rung:

@@ -7,6 +7,7 @@ from typing import Any
 
 from compare import figures, schema
 from compare.experiment.config import FRAMEWORK_NAMES
+from compare.figures import FINAL_ACCURACY, TRAIN_TIME
 from compare.report.labels import machine_of, plain, precision_label, seed_of
 from compare.run import phases
 
@@ -245,10 +246,10 @@ def overview_row(summary: dict, source: str) -> dict[str, str]:
             "model": f"{(summary.get('model') or {}).get('name', '?')} on "
                      f"{(summary.get('data') or {}).get('source', '?')}",
             "seeds": str(len(summary.get("seeds") or [])),
-            "tf_time": with_interval(f.get("tf", {}).get("train_time_s"), "s"),
-            "torch_time": with_interval(f.get("torch", {}).get("train_time_s"), "s"),
-            "time_ratio": ratio_text(summary["ratios"].get("train_time_s")),
-            "tf_accuracy": with_interval(f.get("tf", {}).get("final_test_accuracy"), "acc"),
-            "torch_accuracy": with_interval(f.get("torch", {}).get("final_test_accuracy"),
+            "tf_time": with_interval(f.get("tf", {}).get(TRAIN_TIME.key), "s"),
+            "torch_time": with_interval(f.get("torch", {}).get(TRAIN_TIME.key), "s"),
+            "time_ratio": ratio_text(summary["ratios"].get(TRAIN_TIME.key)),
+            "tf_accuracy": with_interval(f.get("tf", {}).get(FINAL_ACCURACY.key), "acc"),
+            "torch_accuracy": with_interval(f.get("torch", {}).get(FINAL_ACCURACY.key),
                                             "acc"),
             "source": source}

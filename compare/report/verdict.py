@@ -8,6 +8,7 @@ import math
 from compare import schema
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.experiment.frameworks import FRAMEWORKS
+from compare.figures import STEADY_TRAIN_TIME, STEP_TIME, STEP_TIME_P90, TRAIN_TIME, WARMUP_TIME
 from compare.report import best, defaults, own_loops, stats, words
 from compare.report.labels import machine_of
 
@@ -16,7 +17,7 @@ def verdict_sentences(summary: dict) -> list[str]:
     """Plain sentences computed from the summary's figures: speed, accuracy, where and how it
     was measured, the shared loop against each framework's own, and any fairness caveat.
     Pure: reads `summary` only."""
-    ratio = (summary.get("ratios") or {}).get("train_time_s") or {}
+    ratio = (summary.get("ratios") or {}).get(TRAIN_TIME.key) or {}
     if ratio.get("ratio") is None and not (summary.get("accuracy_difference") or {}).get("n"):
         nothing = "Nothing to compare: no seed completed in both frameworks."
         setup = setup_sentence(summary) if summary.get("seeds") else ""
@@ -52,9 +53,9 @@ def timing(summary: dict) -> dict | None:
     needed = 1.0  # how many times longer the steady work must be
     for fw in FRAMEWORKS:
         f = frameworks.get(fw) or {}
-        steady = (f.get("steady_train_time_s") or {}).get("centre")
-        median = (f.get("steady_step_time_ms") or {}).get("centre")
-        p90 = (f.get("steady_step_time_p90_ms") or {}).get("centre")
+        steady = (f.get(STEADY_TRAIN_TIME.key) or {}).get("centre")
+        median = (f.get(STEP_TIME.key) or {}).get("centre")
+        p90 = (f.get(STEP_TIME_P90.key) or {}).get("centre")
         if not steady or not median:
             continue
         steps = max(1.0, steady * 1000 / median)
@@ -88,22 +89,22 @@ def _timing_sentence(summary: dict) -> str:
 def _speed_sentence(summary: dict) -> str:
     ratios = summary.get("ratios") or {}
     mark = (", too short to time" if timing(summary) else "") + defaults.below_default_mark(summary)
-    headline = words.time_ratio(ratios.get("train_time_s") or {}, "training time", mark)
+    headline = words.time_ratio(ratios.get(TRAIN_TIME.key) or {}, "training time", mark)
     sentence = headline[0].upper() + headline[1:] + "."
     frameworks = summary.get("frameworks") or {}
     shares = {}
     for fw in FRAMEWORKS:
-        first = ((frameworks.get(fw) or {}).get("warmup_time_s") or {}).get("centre")
-        total = ((frameworks.get(fw) or {}).get("train_time_s") or {}).get("centre")
+        first = ((frameworks.get(fw) or {}).get(WARMUP_TIME.key) or {}).get("centre")
+        total = ((frameworks.get(fw) or {}).get(TRAIN_TIME.key) or {}).get("centre")
         if first and total:
             shares[fw] = first / total
-    steady = ratios.get("steady_train_time_s") or {}
+    steady = ratios.get(STEADY_TRAIN_TIME.key) or {}
     if not shares or max(shares.values()) <= STARTUP_SHARE or steady.get("ratio") is None:
         return sentence
     held = ", ".join(f"{FRAMEWORK_NAMES[fw]} {100 * share:.0f}%" for fw, share in shares.items())
     return (f"{sentence} The first epoch (tracing, compilation, warm-up) is over a third of "
             f"the training time ({held}), so apart: start-up, "
-            f"{words.time_ratio(ratios.get('warmup_time_s') or {}, 'first epoch')}; steady "
+            f"{words.time_ratio(ratios.get(WARMUP_TIME.key) or {}, 'first epoch')}; steady "
             f"training, {words.time_ratio(steady, 'epochs after the first', mark)}. The "
             f"headline is training time, first epoch included.")
 

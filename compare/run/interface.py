@@ -179,6 +179,8 @@ class FrameworkModule(Protocol):
     # "NAME (KIND): the framework's line"; None when every layer can (the parity probe's).
     def float64_missing(self, spec: Any) -> str | None: ...
     def train(self, config: RunConfig, dataset: Dataset, resume: bool = False) -> int: ...
+    @property
+    def own_loop(self) -> "OwnLoopModule": ...  # the framework's own loop (compare.run.own_loop)
 
 
 class OwnLoopModule(Protocol):
@@ -189,8 +191,8 @@ class OwnLoopModule(Protocol):
     # Train config.epochs epochs of `trainer`'s model with the framework's own loop, the
     # per-step learning rates `lrs`, telling `clock` (compare.run.windows.WindowClock) where
     # each epoch begins and ends and as steps are issued, calling on_epoch(epoch, seconds)
-    # after each; returns {"loop", "epoch_times_s", "mean_losses"} (compare.schema.OwnLoop's
-    # fields).
+    # after each; returns {"loop", "epoch_times_s", "mean_losses"} (fields of
+    # compare.records.OwnLoopRecord).
     def own_loop(self, trainer: Any, config: RunConfig, dataset: Dataset, lrs: list[float],
                  clock: Any, on_epoch: Any) -> dict[str, Any]: ...
 

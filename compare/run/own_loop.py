@@ -7,21 +7,21 @@ trains it with the framework's own loop instead of compare.run.loop: Keras' comp
 (tf_impl/own_loop.py) or the plain PyTorch loop (torch_impl/own_loop.py). Each epoch is timed
 as the shared loop times it (the device synchronised at both ends, evaluation apart); the
 test set is evaluated once, at the end. What it measured is written to own-loop.json
-(compare.schema.OwnLoop) beside nothing else: no checkpoint, no per-step files.
+(compare.records.OwnLoopRecord) beside nothing else: no checkpoint, no per-step files.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import asdict
+import dataclasses
 from pathlib import Path
 from types import ModuleType
 
 from compare import files, schema
 from compare.errors import EXIT_OK, UserError
 from compare.experiment.config import RunConfig
-from compare.experiment.recipe import learning_rate
 from compare.experiment.datasets import Dataset
+from compare.experiment.recipe import learning_rate
+from compare.records import OwnLoopRecord
 from compare.run import shutdown, wall_time
 from compare.run.summary import steady_step_times
 from compare.run.windows import WindowClock
@@ -30,21 +30,18 @@ from compare.run.windows import WindowClock
 def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
     """Train `config` with `impl`'s own loop and write own-loop.json into config.out; an exit
     code. A stop signal ends it at once; a failure or stop is written, then raised on
-    (compare.run.worker reports it in one line). `impl`'s package has an `own_loop` module
-    (compare.run.interface.OwnLoopModule)."""
+    (compare.run.worker reports it in one line). `impl` holds its framework's `own_loop`
+    module (compare.run.interface.OwnLoopModule)."""
     choice = impl.select_device(config)
     if choice.processes > 1:
         raise UserError(f"own loops train in one process; this run's {impl.FRAMEWORK} side "
                         f"spans {choice.processes} processes")
     path = files.RunDir(Path(config.out)).own_loop
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"schema_version": schema.OWN_LOOP_VERSION, "framework": impl.FRAMEWORK,
-              "seed": config.seed, "loop": "", "status": "running", "config": config.to_dict(),
-              "device_used": choice.description, "steps_per_epoch": 0, "steps_per_call": 0,
-              "epoch_times_s": [], "windows": [], "steady_step_time_ms": None,
-              "mean_losses": [], "final_test_accuracy": None,
-              "final_test_loss": None, "error": None}
-    files.write_json(path, record)
+    record = OwnLoopRecord(schema_version=schema.OWN_LOOP_VERSION, framework=impl.FRAMEWORK,
+                           seed=config.seed, status="running", config=config.to_dict(),
+                           device_used=choice.description)
+    files.write_json(path, record.to_dict())
     trainer = None
     try:
         with shutdown.interruptible():
@@ -52,36 +49,35 @@ def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
             wall_time.mark("built")
             total = trainer.steps_per_epoch * config.epochs
             lrs = [learning_rate(config, step, total) for step in range(total)]
-            record.update(steps_per_epoch=trainer.steps_per_epoch,
-                          steps_per_call=trainer.steps_per_call)
+            record.steps_per_epoch = trainer.steps_per_epoch
+            record.steps_per_call = trainer.steps_per_call
 
             def on_epoch(epoch: int, seconds: float) -> None:
-                record["epoch_times_s"].append(seconds)  # the loop keeps its own list too
+                record.epoch_times_s.append(seconds)  # the loop keeps its own list too
                 print(f"{impl.FRAMEWORK} own loop  epoch {epoch + 1}/{config.epochs}  "
                       f"train {seconds:.2f} s  test_acc at the end", flush=True)
 
             clock = WindowClock(config, trainer.steps_per_call, trainer.sync)
-            loop = importlib.import_module(f"{impl.__package__}.own_loop")
-            done = loop.own_loop(trainer, config, dataset, lrs, clock, on_epoch)
+            done = impl.own_loop.own_loop(trainer, config, dataset, lrs, clock, on_epoch)
             test_loss, test_accuracy = trainer.evaluate()
         epochs = [{"epoch": number} for number in range(1, len(done["epoch_times_s"]) + 1)]
-        record.update(loop=done["loop"], epoch_times_s=done["epoch_times_s"],
-                      windows=clock.windows,
-                      steady_step_time_ms=asdict(steady_step_times(epochs, clock.windows)),
-                      mean_losses=done["mean_losses"], final_test_accuracy=test_accuracy,
-                      final_test_loss=test_loss, status="completed")
-        print(f"{impl.FRAMEWORK} own loop: {steady_seconds(record['epoch_times_s']):.2f} s "
+        record = dataclasses.replace(
+            record, loop=done["loop"], epoch_times_s=done["epoch_times_s"],
+            windows=clock.windows, steady_step_time_ms=steady_step_times(epochs, clock.windows),
+            mean_losses=done["mean_losses"], final_test_accuracy=test_accuracy,
+            final_test_loss=test_loss, status="completed")
+        print(f"{impl.FRAMEWORK} own loop: {steady_seconds(record.epoch_times_s):.2f} s "
               f"after the first epoch, test_acc {test_accuracy:.4f}", flush=True)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - recorded, then one line
         stopped = isinstance(exc, KeyboardInterrupt)
-        record.update(status="interrupted" if stopped else "failed",
-                      error=str(exc) or type(exc).__name__)
-        files.write_json(path, record)
+        record.status = "interrupted" if stopped else "failed"
+        record.error = str(exc) or type(exc).__name__
+        files.write_json(path, record.to_dict())
         raise
     finally:
         if trainer is not None:
             trainer.close()
-    files.write_json(path, record)
+    files.write_json(path, record.to_dict())
     return EXIT_OK
 
 
