@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,7 @@ def run(framework: str, args: argparse.Namespace, *options: str,
 
 
 def machine_label() -> str:
-    """e.g. "Intel(R) Xeon(R) Processor, 2 cores"."""
-    from compare.machine.cpu import cpu_name
-    return f"{cpu_name()}, {os.cpu_count()} cores"
+    """The CPU kind, e.g. "AMD EPYC, 2 cores, AVX-512, bfloat16 (avx512_bf16)": one results
+    file per kind (compare.machine.cpu.cpu_description)."""
+    from compare.machine.cpu import cpu_description
+    return cpu_description()
