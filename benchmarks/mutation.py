@@ -71,7 +71,7 @@ EQUIVALENT: dict[str, dict[str, str]] = {
     "compare/report/verdict.py": {
         "x_timing__mutmut_8": "needed starts at 1 or 2: every case found needs at least 2x "
                               "(2 s over under 1 s, or (error / 1%)^2 over 4)",
-        "x_timing__mutmut_65": "< or <= between two computed floats",
+        "x_timing__mutmut_59": "> or >= between two computed floats",
         "x__accuracy_sentence__mutmut_63": "p == 0.001: a float never lands on it",
         "x__accuracy_sentence__mutmut_94": "a mean of exactly 0 reads 'neither' before the sign",
     },

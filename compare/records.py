@@ -176,5 +176,5 @@ def _is_union(hint: Any) -> bool:
 
 
 def _name(hint: Any) -> str:
-    return " or ".join("null" if o is type(None) else getattr(o, "__name__", str(o))
+    return " or ".join("null" if o is type(None) else o.__name__
                        for o in (typing.get_args(hint) if _is_union(hint) else (hint,)))

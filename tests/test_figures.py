@@ -63,6 +63,8 @@ def test_a_figure_is_read_as_null_where_its_run_cannot_give_it():
     assert figures.BY_KEY["train_time_s"].read(none) is None  # no epoch
     assert figures.BY_KEY["steady_step_time_p90_ms"].read(one_epoch) is None
     assert figures.BY_KEY["mfu"].read(one_epoch) is None  # an older result without it
+    no_start = replace(one_epoch, epochs_completed=2, warmup_time_s=None)
+    assert figures.BY_KEY["steady_train_time_s"].read(no_start) is None  # nothing to take away
     # an older file's summary lacks the fields that came later: read, they are null
     older = RunSummary.from_dict({"status": "completed", "replicas": 1,
                                   "train_flops_per_image": 1, "epochs_completed": 2,
