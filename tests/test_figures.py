@@ -197,7 +197,7 @@ def test_a_comparisons_table_of_runs_shows_the_figures_declared_for_it():
     failed = {**as_read(fake_result("tf", 3, 1.0, 0.0, status="failed", epochs=0, error="boom")),
               "path": "runs/b.json"}
     summary = {"not_run": [{"framework": "tf", "seed": 4, "reason": "stopped"}]}
-    table = sections.runs({"runs": [done, failed], "summary": summary})
+    table = sections.runs(sections.Group(summary, [done, failed]))
     assert table.columns == ("Framework", "Seed", "Status", "Epochs", "Training time",
                              "Throughput", "Final test accuracy", "Error", "Result")
     assert table.rows == [  # by framework, then seed

@@ -82,11 +82,11 @@ print(json.dumps({{"tf": summary["frameworks"]["tf"]["epochs_completed"]["centre
 def test_a_report_section_is_one_function_listed_in_sections(tmp_path):
     """A report section: a function returning its Section, listed in SECTIONS; both pages
     render it without a template or builder edit."""
-    new = ('def epochs_trained(g: dict) -> Section | None:\n'
+    new = ('def epochs_trained(g: Group) -> Section | None:\n'
            '    return Section("epochs-trained", "Epochs trained", "Per run.",\n'
            '                   ("Framework", "Epochs"),\n'
            '                   [[r["framework"], str(len(r["epochs"]))]\n'
-           '                    for r in g["runs"] or []],\n'
+           '                    for r in g.runs or []],\n'
            '                   folded=False)\n\n\n')
     root = _with_edits(tmp_path, {"compare/report/sections.py": [
         ("SECTIONS = (headline,", new + "SECTIONS = (epochs_trained, headline,")]})

@@ -194,7 +194,7 @@ def test_the_best_section_lists_the_settings_that_differ_from_the_two_manifests(
         "than PyTorch (training time, range 1.23x-1.27x over 2 seeds); matched, PyTorch "
         "trained 1.25x faster than TensorFlow/Keras (training time, range 1.24x-1.26x over 2 "
         "seeds).")
-    section = sections.best_settings({"summary": summary, "runs": []})
+    section = sections.best_settings(sections.Group(summary, []))
     assert "channels_last: TensorFlow/Keras False; PyTorch True" in section.intro
     assert {row[1] for row in section.rows} == {"compile", "channels_last", "pipeline"}
 

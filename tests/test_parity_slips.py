@@ -201,7 +201,7 @@ def test_the_report_shows_the_float64_gate_beside_the_timed_drift():
     record = {"passed": True, "precision": "float64", "method": "float64 on the CPU",
               "tolerances": dataclasses.asdict(parity.FLOAT64), "timed_configuration": timed,
               "conventions": [parity.RUNNING_VARIANCE], **{k: 1e-13 for k in parity.GATED}}
-    section = sections.parity({"summary": {"parity": record}})
+    section = sections.parity(sections.Group({"parity": record}))
     assert section.columns == ("Check", "Gate (float64)", "Limit", "Timed: TF vs PyTorch",
                                "Own drift (floor)")
     assert section.rows[3] == ["params_rel_update_diff_after_steps", "1e-13", "1e-06", "0.5",
@@ -210,7 +210,7 @@ def test_the_report_shows_the_float64_gate_beside_the_timed_drift():
     assert "(the GPU, float16) drifts OUTSIDE the frameworks' own run-to-run drift" in (
         section.intro)
     assert section.items == [parity.RUNNING_VARIANCE]
-    failed = sections.parity({"summary": {"parity": {
-        "passed": False, "error": "PyTorch on the GPU, float16: CUDA error: no kernel image"}}})
+    failed = sections.parity(sections.Group({"parity": {
+        "passed": False, "error": "PyTorch on the GPU, float16: CUDA error: no kernel image"}}))
     assert failed.intro.startswith("**COULD NOT RUN**: PyTorch on the GPU, float16: CUDA error")
     assert "same experiment" not in failed.intro

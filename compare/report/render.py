@@ -4,37 +4,19 @@ once as Markdown and once as a self-contained HTML page (plots inline, nothing f
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compare import files, schema
+from compare import files
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.report import sections, tables
-from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
+from compare.report.labels import MACHINE_IDENTITY
+from compare.report.sections import Group
 from compare.report.verdict import verdict_sentences
 
 if TYPE_CHECKING:  # annotations only
     import jinja2
     import markdown
-
-
-@dataclass
-class Group:
-    """One comparison to show: its summary, and its runs when read from result files."""
-
-    summary: dict[str, Any]
-    runs: list[schema.Result] | None = None  # None: read from a summary.json
-    source: str = ""
-
-    @property
-    def machine(self) -> dict[str, Any]:
-        return self.summary.get("machine") or machine_of(self.summary.get("environment") or {})
-
-    @property
-    def label(self) -> str:
-        return (f"{self.machine.get('named') or self.machine['device']}, "
-                f"{precision_label(self.summary) or '?'}")
 
 
 def data_note(summary: dict) -> str:
@@ -61,11 +43,10 @@ def title(groups: list[Group]) -> str:
 def _context(groups: list[Group]) -> dict[str, Any]:
     shown = []
     for index, g in enumerate(groups):
-        described = {"summary": g.summary, "runs": g.runs, "source": g.source}
         shown.append({"index": index, "label": g.label, "source": g.source,
                       "sentences": verdict_sentences(g.summary),
                       "data_note": data_note(g.summary),
-                      "sections": sections.of_group(described)})
+                      "sections": sections.of_group(g)})
     overview = [tables.overview_row(g.summary, g.source) for g in groups]
     return {"title": title(groups), "groups": shown, "combined": len(groups) > 1,
             "names": FRAMEWORK_NAMES,

@@ -11,15 +11,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from compare import schema
 from compare.experiment.compile_state import CompileState
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.figures import TRAIN_TIME
 from compare.report import defaults, plots, tables
 from compare.report import own_loops as own_loop_words
+from compare.report.labels import machine_of, precision_label
 from compare.report.verdict import behaviour_notes, phase_clocks_differ
 from compare.run import phases
 
 TF, TORCH = FRAMEWORK_NAMES["tf"], FRAMEWORK_NAMES["torch"]
+
+
+@dataclass
+class Group:
+    """One comparison to show: its summary, and its runs when read from result files."""
+
+    summary: dict[str, Any]
+    runs: list[schema.Result] | None = None  # None: read from a summary.json
+    source: str = ""
+
+    @property
+    def machine(self) -> dict[str, Any]:
+        return self.summary.get("machine") or machine_of(self.summary.get("environment") or {})
+
+    @property
+    def label(self) -> str:
+        return (f"{self.machine.get('named') or self.machine['device']}, "
+                f"{precision_label(self.summary) or '?'}")
 
 
 @dataclass
@@ -46,29 +66,29 @@ SEEDS_NOTE = ("Each figure is the centre over completed seeds (geometric mean fo
 FIGURE_COLUMNS = ("Figure", TF, TORCH, "TF vs PyTorch")
 
 
-def headline(g: dict) -> Section:
+def headline(g: Group) -> Section:
     rows = [[r["figure"], r["tf"], r["torch"], r["versus"]]
-            for r in tables.verdict_rows(g["summary"], headline=True)
+            for r in tables.verdict_rows(g.summary, headline=True)
             if (r["tf"], r["torch"]) != ("n/a", "n/a")]  # e.g. memory and energy on a CPU
-    figure = [plots.headline(g["runs"])] if g["runs"] else []
+    figure = [plots.headline(g.runs)] if g.runs else []
     below = "".join(f" {FRAMEWORK_NAMES[s.framework]} ran below its own default: {s.how()}"
                     f"{s.default_words()} (the compile states below give each framework at its "
-                    f"defaults)." for s in defaults.below_default(g["summary"]))
+                    f"defaults)." for s in defaults.below_default(g.summary))
     return Section("figures", "Side by side", columns=FIGURE_COLUMNS, rows=rows,
-                   notes=SEEDS_NOTE + tables.brackets_note(g["summary"]) + below,
+                   notes=SEEDS_NOTE + tables.brackets_note(g.summary) + below,
                    figures=figure, figures_elsewhere=("Test accuracy against training time is "
                                                       "plotted in report.html." if figure else ""),
                    folded=False, side_by_side=True)
 
 
-def all_figures(g: dict) -> Section:
+def all_figures(g: Group) -> Section:
     rows = [[r["figure"], r["tf"], r["torch"], r["versus"]]
-            for r in tables.verdict_rows(g["summary"])]
+            for r in tables.verdict_rows(g.summary)]
     return Section("all-figures", "Every figure", columns=FIGURE_COLUMNS, rows=rows)
 
 
-def own_loops(g: dict) -> Section | None:
-    own = g["summary"].get("own_loops")
+def own_loops(g: Group) -> Section | None:
+    own = g.summary.get("own_loops")
     if not own:
         return None
     rows = [[FRAMEWORK_NAMES[fw], e["loop"], tables.fmt(e["shared_time_s"], "s"),
@@ -81,7 +101,7 @@ def own_loops(g: dict) -> Section | None:
                    "fit; the plain PyTorch loop) on the same model, initial weights, batches, "
                    "recipe, precision, distribution and compile state (Keras' fit with the "
                    "run's jit_compile, not \"auto\"). Times are training after the first "
-                   f"epoch; shared / own is the ratio of the {own_loop_words.measure(g['summary'])}"
+                   f"epoch; shared / own is the ratio of the {own_loop_words.measure(g.summary)}"
                    " (paired by seed; above 1, the shared loop was slower).",
                    ("Framework", "Own loop", "Shared loop", "Own loop time", "Shared / own",
                     "Final accuracy (shared / own)", "First-epoch loss, max rel. difference"),
@@ -89,11 +109,11 @@ def own_loops(g: dict) -> Section | None:
                    "fairness caveat in the verdict.", folded=False)
 
 
-def compile_states(g: dict) -> Section | None:
+def compile_states(g: Group) -> Section | None:
     """Each framework's compile state in the matched runs, at its own defaults and at its own
     best, each with its TF / PyTorch training-time ratio: which ratio holds a framework below
     its own default is read here."""
-    summary = g["summary"]
+    summary = g.summary
     rungs = [("matched", summary.get("compile_states") or {},
               (summary.get("ratios") or {}).get(TRAIN_TIME.key))]
     for name, rung in (("each at its own defaults", summary.get("defaults")),
@@ -121,8 +141,8 @@ def compile_states(g: dict) -> Section | None:
                    ("Runs", TF, TORCH, "TF / PyTorch training time"), rows, folded=False)
 
 
-def best_settings(g: dict) -> Section | None:
-    best = g["summary"].get("best")
+def best_settings(g: Group) -> Section | None:
+    best = g.summary.get("best")
     if not best:
         return None
     differ = "".join(f"\n- {d['setting']}: {TF} {d['tf']}; {TORCH} {d['torch']}"
@@ -138,8 +158,8 @@ def best_settings(g: dict) -> Section | None:
                    ("Framework", "Setting", "Value", "Source"), rows)
 
 
-def methods(g: dict) -> Section:
-    summary = g["summary"]
+def methods(g: Group) -> Section:
+    summary = g.summary
     named: dict[str, list[str]] = {}  # each definition once, with every figure it defines
     for r in tables.verdict_rows(summary):
         named.setdefault(r["how"], []).append(r["figure"])
@@ -151,12 +171,12 @@ def methods(g: dict) -> Section:
                    intro=f"Across seeds: {across}." if across else "")
 
 
-def curves(g: dict) -> Section:
-    if g["runs"] is None:
+def curves(g: Group) -> Section:
+    if g.runs is None:
         return Section("curves", "Learning curves and step times",
-                       intro=f"Read from `{g['source']}`: a summary holds no per-step files, "
+                       intro=f"Read from `{g.source}`: a summary holds no per-step files, "
                              "so there are no plots for it.")
-    drawn = plots.plots(g["runs"])
+    drawn = plots.plots(g.runs)
     return Section(
         "curves", "Learning curves and step times",
         intro="Training loss: each run's per-step loss (steps.csv) as an exponential moving "
@@ -170,11 +190,11 @@ def curves(g: dict) -> Section:
                           "breakdown are plotted in report.html.")
 
 
-def runs(g: dict) -> Section:
+def runs(g: Group) -> Section:
     rows = [[r["framework"], r["seed"], r["status"], r["epochs"], *r["figures"], r["error"],
              f"`{r['path']}`" if r["path"] else ""]
-            for r in tables.run_rows(g["runs"], g["summary"])]
-    board = tables.tensorboard_root(g["runs"])
+            for r in tables.run_rows(g.runs, g.summary)]
+    board = tables.tensorboard_root(g.runs)
     return Section("runs", "Runs", columns=(
         "Framework", "Seed", "Status", "Epochs", *(f.label for f in tables.RUN_FIGURES),
         "Error", "Result"), rows=rows,
@@ -182,9 +202,9 @@ def runs(g: dict) -> Section:
                f"tags in both frameworks): `tensorboard --logdir {board}`" if board else ""))
 
 
-def processes(g: dict) -> Section | None:
+def processes(g: Group) -> Section | None:
     rows = [[p["framework"], p["seed"], p["rank"], p["where"], p["train_time"],
-             p["input_wait"], p["step_ms"]] for p in tables.process_rows(g["runs"] or [])]
+             p["input_wait"], p["step_ms"]] for p in tables.process_rows(g.runs or [])]
     if not rows:
         return None
     return Section("processes", "Each process's own clock",
@@ -194,8 +214,8 @@ def processes(g: dict) -> Section | None:
                          "slowest sets the pace of all.")
 
 
-def phase_split(g: dict) -> Section | None:
-    found = tables.phase_rows(g["runs"] or [])
+def phase_split(g: Group) -> Section | None:
+    found = tables.phase_rows(g.runs or [])
     if not found:
         return None
     columns = ("Framework", "Seed", "Clock", "Steps", "Step",
@@ -213,7 +233,7 @@ def phase_split(g: dict) -> Section | None:
     traces = "; ".join(f"{p['framework']} seed {p['seed']}: `{p['files']}`"
                        + (f" ({p['notes']})" if p["notes"] else "")
                        for p in found if p.get("files"))
-    clocks = phase_clocks_differ(g["runs"] or [])
+    clocks = phase_clocks_differ(g.runs or [])
     return Section(
         "phases", "Where a step's time goes",
         "From each framework's own profiler, on `--profile` steps trained after the last "
@@ -237,8 +257,8 @@ PARITY_CHECKS = ("logits_max_abs_diff", "loss_abs_diff", "grad_max_rel_diff",
                  "params_rel_update_diff_after_steps", "bn_running_stats_max_rel_diff")
 
 
-def parity(g: dict) -> Section:
-    record = g["summary"].get("parity")
+def parity(g: Group) -> Section:
+    record = g.summary.get("parity")
     if not record:
         return Section("parity", "Parity check",
                        "No parity check was recorded for these runs.")
@@ -286,10 +306,10 @@ def _g3(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 
 
-def fairness(g: dict) -> Section:
+def fairness(g: Group) -> Section:
     rows = [[r["setting"], r["tf"], r["torch"], r["same"]]
-            for r in tables.fairness_rows(g["summary"])]
-    notes = behaviour_notes(g["summary"])
+            for r in tables.fairness_rows(g.summary)]
+    notes = behaviour_notes(g.summary)
     return Section("fairness", "Fairness manifest",
                    "Every setting as each framework ran it; \"(implementation)\" marks each "
                    "framework's own machinery, which reads differently by nature.",
@@ -298,13 +318,13 @@ def fairness(g: dict) -> Section:
                                       "changes:" if notes else "")
 
 
-def environment(g: dict) -> Section:
-    rows = [[r["key"], r["tf"], r["torch"]] for r in tables.environment_rows(g["summary"])]
+def environment(g: Group) -> Section:
+    rows = [[r["key"], r["tf"], r["torch"]] for r in tables.environment_rows(g.summary)]
     return Section("environment", "Environment", columns=("", TF, TORCH), rows=rows)
 
 
-def replay(g: dict) -> Section:
-    return Section("replay", "Replay", code=g["summary"].get("command")
+def replay(g: Group) -> Section:
+    return Section("replay", "Replay", code=g.summary.get("command")
                    or "(command not recorded)")
 
 
@@ -313,5 +333,5 @@ SECTIONS = (headline, compile_states, own_loops, best_settings, all_figures, met
             processes, phase_split, parity, fairness, environment, replay)
 
 
-def of_group(g: dict) -> list[Section]:
+def of_group(g: Group) -> list[Section]:
     return [s for s in (build(g) for build in SECTIONS) if s is not None]
