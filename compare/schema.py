@@ -107,7 +107,7 @@ class Summary(TypedDict):
     data: NotRequired[dict | None]
     measurement: NotRequired[dict]
     verdict: NotRequired[list[str]]
-    own_loops: NotRequired[dict]  # per framework: the shared loop against its own loop
+    own_loops: NotRequired[dict | None]  # per framework: the shared loop against its own
     # per framework: compiled or eager, and whether that is its own default
     # (compare.experiment.compile_state.CompileState.to_dict)
     compile_states: NotRequired[dict]
@@ -305,7 +305,7 @@ def read_own_loop(path: str | Path) -> OwnLoopRecord:
         raise SchemaError(str(exc)) from None
 
 
-def read_summary(path: str | Path) -> list[dict[str, Any]]:
+def read_summary(path: str | Path) -> list[Summary]:
     """The comparisons in a summary file (one) or a combined file (several), migrated to
     SUMMARY_VERSION; SchemaError (one line) when torn, of an unknown version, or lacking the
     figures."""
@@ -317,7 +317,7 @@ def read_summary(path: str | Path) -> list[dict[str, Any]]:
     return [migrate_summary(s, path) for s in summaries]
 
 
-def read_summary_if_any(path: str | Path) -> dict[str, Any] | None:
+def read_summary_if_any(path: str | Path) -> Summary | None:
     """The comparison in a summary file, or None where there is none or it cannot be read
     (a comparison beside another, e.g. DIR/best, that the other's report quotes if it can)."""
     try:
@@ -326,7 +326,7 @@ def read_summary_if_any(path: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def migrate_summary(summary: dict[str, Any], path: str | Path = "summary") -> dict[str, Any]:
+def migrate_summary(summary: dict[str, Any], path: str | Path = "summary") -> Summary:
     version = summary.get("schema_version")
     if version not in (1, 2, 3, SUMMARY_VERSION):
         raise SchemaError(f"{path}: summary schema version {version!r}; this cnncompare reads "
@@ -340,7 +340,7 @@ def migrate_summary(summary: dict[str, Any], path: str | Path = "summary") -> di
     for key, empty in (("not_run", []), ("skipped", []), ("order_note", None)):
         summary.setdefault(key, empty)
     summary["schema_version"] = SUMMARY_VERSION
-    return summary
+    return cast(Summary, summary)
 
 
 def _interval_entries(summary: dict) -> list[dict]:

@@ -11,7 +11,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compare import files, report
+from compare import files, report, schema
 from compare.errors import EXIT_FAILED, UserError
 from compare.experiment import compile_state
 from compare.experiment import parity as parity_module
@@ -249,7 +249,9 @@ def _names(frameworks: tuple[str, ...]) -> str:
 
 def _print_verdict(out: Path, console: Console) -> None:
     """The report's opening sentences, on the terminal too (from the summary just written)."""
-    summary = files.read_json_or_empty(files.ComparisonDir(out).summary)
+    summary = schema.read_summary_if_any(files.ComparisonDir(out).summary)
+    if summary is None:  # the report says why it could not be written
+        return
     for sentence in summary.get("verdict") or report.verdict_sentences(summary):
         console.print(sentence)
 

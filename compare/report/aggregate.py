@@ -21,8 +21,8 @@ def summarise(runs: list[schema.Result], parity: dict | None, command: str | Non
               margin: float = stats.EQUIVALENCE_MARGIN,
               order_note: str | None = None,
               own_loop_records: list[OwnLoopRecord] | None = None,
-              best_summary: dict | None = None,
-              defaults_summary: dict | None = None) -> dict[str, Any]:
+              best_summary: schema.Summary | None = None,
+              defaults_summary: schema.Summary | None = None) -> schema.Summary:
     """Aggregates per framework, paired TF/PyTorch ratios, accuracy difference and TOST, the
     machine, the files that could not be read, the shared loop against each framework's own
     (compare.report.own_loops), each framework's compile state, each at its own defaults
@@ -65,7 +65,7 @@ def summarise(runs: list[schema.Result], parity: dict | None, command: str | Non
     base_config: dict[str, Any] = next((r["config"] for r in runs if r.get("config")), {})
     environment = {fw: r.get("environment") if r else None for fw, r in first.items()}
     accuracy = (per_seed("tf", figures.DIFFERENCE_KEY), per_seed("torch", figures.DIFFERENCE_KEY))
-    summary = {
+    summary: schema.Summary = {
         "schema_version": schema.SUMMARY_VERSION,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": command,

@@ -14,13 +14,13 @@ from compare.report import defaults, words
 from compare.report.labels import plain
 
 
-def load(directory: Path) -> dict | None:
+def load(directory: Path) -> schema.Summary | None:
     """The best-settings comparison beside the matched one in `directory`, if any."""
     return schema.read_summary_if_any(
         files.ComparisonDir(files.ComparisonDir(directory).best).summary)
 
 
-def summarise(best: dict | None) -> dict | None:
+def summarise(best: schema.Summary | None) -> dict | None:
     """`time_ratio` (TF / PyTorch, best against best), the completed runs, the manifest
     settings that differ between the two best runs, and the advice each side took."""
     if not best:
@@ -35,7 +35,7 @@ def summarise(best: dict | None) -> dict | None:
             "advice": best_advice.advice_rows(kind)}
 
 
-def sentence(summary: dict) -> str | None:
+def sentence(summary: schema.Summary) -> str | None:
     """Best against best beside the matched ratio, in one sentence, each in the words its
     interval supports."""
     best = summary.get("best") or {}

@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, cast
 
 from compare import files, schema
@@ -84,7 +85,7 @@ def write(out_dir: Path, runs: list[schema.Result], parity: dict | None, command
     return paths + render([Group(summary, runs, str(out_dir))], out_dir)
 
 
-def _completed(summary: dict) -> int:
+def _completed(summary: Mapping[str, Any]) -> int:
     return sum(1 for r in summary.get("runs") or [] if r.get("status") == "completed")
 
 

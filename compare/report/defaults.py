@@ -18,13 +18,13 @@ from compare.report import words
 REPORT = "defaults/report.html"  # relative to the matched comparison's directory
 
 
-def load(directory: Path) -> dict | None:
+def load(directory: Path) -> schema.Summary | None:
     """The defaults comparison beside the matched one in `directory`, if any."""
     return schema.read_summary_if_any(
         files.ComparisonDir(files.ComparisonDir(directory).defaults).summary)
 
 
-def states(summary: dict) -> dict[str, CompileState]:
+def states(summary: schema.Summary) -> dict[str, CompileState]:
     """Each framework's compile state in a comparison, from its runs' manifests (results
     written before the states were recorded have none)."""
     found = {}
@@ -35,13 +35,13 @@ def states(summary: dict) -> dict[str, CompileState]:
     return found
 
 
-def summarise(defaults: dict | None) -> dict | None:
+def summarise(defaults: schema.Summary | None) -> dict | None:
     """`time_ratio` (TF / PyTorch, each at its own defaults), the accuracy difference, the
     completed runs and each framework's compile state there."""
     return beside(defaults, REPORT) if defaults else None
 
 
-def beside(comparison: dict, report: str) -> dict:
+def beside(comparison: schema.Summary, report: str) -> dict:
     """What a comparison run beside the matched one (each framework at its defaults, or at
     its best) gives the matched report: `time_ratio` (TF / PyTorch), the accuracy
     difference, the completed runs, each framework's compile state there, and its `report`."""
@@ -59,13 +59,13 @@ def states_phrase(compile_states: dict[str, CompileState]) -> str:
                         if fw in compile_states)
 
 
-def below_default(summary: dict) -> list[CompileState]:
+def below_default(summary: schema.Summary) -> list[CompileState]:
     """The frameworks of this comparison that ran below their own default (eager where the
     framework itself would compile)."""
     return [s for s in states(summary).values() if s.below_default]
 
 
-def below_default_mark(summary: dict) -> str:
+def below_default_mark(summary: schema.Summary) -> str:
     """', TensorFlow/Keras below its own default: without XLA, which Keras uses by default on
     this GPU' for each framework of this comparison that ran eager where it would compile by
     default: every TF/PyTorch ratio of such a comparison carries it."""
@@ -73,7 +73,7 @@ def below_default_mark(summary: dict) -> str:
                    f"{s.how()}{s.default_words()}" for s in below_default(summary))
 
 
-def sentence(summary: dict) -> str | None:
+def sentence(summary: schema.Summary) -> str | None:
     """The ratio with each framework at its own defaults, beside the matched one, each in the
     words its interval supports; None without a defaults comparison."""
     defaults = summary.get("defaults") or {}

@@ -112,12 +112,12 @@ def _own_steady_s(record: OwnLoopRecord) -> float:
     return steady_seconds(record.epoch_times_s)
 
 
-def measure(summary: dict) -> str:
+def measure(summary: schema.Summary) -> str:
     """The measure of the own-loop ratios in `summary` (older summaries: TIME_MEASURE)."""
     return (summary.get("own_loops") or {}).get("measure") or TIME_MEASURE
 
 
-def sentence(summary: dict, mark: str = "") -> str | None:
+def sentence(summary: schema.Summary, mark: str = "") -> str | None:
     """One verdict sentence: how close the shared loop ran to each framework's own, in the
     words the per-seed interval (or range) supports; `mark` follows its measure (e.g. ", too
     short to time")."""
@@ -131,7 +131,7 @@ def sentence(summary: dict, mark: str = "") -> str | None:
             f"({measure(summary)}{mark}, n={n}).")
 
 
-def caveats(summary: dict) -> list[str]:
+def caveats(summary: schema.Summary) -> list[str]:
     """A caveat for each framework the shared loop slowed past CAVEAT_RATIO, its interval (or
     range) wholly above it, with what it could explain: the TF/PyTorch ratio with each
     framework in its own loop against the same ratio in the shared loop, both on the own

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compare import files
+from compare import files, schema
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.report import sections, tables
 from compare.report.labels import MACHINE_IDENTITY
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # annotations only
     import markdown
 
 
-def data_note(summary: dict) -> str:
+def data_note(summary: schema.Summary) -> str:
     """What the data was, in one Markdown line; synthetic data is never taken for CIFAR-10."""
     data = summary.get("data")
     if not data:

@@ -28,7 +28,7 @@ TF, TORCH = FRAMEWORK_NAMES["tf"], FRAMEWORK_NAMES["torch"]
 class Group:
     """One comparison to show: its summary, and its runs when read from result files."""
 
-    summary: dict[str, Any]
+    summary: schema.Summary
     runs: list[schema.Result] | None = None  # None: read from a summary.json
     source: str = ""
 
@@ -136,8 +136,8 @@ def compile_states(g: Group) -> Section | None:
                    "jit_compile=\"auto\" compiles with XLA on a GPU without a distribution "
                    "strategy, not on a CPU; PyTorch runs eagerly). On a GPU, where the matched "
                    "runs hold a framework below its default, that framework also trained at "
-                   "its default" + (f" ([the defaults report]({summary['defaults']['report']}))"
-                                    if summary.get("defaults") else "") + ".",
+                   "its default" + (f" ([the defaults report]({beside['report']}))"
+                                    if (beside := summary.get("defaults")) else "") + ".",
                    ("Runs", TF, TORCH, "TF / PyTorch training time"), rows, folded=False)
 
 

@@ -39,7 +39,7 @@ def with_interval(agg: dict | None, kind: str) -> str:
     return text
 
 
-def brackets_note(summary: dict) -> str:
+def brackets_note(summary: schema.Summary) -> str:
     """What the brackets of this comparison's tables are, said once: from the figures'
     own seed counts (a framework with fewer completed seeds is named)."""
     counts = {fw: entry.get("completed", 0)
@@ -74,7 +74,7 @@ def difference_text(diff: dict | None) -> str:
     return text
 
 
-def verdict_rows(summary: dict, headline: bool = False) -> list[dict[str, str]]:
+def verdict_rows(summary: schema.Summary, headline: bool = False) -> list[dict[str, str]]:
     """The side-by-side table, a row per figure (compare.figures): TF, PyTorch, TF vs PyTorch,
     and what the figure is; the headline rows alone with `headline`. A figure shown only when
     measured (time to target) only where a run measured it."""
@@ -100,7 +100,7 @@ def verdict_rows(summary: dict, headline: bool = False) -> list[dict[str, str]]:
     return rows
 
 
-def interval_methods(summary: dict) -> list[str]:
+def interval_methods(summary: schema.Summary) -> list[str]:
     """How the figures were taken across seeds, each method once: for one framework's
     figures (scale by scale, compare.figures.SCALES) and for the TF-vs-PyTorch ratios and
     differences."""
@@ -115,7 +115,7 @@ def interval_methods(summary: dict) -> list[str]:
             + [f"TF vs PyTorch: {m}" for m in dict.fromkeys(versus)])
 
 
-def fairness_rows(summary: dict) -> list[dict[str, str]]:
+def fairness_rows(summary: schema.Summary) -> list[dict[str, str]]:
     """Each setting per framework, and whether the two agree (compared in one convention);
     a setting that names each framework's own machinery (schema.MANIFEST) is marked so."""
     tf, torch = summary["fairness"].get("tf") or {}, summary["fairness"].get("torch") or {}
@@ -139,7 +139,7 @@ ENVIRONMENT_KEYS = ("hardware", "device_used", "tensorflow", "keras", "torch", "
                     "platform")
 
 
-def environment_rows(summary: dict) -> list[dict[str, str]]:
+def environment_rows(summary: schema.Summary) -> list[dict[str, str]]:
     tf, torch = summary["environment"].get("tf") or {}, summary["environment"].get("torch") or {}
     return [{"key": k, "tf": plain(tf.get(k)) if k in tf else "",
              "torch": plain(torch.get(k)) if k in torch else ""}
@@ -155,7 +155,8 @@ def _readable(runs: list[schema.Result]) -> list[schema.Result]:
 RUN_FIGURES = tuple(f for f in figures.FIGURES if f.in_runs)
 
 
-def run_rows(runs: list[schema.Result] | None, summary: dict) -> list[dict[str, Any]]:
+def run_rows(runs: list[schema.Result] | None,
+             summary: schema.Summary) -> list[dict[str, Any]]:
     """One row per run (from its result; from the summary alone, without figures, where the
     results were not read), then the runs planned but not run; `figures` holds a cell for
     each of RUN_FIGURES."""
@@ -237,7 +238,7 @@ def process_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
     return rows
 
 
-def overview_row(summary: dict, source: str) -> dict[str, str]:
+def overview_row(summary: schema.Summary, source: str) -> dict[str, str]:
     """One line of the cross-machine table."""
     f = summary["frameworks"]
     machine = summary.get("machine") or machine_of(summary.get("environment") or {})

@@ -13,7 +13,7 @@ from compare.report import best, defaults, own_loops, stats, words
 from compare.report.labels import machine_of
 
 
-def verdict_sentences(summary: dict) -> list[str]:
+def verdict_sentences(summary: schema.Summary) -> list[str]:
     """Plain sentences computed from the summary's figures: speed, accuracy, where and how it
     was measured, the shared loop against each framework's own, and any fairness caveat.
     Pure: reads `summary` only."""
@@ -45,7 +45,7 @@ P90_Z = 1.2816  # the p90 of a normal distribution, in standard deviations
 STARTUP_SHARE = 1 / 3  # above this share of training time, start-up and steady are told apart
 
 
-def timing(summary: dict) -> dict | None:
+def timing(summary: schema.Summary) -> dict | None:
     """Why this comparison's timed work is too short to time, per framework, and the
     epochs that would time TIMED_TARGET_S; None when it is long enough (or unknown)."""
     frameworks = summary.get("frameworks") or {}
@@ -69,7 +69,7 @@ def timing(summary: dict) -> dict | None:
     return {"frameworks": found, "epochs": 1 + math.ceil(max(1, epochs - 1) * needed)}
 
 
-def _timing_sentence(summary: dict) -> str:
+def _timing_sentence(summary: schema.Summary) -> str:
     short = timing(summary)
     if not short:
         return ""
@@ -86,7 +86,7 @@ def _timing_sentence(summary: dict) -> str:
             f"{short['epochs']} on the same data would time enough.")
 
 
-def _speed_sentence(summary: dict) -> str:
+def _speed_sentence(summary: schema.Summary) -> str:
     ratios = summary.get("ratios") or {}
     mark = (", too short to time" if timing(summary) else "") + defaults.below_default_mark(summary)
     headline = words.time_ratio(ratios.get(TRAIN_TIME.key) or {}, "training time", mark)
@@ -109,7 +109,7 @@ def _speed_sentence(summary: dict) -> str:
             f"headline is training time, first epoch included.")
 
 
-def _accuracy_sentence(summary: dict) -> str:
+def _accuracy_sentence(summary: schema.Summary) -> str:
     test = summary.get("accuracy_equivalence") or {}
     margin = 100 * test.get("margin", stats.EQUIVALENCE_MARGIN)
     diff = summary.get("accuracy_difference") or {}
@@ -140,14 +140,14 @@ def _accuracy_sentence(summary: dict) -> str:
             f"{higher} ({interval}).")
 
 
-def _compile_phrase(summary: dict) -> str:
+def _compile_phrase(summary: schema.Summary) -> str:
     """Each framework's compile state and whether it is its default: 'TensorFlow/Keras
     without XLA, Keras' default on this CPU, and PyTorch eager, its default'."""
     states = defaults.states(summary)
     return ", and ".join(states[fw].phrase() for fw in FRAMEWORKS if fw in states)
 
 
-def setup_sentence(summary: dict) -> str:
+def setup_sentence(summary: schema.Summary) -> str:
     machine = summary.get("machine") or machine_of(summary.get("environment") or {})
     config = summary.get("config") or {}
     model = (summary.get("model") or {}).get("name") or config.get("model") or "?"
@@ -166,7 +166,7 @@ def setup_sentence(summary: dict) -> str:
             + (f"; {', '.join(spread)}" if spread else "") + ".")
 
 
-def _precision_phrase(summary: dict) -> str:
+def _precision_phrase(summary: schema.Summary) -> str:
     """'float32 in both frameworks (auto: ...)', or each framework's where they differ;
     results written before the precision was resolved give the requested one."""
     fairness = {fw: f for fw, f in (summary.get("fairness") or {}).items() if f}
@@ -186,7 +186,7 @@ def _precision_phrase(summary: dict) -> str:
                      for fw, r in resolved.items())
 
 
-def _wrappers(summary: dict) -> dict[str, str | None]:
+def _wrappers(summary: schema.Summary) -> dict[str, str | None]:
     """Each framework's distribution wrapper (None: none), where its manifest says."""
     found = {}
     for fw, f in (summary.get("fairness") or {}).items():
@@ -196,7 +196,7 @@ def _wrappers(summary: dict) -> dict[str, str | None]:
     return found
 
 
-def _wrapper_phrase(summary: dict) -> str:
+def _wrapper_phrase(summary: schema.Summary) -> str:
     wrappers = _wrappers(summary)
     if len(wrappers) < 2:
         return ""
@@ -206,7 +206,7 @@ def _wrapper_phrase(summary: dict) -> str:
                      for fw, w in wrappers.items())
 
 
-def fairness_caveats(summary: dict) -> list[str]:
+def fairness_caveats(summary: schema.Summary) -> list[str]:
     """What keeps this comparison from being like for like, one phrase each."""
     caveats = []
     parity = summary.get("parity")
@@ -248,8 +248,8 @@ def fairness_caveats(summary: dict) -> list[str]:
                                    for r in failed) + ")")
     if summary.get("not_run"):
         caveats.append(f"{len(summary['not_run'])} planned run(s) did not run")
-    if summary.get("order_note"):
-        caveats.append(summary["order_note"])
+    if order_note := summary.get("order_note"):
+        caveats.append(order_note)
     if summary.get("skipped"):
         caveats.append(f"{len(summary['skipped'])} result file(s) could not be read and are "
                        f"left out")
@@ -257,7 +257,7 @@ def fairness_caveats(summary: dict) -> list[str]:
     return caveats + ([] if timing(summary) else own_loops.caveats(summary))
 
 
-def _caveat_sentence(summary: dict) -> str:
+def _caveat_sentence(summary: schema.Summary) -> str:
     caveats = fairness_caveats(summary)
     if caveats:
         return "Caveat: " + "; ".join(caveats) + "."
@@ -268,7 +268,7 @@ def _caveat_sentence(summary: dict) -> str:
 BEHAVIOUR_KEYS = {"loss_scale_check": "Loss scaling", "batchnorm_kernel": "BatchNorm"}
 
 
-def behaviour_notes(summary: dict) -> list[str]:
+def behaviour_notes(summary: schema.Summary) -> list[str]:
     """What each framework does its own way that the settings cannot match, one note each
     (from the manifests): e.g. Keras' per-step host check of the loss scale."""
     notes = []
