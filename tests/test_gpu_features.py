@@ -254,10 +254,10 @@ def test_torch_run_records_device_time_peak_memory_energy_and_mfu(tmp_path, torc
     epochs, summary = result["epochs"], result["summary"]
     assert all(e["device_time_s"] > 0 for e in epochs)  # CUDA events
     assert all(e["peak_device_memory_bytes"] > 0 for e in epochs)
-    assert summary["warmup_peak_device_memory_bytes"] > 0 and summary["peak_device_memory_bytes"]
-    assert summary["energy_j"] > 0 and summary["energy_per_image_j"] > 0, summary["energy_note"]
+    assert summary.warmup_peak_device_memory_bytes > 0 and summary.peak_device_memory_bytes
+    assert summary.energy_j > 0 and summary.energy_per_image_j > 0, summary.energy_note
     assert gpu_metrics.peak_row(trainer.choice.name), f"{trainer.choice.name}: not in the table"
-    assert 0 < summary["mfu"] < 1, summary["mfu_note"]
+    assert 0 < summary.mfu < 1, summary.mfu_note
 
 
 def _check_device_phases(profile: dict) -> None:
@@ -293,14 +293,14 @@ def test_tf_trains_on_the_gpu(tmp_path, tf_gpus, precision):
     (0, 1); device time, peak memory and energy are recorded per epoch."""
     result = tf_run(tmp_path, precision, "--epochs", "2", "--precision", precision)
     fairness, summary = result["fairness"], result["summary"]
-    assert fairness["device_kind"] == "gpu" and summary["peak_device_memory_bytes"] > 0
+    assert fairness["device_kind"] == "gpu" and summary.peak_device_memory_bytes > 0
     scales = [e.get("loss_scale") for e in result["epochs"]]
     if precision == "mixed":  # float16: the optimizer's own dynamic scale, a power of two
         assert all(s and math.log2(s).is_integer() and 1 <= s <= 2.0 ** 24 for s in scales)
     else:
         assert scales == [None] * len(scales)  # float32 trains unscaled
-    assert summary["energy_j"] > 0, summary["energy_note"]
-    assert 0 < summary["mfu"] < 1, summary["mfu_note"]
+    assert summary.energy_j > 0, summary.energy_note
+    assert 0 < summary.mfu < 1, summary.mfu_note
     assert all(math.isfinite(e["train_loss"]) for e in result["epochs"])
 
 
