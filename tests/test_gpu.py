@@ -104,6 +104,8 @@ def test_tf_model_parallel_puts_each_stage_on_its_gpu(tmp_path, tf_gpus):
     result = tf_run(tmp_path, "model-parallel", "--devices", "2", "--parallel", "model",
                      "--epochs", "1", "--precision", "fp32")
     assert result["fairness"]["placement"] == ["stage 0: /gpu:0", "stage 1: /gpu:1"]
+    # where each stage's variables live, read from TensorFlow, not built from the config
+    assert result["fairness"]["weights_on"] == ["/gpu:0", "/gpu:1"]
     assert result["summary"].replicas == 1 and result["summary"].status == "completed"
 
 
