@@ -14,11 +14,28 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, ClassVar, Self, Union, cast
 
 
 class RecordError(ValueError):
     """A record whose JSON form lacks a required field or holds one of the wrong kind."""
+
+
+class JsonRecord:
+    """A dataclass written as, and read back from, its JSON form."""
+
+    WHERE: ClassVar[str] = "record"  # what a RecordError calls it, unless told
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return dataclasses.asdict(cast(Any, self))
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | None = None) -> Self:
+        """The record of a JSON form; fields an older file lacks take their defaults, fields
+        this version does not know are left out. RecordError (naming `where` and the field)
+        for a missing required field or a value of the wrong kind."""
+        return cast(Self, _record(cls, data, where or cls.WHERE))
 
 
 @dataclass
@@ -44,7 +61,7 @@ class ProcessClock:
 
 
 @dataclass
-class RunSummary:
+class RunSummary(JsonRecord):
     """A run's figures, recomputed from its epochs and windows after every epoch; each
     reported figure (compare.figures) reads one of its fields. Times in seconds, memory in
     bytes, accuracies and shares as fractions in [0, 1], energy in joules."""
@@ -78,23 +95,14 @@ class RunSummary:
     time_to_target_s: float | None = None
     epochs_to_target: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (result.json's `summary`)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "summary") -> RunSummary:
-        """The record of a JSON form; fields an older file lacks take their defaults, fields
-        this version does not know are left out. RecordError (naming `where` and the field)
-        for a missing required field or a value of the wrong kind."""
-        return _record(cls, data, where)
+    WHERE: ClassVar[str] = "summary"
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RunSummary))
 
 
 @dataclass
-class OwnLoopRecord:
+class OwnLoopRecord(JsonRecord):
     """own-loop.json: a framework's own idiomatic loop (Keras fit; a plain PyTorch loop) on a
     run's model, initial weights, batches and recipe (compare.run.own_loop). Times in
     seconds and milliseconds, accuracy a fraction."""
@@ -119,14 +127,7 @@ class OwnLoopRecord:
     final_test_loss: float | None = None
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (own-loop.json)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "own loop") -> OwnLoopRecord:
-        """As RunSummary.from_dict."""
-        return _record(cls, data, where)
+    WHERE: ClassVar[str] = "own loop"
 
 
 def _record(kind: type, data: Any, where: str) -> Any:

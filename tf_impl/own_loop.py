@@ -5,19 +5,32 @@ it measured). Its twin is torch_impl/own_loop.py.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, Protocol
 
 import keras
 import tensorflow as tf
 
 from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
+from compare.run.interface import DeviceChoice
 from compare.run.windows import WindowClock
 from tf_impl import data as tf_data
 from tf_impl.optimizer import make_optimizer
 
-if TYPE_CHECKING:  # tf_impl.train imports this module: its Trainer is for the checker
-    from tf_impl.train import Trainer
+
+class Trainer(Protocol):
+    """What Keras' own loop uses of the run's Trainer (tf_impl.train.Trainer, whose module
+    imports this one: named here, not imported, so the two import one way)."""
+
+    model: keras.Model
+    strategy: tf.distribute.Strategy
+    choice: DeviceChoice
+    steps_per_call: int
+    steps_per_epoch: int
+    train_batches: Any  # tf_impl.data's pipeline: its `source` loads the plan's images
+
+    def _loss(self, labels: Any, logits: Any, label_smoothing: float) -> Any: ...
+
 
 LOOP = ("Keras Model.compile + Model.fit, one fit call per epoch (steps_per_execution = the "
         "run's steps per call)")

@@ -7,7 +7,7 @@ measured). Its twin is tf_impl/own_loop.py.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -16,8 +16,21 @@ from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
 from compare.run.windows import WindowClock
 
-if TYPE_CHECKING:  # torch_impl.train imports this module: its Trainer is for the checker
-    from torch_impl.train import Trainer
+
+class Trainer(Protocol):
+    """What the plain loop uses of the run's Trainer (torch_impl.train.Trainer, whose module
+    imports this one: named here, not imported, so the two import one way)."""
+
+    train_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: Any  # torch.amp.GradScaler (disabled where no float16 scaling is needed)
+    numerics: dict[str, Any]
+    device: torch.device
+    non_blocking: bool
+    memory_format: torch.memory_format
+    steps_per_call: int
+    train_batches: Any  # torch_impl.data's loader over the plan's batches
+
 
 LOOP = ("plain PyTorch loop: for batch in DataLoader, autocast, backward, GradScaler step, "
         "LambdaLR step")
