@@ -35,7 +35,8 @@ class JsonRecord:
         """The record of a JSON form; fields an older file lacks take their defaults, fields
         this version does not know are left out. RecordError (naming `where` and the field)
         for a missing required field or a value of the wrong kind."""
-        return cast(Self, _record(cls, data, where or cls.WHERE))
+        built: Self = _record(cls, data, where or cls.WHERE)
+        return built
 
 
 @dataclass
