@@ -9,9 +9,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, cast
 
 from compare import files, schema
@@ -21,7 +21,8 @@ from compare.records import RunSummary
 from compare.report import best, defaults, own_loops, plots, stats
 from compare.report.aggregate import summarise
 from compare.report.labels import MACHINE_IDENTITY, machine_of, precision_label
-from compare.report.render import Group, render
+from compare.report.render import render
+from compare.report.sections import Group
 from compare.report.verdict import verdict_sentences
 
 # What writing a report imports at its first use, seconds on a small CPU (scipy.stats the
