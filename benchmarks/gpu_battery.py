@@ -34,10 +34,20 @@ summary (json, md), one `cnncompare report` over all its comparisons (summary.js
 combined.json, report.md, report.html) and one tar.gz of the logs and results (no model
 files, checkpoints or traces).
 
-The battery's parts live in benchmarks/battery/, by role: the stages (stages.py), a run's
-recipe, context and estimate (estimates.py), the plan and the device calls (calls.py),
-running a stage (running.py), the summary and the pack (pack.py), a 15-minute rental's
-queue (rental.sh); this script parses the options and runs the plan.
+Timed and untimed stages: on a GPU a timed stage (a comparison, a sweep, the tool overhead)
+starts only on a quiet host, with nothing else training, unpacking or copying there, and is
+refused, naming what ran beside it, when the host stays busy; untimed stages (the smoke test,
+the GPU tests, `reference`: airbench94 on the same data as the accuracy this copy of
+CIFAR-10 allows, `resnet9-page`: ResNet-9 at Page's recipe for its accuracy, `tf-warm`:
+TensorFlow's kernels compiled for the GPU once) fill the minutes while a rental's
+TensorFlow bundle arrives. `resnet9-verdict` and `resnet9-own` run both frameworks in one
+`compare` (framework `both`), their seeds alternated.
+
+The battery's parts live in benchmarks/battery/, by role: each stage's commands and what
+--tiny runs (commands.py), the stages (stages.py), a run's recipe, context and estimate
+(estimates.py), the plan and the device calls (calls.py), running a stage and the quiet
+host (running.py), the summary and the pack (pack.py), a 15-minute rental's queue
+(rental.sh); this script parses the options and runs the plan.
 
 Estimates (GPU seconds on one H100 SXM) are made from FLOPs and CPU runs: the fixed cost of a
 training process (start-up, imports, building, the first call's tracing) measured on this
@@ -67,6 +77,13 @@ if not __package__:  # run by path (python benchmarks/gpu_battery.py): the check
 
 from benchmarks import common  # noqa: E402 - after STARTED: its time counts
 from benchmarks.battery.calls import device_calls, plan, rental_calls  # noqa: E402
+from benchmarks.battery.commands import (  # noqa: E402
+    CLI,
+    FRAMEWORKS,
+    REPO,
+    STAGE_FRAMEWORKS,
+    TINY,
+)
 from benchmarks.battery.estimates import (  # noqa: E402
     ASSUMED_HOST_STEP_MS,
     ASSUMED_UTILISATION,
@@ -80,16 +97,13 @@ from benchmarks.battery.running import (  # noqa: E402
     read_json,
     run_stage,
     stop_stages_with_the_battery,
+    wait_for_quiet_host,
 )
 from benchmarks.battery.stages import (  # noqa: E402
     CALIBRATION,
-    CLI,
-    FRAMEWORKS,
     RENTAL_CORE_S,
-    REPO,
     SPARE_S,
     STAGES,
-    TINY,
 )
 
 # --------------------------------------------------------------------------- calibration
@@ -136,8 +150,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
                         help="print the stages as JSON and run nothing")
     parser.add_argument("--stage", action="append", choices=[s.name for s in STAGES],
                         help="run this stage (repeatable) [default: all]")
-    parser.add_argument("--framework", choices=FRAMEWORKS, action="append",
-                        help="only this framework's part of each stage [default: both]")
+    parser.add_argument("--framework", choices=STAGE_FRAMEWORKS, action="append",
+                        help="only this framework's part of each stage (both: the stages "
+                             "that run both frameworks in one command) [default: all]")
     parser.add_argument("--out", type=Path, default=Path("runs/battery"),
                         help="all results, logs and the summary [default: runs/battery]")
     parser.add_argument("--pack", type=Path, help="after every stage, at most 8 files here")
@@ -207,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                  "official archive or its folder; an image folder with --dataset folder), or "
                  "--tiny for synthetic plumbing")
     ctx = context(args)
-    frameworks = tuple(args.framework or FRAMEWORKS)
+    frameworks = tuple(args.framework or STAGE_FRAMEWORKS)
     stages = [s for s in STAGES if not args.stage or s.name in args.stage]
     rows = plan(stages, frameworks, ctx)
     if args.plan:
@@ -238,16 +253,33 @@ def main(argv: list[str] | None = None) -> int:
                 else args.time_left - SPARE_S - (time.perf_counter() - started))
         print(f"{row['stage']} ({row['framework']}): estimate {row['estimate_s']} s, "
               f"limit {row['limit_s']} s", flush=True)
+        least = row["estimate_s"] * stage.least_fraction  # what leaves a usable result
         skipped = stage.tiny_skip(ctx) or (
             f"its estimate ({row['estimate_s']} s) exceeds the {left:.0f} s left"
-            if left is not None and row["estimate_s"] > left else None)
+            if left is not None and least > left else None)
+        waited, beside = 0.0, []
+        if not skipped and stage.timed and ctx.device == "gpu":
+            # a timed stage starts on a quiet host or not at all
+            waited, beside = wait_for_quiet_host(
+                (left - least) if left is not None else row["limit_s"])
+            if left is not None:
+                left -= waited
         if skipped:
             done = {"stage": row["stage"], "framework": row["framework"], "core": row["core"],
                     "status": "skipped", "limit_s": row["limit_s"],
                     "estimate_s": row["estimate_s"], "note": skipped}
+        elif beside:
+            done = {"stage": row["stage"], "framework": row["framework"], "core": row["core"],
+                    "status": "refused", "limit_s": row["limit_s"],
+                    "estimate_s": row["estimate_s"], "quiet_wait_s": round(waited, 1),
+                    "note": f"not timed beside other work on this host, after waiting "
+                            f"{waited:.0f} s: " + "; ".join(beside)[:240]}
         else:
             done = run_stage(stage, row["framework"], {**row, "limit_s": round(min(
                 row["limit_s"], left if left is not None else row["limit_s"]))}, ctx)
+            if stage.timed and ctx.device == "gpu":
+                done["quiet_wait_s"] = round(waited, 1)
+        done["timed"] = stage.timed
         if ctx.seeds is not None and stage.comparison:
             done["seeds"] = ctx.seeds  # --seeds, in place of the stage's own
         failed |= done["status"] not in ("ok", "skipped")

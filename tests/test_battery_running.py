@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import patience
 
+from benchmarks import gpu_battery as battery
 from benchmarks.battery import running
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,7 +82,7 @@ def test_the_gpu_test_stage_runs_only_the_tests_named_by_tests(tmp_path):
     """--tests narrows the GPU-test stage to the tests a rental did not reach: pytest
     collects exactly those of the framework whose names hold one of the parts."""
     from benchmarks import gpu_battery
-    from benchmarks.battery.stages import test_commands
+    from benchmarks.battery.commands import test_commands
     ctx = gpu_battery.context(gpu_battery.arguments(
         ["--tiny", "--out", str(tmp_path), "--tests", "resume,doctor,"]))
     argv = test_commands("tf", ctx)[0]
@@ -89,3 +90,59 @@ def test_the_gpu_test_stage_runs_only_the_tests_named_by_tests(tmp_path):
                                capture_output=True, text=True, timeout=patience(120)).stdout
     names = sorted(line.split("::")[-1] for line in collected.splitlines() if "::" in line)
     assert names == ["test_both_doctor_on_a_gpu_host", "test_tf_resume_restores_the_loss_scale"]
+
+
+def test_a_timed_stage_waits_for_a_quiet_host_and_names_what_ran_beside_it(tmp_path):
+    """Training, the bundle's arrival (xz, tar) or another battery beside this process make
+    the host busy; this process and its ancestors do not; a rental's missing marker says its
+    transfers are not over."""
+    beside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                               "benchmarks.reference_trainer"])
+    try:
+        deadline = time.monotonic() + patience(30)
+        while (not any(w.startswith(f"{beside.pid}:") for w in running.work_beside())
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        busy = running.work_beside()
+        assert any(w.startswith(f"{beside.pid}:") for w in busy)
+        assert not any(w.startswith(f"{os.getpid()}:") for w in busy)  # not itself
+        waited, still = running.wait_for_quiet_host(0.3, poll_s=0.1)
+        assert waited >= 0.3 and any(w.startswith(f"{beside.pid}:") for w in still)
+    finally:
+        beside.kill()
+        beside.wait()
+    marker = tmp_path / "quiet"
+    assert running.host_busy(str(marker))[0].startswith("the rental's transfers are not over")
+    marker.touch()
+    assert not any("transfers" in w for w in running.host_busy(str(marker)))
+
+
+def test_work_beside_reads_each_process_command_line(tmp_path):
+    proc = tmp_path / "proc"
+    for pid, argv in ((101, ["xz", "-dc", "-T0", "bundle.tar.xz"]),
+                      (102, ["bash", "benchmarks/battery/rental.sh", "part", "c03"]),
+                      (103, ["/usr/bin/python3", "/venv/bin/cnncompare", "run"]),
+                      (104, ["sleep", "10"]), (105, [])):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv))
+    found = running.work_beside(own_pid=os.getpid(), proc=proc)
+    assert sorted(w.split(":")[0] for w in found) == ["101", "102", "103"]
+
+
+def test_a_timed_stage_on_a_gpu_is_refused_beside_other_work(tmp_path, monkeypatch):
+    """On a GPU a timed stage waits for a quiet host; still busy at the end of the wait, it
+    is refused, naming what ran beside it, and runs nothing; an untimed stage runs all the
+    same (here the smoke test's plumbing, refused by no wait)."""
+    waits = []
+    monkeypatch.setattr(battery, "wait_for_quiet_host",
+                        lambda limit_s: waits.append(limit_s) or (2.0, ["4242: xz -dc -T0"]))
+    assert battery.main(["--tiny", "--device", "gpu", "--framework", "torch", "--stage",
+                         "lenet-fp32", "--time-left", "600", "--out", str(tmp_path)]) == 1
+    (stage,) = json.loads((tmp_path / "battery.json").read_text())["stages"]
+    assert stage["status"] == "refused" and "4242: xz -dc -T0" in stage["note"], stage
+    assert stage["timed"] and stage["quiet_wait_s"] == 2.0 and "commands" not in stage
+    assert len(waits) == 1 and 0 < waits[0] < 600  # the wait leaves the stage its time
+    assert not (tmp_path / "lenet-fp32").exists()
+    untimed = {s.name for s in battery.STAGES if not s.timed}
+    assert {"tf-smoke", "reference", "resnet9-page", "tf-warm", "gpu-tests"} <= untimed
+    assert "resnet9-verdict" not in untimed

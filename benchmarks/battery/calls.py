@@ -6,16 +6,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from benchmarks.battery.commands import FRAMEWORKS, STAGE_FRAMEWORKS, STAGE_LIMIT_S, shown
+from benchmarks.battery.estimates import Context
 from benchmarks.battery.running import CUDNN_CHOICE
-from benchmarks.battery.stages import (
-    FRAMEWORKS,
-    RENTAL_CORE_S,
-    RENTAL_S,
-    STAGE_LIMIT_S,
-    Context,
-    Stage,
-    shown,
-)
+from benchmarks.battery.stages import RENTAL_CORE_S, RENTAL_S, Stage
 
 
 def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list[dict]:
@@ -24,20 +18,22 @@ def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list
     rental it fits in."""
     rows = []
     order = ([(s, fw) for fw in FRAMEWORKS for s in stages if s.core and fw in s.frameworks]
-             + [(s, fw) for fw in FRAMEWORKS for s in stages if not s.core
+             + [(s, fw) for fw in STAGE_FRAMEWORKS for s in stages if not s.core
                 and fw in s.frameworks])
     used, rental = 0.0, 1
     for stage, framework in order:
         if framework not in frameworks:
             continue
         seconds, how = stage.estimate(framework, ctx)
-        limit = (STAGE_LIMIT_S if ctx.tiny
-                 else min(STAGE_LIMIT_S, max(120, math.ceil(ctx.limit_factor * seconds / 30) * 30)))
+        limit = (stage.max_limit_s if ctx.tiny
+                 else min(stage.max_limit_s,
+                          max(120, math.ceil(ctx.limit_factor * seconds / 30) * 30)))
         capacity = RENTAL_CORE_S if stage.core and rental == 1 else RENTAL_S
         if used + seconds > capacity:  # the next rental
             rental, used = rental + 1, 0.0
         used += seconds
         rows.append({"stage": stage.name, "framework": framework, "core": stage.core,
+                     "timed": stage.timed,
                      "what": stage.what, "limit_s": limit, "estimate_s": round(seconds),
                      "estimated_how": how, "rental": rental,
                      "commands": [" ".join(shown(a) for a in argv)

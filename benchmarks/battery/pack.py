@@ -9,8 +9,9 @@ import shutil
 import tarfile
 from pathlib import Path
 
+from benchmarks.battery.commands import CLI
 from benchmarks.battery.running import run_command
-from benchmarks.battery.stages import CLI, PACK_FILES, PACK_TAR_BYTES
+from benchmarks.battery.stages import PACK_FILES, PACK_TAR_BYTES
 
 
 def markdown(battery: dict) -> str:

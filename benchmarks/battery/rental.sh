@@ -2,12 +2,18 @@
 # The GPU battery on a short rental (15 minutes of a GPU, the machine's start included): one
 # queue of stages runs in the background from the first device call to a deadline, while the
 # next calls bring TensorFlow's bundle one part at a time (64 MiB a call) and bring back what
-# is done. So the GPU trains PyTorch's stages while TensorFlow arrives, and no stage of one
-# framework shares the GPU with a stage of the other: the queue runs them one after another.
+# is done. A timed stage runs on a quiet host only: while the bundle arrives (each call copies
+# a part, the last one unpacks it) the queue runs untimed work (the data's reference trainer,
+# accuracy runs, TensorFlow's smoke test and warm-up); `hold` says the transfers are over, and
+# then the battery starts its timed stages, one after another (benchmarks/battery/running.py
+# waits for the host to be quiet and refuses a timed stage beside other work).
 #
 # Each device call, back to back (an idle machine is given back after 30 s):
-#   bash benchmarks/battery/rental.sh start SECONDS   # carry .data: the queue may run SECONDS
+#   bash benchmarks/battery/rental.sh start SECONDS   # carry .data .pydeps: the queue may run
+#                                                     # SECONDS
 #   bash benchmarks/battery/rental.sh part c03        # carry .tfgpu/c03 and .tfgpu/SHA256SUMS
+#   bash benchmarks/battery/rental.sh hold WAIT       # the last transfer: timed stages may
+#                                                     # start; wait up to WAIT s like poll
 #   bash benchmarks/battery/rental.sh poll WAIT       # wait up to WAIT s, bring back the pack
 #   bash benchmarks/battery/rental.sh reorder "tf:resnet9-mixed:1 torch:doctor: ..."
 #                                                     # the queue goes on in this order instead
@@ -15,19 +21,20 @@
 #                                                     # training too); the queue goes on
 #   RENTAL_LEFT=SECONDS and RENTAL_REFRESH=1 before any verb: below; RENTAL_ORDER=... before
 #   `start`: that order only (a later rental runs what an earlier one did not), and with it
-#   RENTAL_FILL=...: PyTorch stages run in that order while TensorFlow is on its way, the
-#   rest after the order; RENTAL_OPTIONS=...: more options of every stage's battery
+#   RENTAL_FILL=...: untimed stages run in that order while TensorFlow is on its way;
+#   RENTAL_OPTIONS=...: more options of every stage's battery
 #   ("--tests resume,doctor": the GPU-test stage runs only those)
-# Every verb ends by copying the battery's pack (at most 8 files) into $OUT.
+# Every verb ends by copying the battery's pack (at most 8 files) into $OUT. A call after
+# `hold` copies the checkout onto the host while timed stages run: make none but the last.
 #
-# The queue (its order is the priorities): PyTorch's core comparisons, then short
-# PyTorch stages while TensorFlow is not yet unpacked, TensorFlow's smoke test and core
-# comparisons (each `compare --resume` in PyTorch's directory: one comparison of both), then
-# what time is left for (float32, the sweeps, the GPU tests). ResNet-9 runs one seed a
-# precision, LeNet two.
+# The queue (its order is the priorities): untimed work while TensorFlow arrives (the
+# reference trainer on the same data, ResNet-9 at Page's recipe), TensorFlow's smoke test and
+# warm-up, then the timed stages: the ResNet-9 verdict (both frameworks alternated over three
+# seeds, each also at its own defaults), its own loops, then what time is left for.
 set -uo pipefail
 S=${RENTAL_DIR:-/tmp/rental}        # everything on the device lives here
 DATA=.data/cifar10-jpeg.tar.gz      # the real CIFAR-10 image folder, carried by `start`
+PYDEPS=.pydeps                      # pure-Python packages the host lacks (airbench), by `start`
 BUNDLE=.tfgpu                       # TensorFlow's bundle parts (../shared/tools/tf-gpu-bundle)
 
 say() { printf '[%s +%ss] %s\n' "$(date +%H:%M:%S)" "$(( $(date +%s) - $(cat $S/started 2>/dev/null || date +%s) ))" "$*"; }
@@ -46,7 +53,8 @@ battery() {  # battery FRAMEWORK STAGE [SEEDS]: one stage, within the queue's de
   # the battery keeps 60 s of --time-left for packing; the queue's deadline already keeps
   # the time the last poll needs, so 45 s of those 60 go to the stage
   say "stage $2 ($1), ${left} s left"
-  PYTHONPATH=$S/repo${PYTHONPATH:+:$PYTHONPATH} python3 -m benchmarks.gpu_battery \
+  BATTERY_QUIET_MARKER=$S/quiet PYTHONPATH=$S/repo:$S/repo/$PYDEPS${PYTHONPATH:+:$PYTHONPATH} \
+    python3 -m benchmarks.gpu_battery \
     --framework "$1" --stage "$2" ${3:+--seeds $3} --limit-factor 4 \
     --dataset folder --data-dir $S/data --time-left $(( left + 45 )) \
     --out $S/battery --pack $S/pack ${RENTAL_OPTIONS:-}  # "--device cpu --tiny": plumbing
@@ -60,18 +68,12 @@ wait_for_tf() {  # until the bundle is unpacked (or failed), while a minute of t
 queue() {
   cd $S/repo || exit 1
   # framework:stage:seeds (empty: the stage's own), in the order of their worth
-  # (the first H200 rental's lesson: TensorFlow is unpacked about 100 s in, so its ResNet-9
-  # follows PyTorch's mixed-precision comparisons, not their float32 ones)
-  local torch_core=(torch:resnet9-mixed:1 torch:lenet-mixed:2 torch:doctor:)
-  local while_tf_comes=(torch:cuda-graphs: torch:strategy: torch:shared-chip: torch:cpu-vs-gpu:
-                        torch:steps-per-call: torch:resnet18-mixed: torch:lenet-fp32:2)
-  local tf_core=(tf:resnet9-mixed:1 tf:lenet-mixed:2 tf:doctor:)
-  local rest=(torch:lenet-fp32:2 tf:lenet-fp32:2 torch:resnet9-fp32:1 tf:resnet9-fp32:1
-              torch:cuda-graphs: torch:strategy:
-              tf:strategy: torch:shared-chip: tf:shared-chip: torch:cpu-vs-gpu: tf:cpu-vs-gpu:
-              torch:steps-per-call: tf:steps-per-call: torch:resnet18-mixed: tf:resnet18-mixed:
-              torch:mobilenetv2-mixed: tf:mobilenetv2-mixed: torch:gpu-tests: tf:gpu-tests:
-              tf:suite: torch:tool-overhead: tf:tool-overhead:)
+  local untimed=(torch:reference: torch:resnet9-page:)  # while TensorFlow arrives
+  local tf_untimed=(tf:tf-smoke: tf:tf-warm:)
+  local timed=(both:resnet9-verdict: both:resnet9-own: torch:resnet9-fp32:1 tf:resnet9-fp32:1
+               torch:cuda-graphs: torch:strategy: tf:strategy: torch:cpu-vs-gpu:
+               tf:cpu-vs-gpu: torch:steps-per-call: tf:steps-per-call: torch:gpu-tests:
+               tf:gpu-tests: tf:suite: torch:tool-overhead: tf:tool-overhead:)
   local -A ran=()
   local item fw stage seeds tf_ok=0
   run() {  # run framework:stage:seeds once; 2 when the deadline is near
@@ -105,23 +107,19 @@ queue() {
     done
     say "queue done"; touch $S/queue-done; return
   fi
-  for item in "${torch_core[@]}"; do run "$item"; done
-  for item in "${while_tf_comes[@]}"; do
-    [ -f $S/tf-unpacked ] || [ -f $S/tf-failed ] && break
-    run "$item"; [ $? -eq 2 ] && break
-  done
+  for item in "${untimed[@]}"; do run "$item"; done
   wait_for_tf
   if [ -f $S/tf-unpacked ]; then
     # shellcheck disable=SC1091
     source $S/tfgpu/site/activate.sh
     if run tf:tf-smoke:; then
       tf_ok=1
-      for item in "${tf_core[@]}"; do run "$item"; done
+      run tf:tf-warm:
     else
       say "TensorFlow's smoke test failed on the machine's cuDNN: no TensorFlow stage runs"
     fi
   fi
-  for item in "${rest[@]}"; do
+  for item in "${timed[@]}"; do
     [ $tf_ok = 1 ] || [ "${item%%:*}" = torch ] || continue
     run "$item"; [ $? -eq 2 ] && break
   done
@@ -170,11 +168,17 @@ case ${1:-} in
     # The bracket keeps the pattern from matching this command's own shell.
     pkill -TERM -f "[b]enchmarks.gpu_battery" && say "stage stopped" || say "no stage running"
     sleep 3; report ;;
+  hold)  # hold WAIT: the rental's last transfer is over; timed stages may start; then poll
+    touch $S/quiet; say "transfers over: timed stages may start"
+    end=$(( $(date +%s) + ${2:-0} ))
+    while [ ! -f $S/queue-done ] && [ "$(date +%s)" -lt $end ]; do sleep 2; done
+    report ;;
   poll)  # poll WAIT: wait until the queue is done or WAIT s have passed
     end=$(( $(date +%s) + ${2:-0} ))
     while [ ! -f $S/queue-done ] && [ "$(date +%s)" -lt $end ]; do sleep 2; done
     report ;;
   queue) queue ;;
-  *) echo "usage: rental.sh start SECONDS | part cNN | reorder ORDER | skip | poll WAIT" >&2
+  *) echo "usage: rental.sh start SECONDS | part cNN | hold WAIT | reorder ORDER | skip |" \
+          "poll WAIT" >&2
      exit 2 ;;
 esac

@@ -13,7 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.battery.stages import REPO, Context, Stage, shown
+from benchmarks.battery.commands import REPO, shown
+from benchmarks.battery.estimates import Context
+from benchmarks.battery.stages import Stage
 
 
 def run_command(argv: list[str], log: Path, limit_s: float, stdout: Path | None = None,
@@ -68,6 +70,77 @@ def _stop(process: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+# ------------------------------------------------------------------ a quiet host for timed stages
+
+# Set by a rental's queue (benchmarks/battery/rental.sh): a file that exists once the rental's
+# last transfer is over (no part of TensorFlow's bundle still arriving, copied or unpacked).
+QUIET_MARKER_ENV = "BATTERY_QUIET_MARKER"
+# Work that skews a timed stage beside it: training (cnncompare, the battery, the reference
+# trainer) and the bundle's arrival (its parts checked, appended, decompressed, unpacked).
+BUSY_PROGRAMS = ("xz", "unxz", "tar", "sha256sum", "cp", "rsync")
+BUSY_ARGUMENTS = ("benchmarks.gpu_battery", "benchmarks.reference_trainer",
+                  "benchmarks.tool_overhead", "compare.cli", "rental.sh part")
+
+
+def _ancestors(pid: int) -> set[int]:
+    found = set()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the name: the parent
+    return found
+
+
+def work_beside(own_pid: int | None = None, proc: Path = Path("/proc")) -> list[str]:
+    """Other work on this host that a timed stage would share it with: each process (not
+    this one or its ancestors) whose program or arguments BUSY_* name, as 'PID: command'."""
+    mine = _ancestors(own_pid or os.getpid())
+    found = []
+    for entry in proc.glob("[0-9]*"):
+        if int(entry.name) in mine:
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv if a]
+        if not words:
+            continue
+        line = " ".join(words)
+        if (Path(words[0]).name in BUSY_PROGRAMS
+                or any(Path(w).name == "cnncompare" for w in words[:2])
+                or any(a in line for a in BUSY_ARGUMENTS)):
+            found.append(f"{entry.name}: {line[:120]}")
+    return found
+
+
+def host_busy(marker: str | None = None) -> list[str]:
+    """Why this host is not quiet now (empty: it is): the rental's transfers not yet over
+    (`marker`, from QUIET_MARKER_ENV, missing) and the work beside this process."""
+    marker = marker if marker is not None else os.environ.get(QUIET_MARKER_ENV)
+    waiting = ([f"the rental's transfers are not over ({marker} missing)"]
+               if marker and not Path(marker).exists() else [])
+    return waiting + work_beside()
+
+
+QUIET_WAIT_S = 300  # at most, before a timed stage is refused
+
+
+def wait_for_quiet_host(limit_s: float, poll_s: float = 2.0) -> tuple[float, list[str]]:
+    """Wait up to `limit_s` (at most QUIET_WAIT_S) for a quiet host: (seconds waited, what
+    was still beside it at the end; empty when the host went quiet)."""
+    limit_s = min(limit_s, QUIET_WAIT_S)
+    started = time.perf_counter()
+    busy = host_busy()
+    while busy and time.perf_counter() - started < limit_s:
+        time.sleep(poll_s)
+        busy = host_busy()
+    return time.perf_counter() - started, busy
 
 
 # TensorFlow's GPU bundle (../shared/tools/tf-gpu-bundle): activate.sh puts its folder first on
@@ -239,6 +312,17 @@ def figures(stage: Stage, framework: str, ctx: Context) -> dict:
         log = (ctx.out / "logs" / f"{stage.name}-{framework}.log")
         lines = log.read_text(errors="replace").splitlines() if log.exists() else []
         return {"summary": summary_of_tests(lines)}
+    if stage.name == "reference":
+        found = read_json(ctx.out / "reference" / "reference.json")
+        return {"verdict": (f"{found['trainer']}: {found['accuracy']['mean']:.2%} mean test "
+                            f"accuracy, {found['accuracy_tta']['mean']:.2%} with its TTA, "
+                            f"{found['accuracy']['runs']} runs") if found.get("accuracy")
+                else "no reference.json written"}
+    if stage.name in ("resnet9-page", "tf-warm"):
+        results = sorted((ctx.out / stage.name).rglob("result.json"))
+        accuracies = [(read_json(r).get("summary") or {}).get("final_test_accuracy")
+                      for r in results]
+        return {"final_test_accuracy": accuracies, "runs": len(results)}
     if stage.name == "tool-overhead":
         found = read_json(ctx.out / "tool-overhead" / framework / "overhead.json")
         return {"ratios": {r["config"]: r.get("ratio") for r in found.get("rows") or []}}

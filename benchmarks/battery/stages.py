@@ -1,15 +1,31 @@
-"""The battery's stages: each one's commands per framework, its time estimate (a run's, from
-estimates.py) and limits; what --tiny runs instead."""
+"""The battery's stages: what each one measures, for which frameworks, its commands
+(commands.py), its time estimate (a run's, from estimates.py) and limits."""
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable
 
+from benchmarks.battery.commands import (
+    BOTH,
+    FRAMEWORKS,
+    OVERHEAD_CONFIGS,
+    REFERENCE_RUNS,
+    REPO,
+    STAGE_LIMIT_S,
+    TINY_SKIPPED,
+    compare_commands,
+    doctor_commands,
+    overhead_commands,
+    reference_commands,
+    run_commands,
+    smoke_commands,
+    suite_commands,
+    sweep_commands,
+    test_commands,
+    tf_warm_commands,
+)
 from benchmarks.battery.estimates import (
     MEASURED_PARITY_S,
     Context,
@@ -18,11 +34,8 @@ from benchmarks.battery.estimates import (
     run_seconds,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-c", "from compare.cli import main; main()"]
-FRAMEWORKS = ("torch", "tf")  # the plan's order: PyTorch can start before TensorFlow arrives
 CALIBRATION = REPO / "benchmarks" / "gpu_battery_calibration.json"
-STAGE_LIMIT_S = 570  # every stage's time limit stays under a 10-minute command
+QUEUE_LIMIT_S = 1500  # a stage only a rental's background queue runs, under its deadline
 SPARE_S = 60  # of --time-left, kept for packing and the command's own end
 # A rental: 15 minutes of device time, the machine's start (about 30 s, measured on an H200)
 # and the last call's return included; TensorFlow's bundle arrives while PyTorch trains
@@ -31,41 +44,6 @@ RENTAL_S = 14 * 60  # a rental's GPU time for stages
 RENTAL_CORE_S = RENTAL_S  # the core stages come first, over as many rentals as they need
 PACK_FILES = 8  # files that come back from one command
 PACK_TAR_BYTES = 15 * 2**20  # one file that comes back: at most 16 MiB
-
-
-@dataclass(frozen=True)
-class TinyWork:
-    """What --tiny runs: every stage's plumbing on work small enough to finish on any CPU.
-    On a CPU "mixed" is bfloat16, which a CPU without bfloat16 instructions emulates at many
-    times float32's step time (ResNet-9: 10-20x, benchmarks/results/cpu-epyc-2core/
-    precision-resnet9-as-avx2.md), so tiny runs on a CPU
-    train in float32 (the mixed-precision code paths have tests of their own); and the
-    limits are the longest a stage may take, since the estimates are a GPU's."""
-
-    images: int = 128  # synthetic training images (4 steps of 32)
-    batch: int = 32
-    epochs: int = 1
-    seeds: int = 1
-
-    def precision(self, precision: str, device: str) -> str:
-        return "fp32" if device == "cpu" else precision
-
-    def data(self) -> list[str]:
-        return ["--dataset", "synthetic", "--synthetic-size", str(self.images)]
-
-    def described(self, device: str) -> dict:
-        """battery.json's record of the choice."""
-        return {"images": self.images, "batch": self.batch, "epochs": self.epochs,
-                "seeds": self.seeds, "limit_s": STAGE_LIMIT_S,
-                "precision": ("fp32 for every stage: a CPU without bfloat16 instructions "
-                              "emulates mixed (bfloat16) many times slower"
-                              if device == "cpu" else "as each stage says")}
-
-
-TINY = TinyWork()
-TINY_SKIPPED = ("--tiny: the commands of resnet9-mixed on a bigger network or a longer schedule "
-                "(minutes of a CPU); each network is tested in tests/test_networks.py and "
-                "tests/test_parity.py")
 
 
 # The PyTorch CIFAR-10 tutorial's recipe (the seed's Net) and the DAWNBench ResNet-9's, whose
@@ -91,6 +69,15 @@ class Stage:
     # The stage whose commands this one's are under --tiny on a CPU, where every stage trains
     # float32 (TinyWork.precision): skipped there, saying so, as a second run of the same.
     tiny_cpu_twin: str | None = None
+    # Its times are figures: on a GPU it starts only on a quiet host (nothing else training,
+    # unpacking or copying there: running.wait_for_quiet_host) and is refused otherwise.
+    # Untimed stages (accuracy references, smoke tests, warm-ups) fill the minutes while
+    # TensorFlow's bundle arrives.
+    timed: bool = True
+    max_limit_s: int = STAGE_LIMIT_S  # its time limit at most (a 10-minute command's)
+    # The share of its estimate that leaves a usable result: a stage runs when that much
+    # time is left (a comparison over 3 seeds: its first seed of each framework)
+    least_fraction: float = 1.0
 
     def tiny_skip(self, ctx: Context) -> str | None:
         """Why --tiny skips this stage in `ctx`, or None where it runs."""
@@ -131,100 +118,17 @@ def fixed_estimate(seconds: float, how: str) -> Callable[[str, Context], tuple[f
 
 # --------------------------------------------------------------------------- commands
 
-def recipe_for(recipe: Recipe, ctx: Context) -> Recipe:
-    """The recipe as this invocation runs it: a few steps on tiny data with --tiny."""
-    if not ctx.tiny:
-        if ctx.seeds is None:
-            return recipe
-        return Recipe(recipe.model, recipe.precision, recipe.batch, recipe.epochs, ctx.seeds,
-                      recipe.lr, recipe.target)
-    return Recipe(recipe.model, TINY.precision(recipe.precision, ctx.device),
-                  min(recipe.batch, TINY.batch), TINY.epochs, TINY.seeds, recipe.lr,
-                  recipe.target)
-
-
-def compare_commands(name: str, recipe: Recipe) -> Callable[[str, Context], list[list[str]]]:
-    """PyTorch's part of the comparison, or (its directory already there) TensorFlow's: the
-    rest of it (`compare --resume`: the parity check, TensorFlow's seeds, the report)."""
-    def commands(framework: str, ctx: Context) -> list[list[str]]:
-        out = ctx.out / name
-        if (out / "compare.json").exists():  # everything not yet done, parity check included
-            return [[*CLI, "compare", "--resume", str(out), "--quiet"]]
-        r = recipe_for(recipe, ctx)
-        # Own loops would double each comparison's GPU time; the tool-overhead stage measures
-        # the shared loop against them on the GPU instead.
-        return [[*CLI, "compare", "--framework", framework, *r.options(), "--seeds",
-                 str(r.seeds), "--device", ctx.device, "--ignore-parity", "--no-own-loops",
-                 *ctx.data, "--quiet", "--out", str(out)]]
-    return commands
-
-
-# TensorFlow's first GPU op, before anything long: a float16 3x3 convolution (cuDNN; a 1x1 one
-# may go to cuBLAS and prove nothing about cuDNN) forward and gradient, on the device.
-# The loss is a mean, so its gradient stays far inside float16's range (a sum of squares over
-# 131,072 outputs overflowed it on an AVX2 CPU, whose kernels accumulate in float16).
-SMOKE = """import json, sys
-import tensorflow as tf
-tf.random.set_seed(0)
-with tf.device(sys.argv[1]):
-    x = tf.random.normal((8, 32, 32, 16), dtype=tf.float16)
-    w = tf.Variable(tf.random.normal((3, 3, 16, 16), dtype=tf.float16))
-    with tf.GradientTape() as tape:
-        y = tf.nn.conv2d(x, w, 1, "SAME")
-        loss = tf.reduce_mean(tf.cast(y, tf.float32) ** 2)
-    grad = tape.gradient(loss, w)
-print(json.dumps({"device": y.device, "gpus": len(tf.config.list_physical_devices("GPU")),
-                  "finite": bool(tf.reduce_all(tf.math.is_finite(grad)))}))
-on_device = sys.argv[1].strip("/").lower() in y.device.lower()
-sys.exit(0 if on_device and bool(tf.reduce_all(tf.math.is_finite(grad))) else 1)
-"""
-
-
-def smoke_commands(framework: str, ctx: Context) -> list[list[str]]:
-    from compare.process import runner
-    device = "/GPU:0" if ctx.device == "gpu" else "/CPU:0"
-    return [[runner.python_for("tf"), "-c", SMOKE, device]]
-
-
-def doctor_commands(framework: str, ctx: Context) -> list[list[str]]:
-    return [[*CLI, "doctor", "--json", "--framework", framework, "--device", ctx.device]]
-
-
-def test_commands(framework: str, ctx: Context) -> list[list[str]]:
-    # GPU tests are named test_torch_*, test_tf_* or test_both_* (tests/test_gpu.py and
-    # tests/test_gpu_features.py)
-    chosen = "test_torch_" if framework == "torch" else "test_tf_ or test_both_"
-    if ctx.tests:
-        chosen = f"({chosen}) and ({' or '.join(ctx.tests)})"
-    # -v: each test's outcome on a line of its own as it ends, so a stage cut by its limit
-    # still says which tests passed and which failed (summary_of_tests)
-    return [[sys.executable, "-m", "pytest", "-m", "gpu", "-k", chosen, "-v", "-rs",
-             "-p", "no:cacheprovider", "--junitxml", str(ctx.out / f"pytest-gpu-{framework}.xml")]]
-
-
-def suite_commands(framework: str, ctx: Context) -> list[list[str]]:
-    # The README's test command on the GPU host, as a user there runs it: the quick tier on
-    # two workers, in TensorFlow's environment, which holds PyTorch too. Its non-GPU tests
-    # must pass there seeing no GPU (tests/conftest.py hides it from each).
-    return [[sys.executable, "-m", "pytest", "-n", "2", "-rs", "-p", "no:cacheprovider",
-             "--junitxml", str(ctx.out / "pytest-suite.xml")]]
-
-
-def sweep_commands(name: str, varies: list[str], recipe: Recipe, extra: tuple[str, ...] = (),
-                   tiny_varies: list[str] | None = None) -> Callable[[str, Context], list]:
-    """`cnncompare sweep` of the recipe (its model, precision, batch, epochs and learning
-    rate, each passed: a network's own defaults would run another schedule than the stage
-    says and its estimate assumes) with `extra` options, one framework at a time."""
-    def commands(framework: str, ctx: Context) -> list[list[str]]:
-        chosen = tiny_varies if ctx.tiny and tiny_varies is not None else varies
-        run = recipe if not ctx.tiny else replace(
-            recipe, precision=TINY.precision(recipe.precision, ctx.device),
-            batch=min(recipe.batch, TINY.batch), epochs=TINY.epochs)
-        device = [] if any(v.startswith("device=") for v in chosen) else ["--device", ctx.device]
-        return [[*CLI, "sweep", "--framework", framework, *run.options(), *extra, *device,
-                 *[x for v in chosen for x in ("--vary", v)], *ctx.data, "--quiet",
-                 "--out", str(ctx.out / name / framework)]]
-    return commands
+def both_estimate(recipe: Recipe, own_loops: bool = False
+                  ) -> Callable[[str, Context], tuple[float, str]]:
+    """A comparison of both frameworks in one command: each framework's part, twice the
+    matched runs' time with own loops."""
+    def estimate(framework: str, ctx: Context) -> tuple[float, str]:
+        parts = [comparison_estimate(recipe)(fw, ctx) for fw in FRAMEWORKS]
+        loops = sum(recipe.seeds * run_seconds(fw, recipe, ctx)[0] for fw in FRAMEWORKS)
+        total = sum(seconds for seconds, _ in parts) + (loops if own_loops else 0.0)
+        return total, ("; ".join(f"{fw}: {how}" for fw, (_, how) in zip(FRAMEWORKS, parts))
+                       + (" + each seed's own loop, as long as its run" if own_loops else ""))
+    return estimate
 
 
 def sweep_stage(name: str, frameworks: tuple[str, ...], what: str, varies: list[str],
@@ -250,22 +154,6 @@ CPU_VS_GPU = Recipe("lenet", "fp32", 4, 1, 1, lr=0.001)  # the tutorial's recipe
 SWEPT_LENET = Recipe("lenet", "mixed", 32, 2, 1)
 
 
-# The shared loop against each framework's own on a GPU: LeNet at batch 32 and ResNet-9 at
-# 512. LeNet at batch 4 is host-bound at 2-3 ms a step on an H200 (estimates.MEASURED): its four
-# runs of 3 epochs alone would fill a 10-minute command; the CPU results measure it.
-OVERHEAD_CONFIGS = (("lenet", 32), ("resnet9", 512))
-
-
-def overhead_commands(framework: str, ctx: Context) -> list[list[str]]:
-    configs = f"lenet:{TINY.batch}" if ctx.tiny else ",".join(
-        f"{model}:{batch}" for model, batch in OVERHEAD_CONFIGS)
-    data = TINY.data() if ctx.tiny else ctx.data
-    return [[sys.executable, "-m", "benchmarks.tool_overhead", "--frameworks",
-             framework, "--configs", configs, "--repeats", "1" if ctx.tiny else "2",
-             "--epochs", "2" if ctx.tiny else "3", f"--option=--device={ctx.device}", *data,
-             "--out", str(ctx.out / "tool-overhead" / framework)]]
-
-
 def sweep_estimate(runs: int, recipe: Recipe) -> Callable[[str, Context], tuple]:
     def estimate(framework: str, ctx: Context) -> tuple[float, str]:
         one, how = run_seconds(framework, recipe, ctx)
@@ -283,11 +171,14 @@ def overhead_estimate(framework: str, ctx: Context) -> tuple[float, str]:
                    + ", ".join(parts))
 
 
+VERDICT = Recipe(precision="mixed", seeds=3, **RESNET9)
+
+
 STAGES: list[Stage] = [
     Stage("tf-smoke", True, ("tf",), "TensorFlow's first GPU op, before anything long: a "
           "float16 3x3 convolution forward and gradient (cuDNN)", smoke_commands,
           lambda fw, ctx: (fixed_seconds(fw, "lenet", ctx), "one process's fixed cost"),
-          json_out=True),
+          json_out=True, timed=False),
     Stage("doctor", True, FRAMEWORKS, "cnncompare doctor: versions, the CUDA libraries each "
           "framework loaded, a few real steps per precision on the GPU alone",
           doctor_commands, lambda fw, ctx: (2 * fixed_seconds(fw, "lenet", ctx) + 10.0,
@@ -315,6 +206,44 @@ STAGES: list[Stage] = [
                                                   **{**RESNET9, "epochs": 48})),
           comparison_estimate(Recipe(precision="mixed", seeds=1, **{**RESNET9, "epochs": 48})),
           comparison=True, tiny=False),
+    # The GPU verdict: both frameworks in one command, seeds alternated (tf, torch, torch, tf,
+    # ...), each framework also at its own defaults (Keras: XLA on a GPU); only on a quiet host
+    # and only in a rental's background queue, which is not held to a 10-minute command.
+    Stage("resnet9-verdict", False, (BOTH,), "ResNet-9 (DAWNBench), mixed precision, 24 "
+          "epochs, both frameworks alternated over 3 seeds, matched (both eager) and each at "
+          "its own defaults (Keras: XLA)",
+          compare_commands("resnet9-verdict", VERDICT),
+          both_estimate(VERDICT), comparison=True, tiny=False, max_limit_s=QUEUE_LIMIT_S,
+          least_fraction=1 / VERDICT.seeds),
+    Stage("resnet9-own", False, (BOTH,), "ResNet-9 (DAWNBench), mixed precision, 24 epochs, "
+          "1 seed, beside each run the framework's own loop (Keras fit; a plain PyTorch loop)",
+          compare_commands("resnet9-own", replace(VERDICT, seeds=1), own_loops=True),
+          both_estimate(replace(VERDICT, seeds=1), own_loops=True), comparison=True,
+          tiny=False, max_limit_s=QUEUE_LIMIT_S),
+    # Untimed: what the minutes while TensorFlow's bundle arrives can hold. The data's ceiling
+    # (a public reference trainer on the same images) and our ResNet-9 at Page's dawn.py
+    # recipe (no label smoothing; its reflection padding the data plan cannot express: zeros)
+    Stage("reference", False, ("torch",), "airbench94 (airbench 0.1.8) on the same data, "
+          f"{REFERENCE_RUNS} runs after its warm-up, with and without its test-time "
+          "augmentation: the accuracy this copy of CIFAR-10 allows",
+          reference_commands, fixed_estimate(60.0, "decoding the data (about 20 s) + a "
+                                                   "warm-up + 5 runs of about 5 s"),
+          json_out=False, tiny=False, timed=False,
+          tiny_reason="--tiny: airbench trains on a CUDA GPU only"),
+    Stage("resnet9-page", False, ("torch",), "ResNet-9 at Page's dawn.py recipe (no label "
+          "smoothing), mixed, 24 epochs, 1 seed: its accuracy on this data (untimed)",
+          run_commands("resnet9-page", replace(VERDICT, seeds=1), ("--label-smoothing", "0")),
+          lambda fw, ctx: run_seconds(fw, replace(VERDICT, seeds=1), ctx), tiny=False,
+          timed=False),
+    # TensorFlow's wheel carries no code for Hopper (compute_90 PTX only): the driver compiles
+    # its kernels on their first use into the CUDA cache, once per machine; a short untimed
+    # run pays that before the timed ones, as any second run on a machine would find it
+    Stage("tf-warm", False, ("tf",), "one untimed epoch of ResNet-9 on 2,048 synthetic images: "
+          "the driver compiles TensorFlow's kernels into the CUDA cache",
+          tf_warm_commands, lambda fw, ctx: (fixed_seconds(fw, "resnet9", ctx) + 15.0,
+                                             "a process's fixed cost + 15 s of PTX compiled "
+                                             "by the driver"),
+          tiny=False, timed=False, tiny_reason="--tiny: no GPU kernel cache to warm"),
     # 8 epochs: TensorFlow's part, eager and at Keras' default (XLA), within one command
     *[Stage(f"{model}-mixed", False, FRAMEWORKS, f"{title} (pytorch-cifar), mixed "
             f"precision, its recipe on a short schedule ({recipe.epochs} epochs, batch "
@@ -326,11 +255,12 @@ STAGES: list[Stage] = [
           test_commands, lambda fw, ctx: ((490.0, "on an H100: 11 of its 19 took 278 s, "
                                                   "the other 8 and one again 209 s")
                                           if fw == "tf" else
-                                          (60.0, "its 14 took 45 s on an H100"))),
+                                          (60.0, "its 14 took 45 s on an H100")),
+          timed=False),
     Stage("suite", False, ("tf",), "pytest -n 2: the README's test command (the quick tier) "
           "on the GPU host, both frameworks in TensorFlow's environment",
           suite_commands, fixed_estimate(300.0, "the quick tier took 219 s on two cores "
-                                                "(a 2-core Xeon, CI)"), tiny=False,
+                                                "(a 2-core Xeon, CI)"), tiny=False, timed=False,
           tiny_reason="--tiny: the test suite, which runs the tiny battery itself"),
     sweep_stage("cpu-vs-gpu", FRAMEWORKS, "the GPU's speed-up over this machine's CPU, "
                 "the tutorial's recipe", ["device=cpu,gpu"], CPU_VS_GPU,
@@ -357,7 +287,3 @@ STAGES: list[Stage] = [
 ]
 
 
-def shown(arg: str) -> str:
-    if arg == sys.executable:
-        return "python"
-    return arg if arg and " " not in arg and ";" not in arg else json.dumps(arg)
