@@ -43,20 +43,34 @@ report() {  # what the queue is doing and has done; the pack into $OUT
   say "queue: $(tail -n 4 $S/queue.log 2>/dev/null | tr '\n' '|')"
   nvidia-smi --query-gpu=name,utilization.gpu,memory.used,power.draw --format=csv,noheader 2>/dev/null
   [ -f $S/battery/battery.md ] && grep -E '^\|' $S/battery/battery.md | cut -c1-160 | tail -n 30
-  if [ -n "${OUT:-}" ] && [ -d $S/pack ]; then cp $S/pack/* "$OUT"/ 2>/dev/null; fi
-  cp $S/queue.log "$OUT"/queue.log 2>/dev/null || true
+  [ -n "${OUT:-}" ] || return 0
+  [ -d $S/pack ] && cp $S/pack/* "$OUT"/ 2>/dev/null
+  # live.tar.gz: what is on disk now, beside the pack the battery wrote after its last stage
+  # (a stage still running, or one cut at the deadline before its pack, leaves its runs'
+  # results only here); no data, models, checkpoints or traces. The pack's 7 files at most
+  # and this one make the 8 a call brings back.
+  local skip=(--exclude='*.pt' --exclude='*.keras' --exclude='*.npz' --exclude='*.pb'
+              --exclude=checkpoint --exclude=tensorboard --exclude=profile --exclude=parity
+              --exclude=report)
+  (cd $S && tar czf "$OUT"/live.tar.gz "${skip[@]}" queue.log $(ls -d battery 2>/dev/null))
+  if [ "$(stat -c %s "$OUT"/live.tar.gz)" -gt $(( 15 * 1024 * 1024 )) ]; then  # the summaries
+    (cd $S && find queue.log battery -name '*.json' -o -name '*.md' -o -name '*.log' \
+       -o -name queue.log | grep -v -e /checkpoint/ -e /profile/ -e /tensorboard/ \
+       | tar czf "$OUT"/live.tar.gz -T -)
+  fi
 }
 
 battery() {  # battery FRAMEWORK STAGE [SEEDS]: one stage, within the queue's deadline
   local left=$(( $(cat $S/deadline) - $(date +%s) ))
   [ $left -gt 20 ] || { say "no time left for $2 ($1)"; return 2; }
-  # the battery keeps 60 s of --time-left for packing; the queue's deadline already keeps
-  # the time the last poll needs, so 45 s of those 60 go to the stage
+  # the battery keeps 60 s of --time-left for a stage's stop (up to 30 s: its runs write
+  # what they finished) and the pack, so all of it is done by the deadline, where the last
+  # poll returns
   say "stage $2 ($1), ${left} s left"
   BATTERY_QUIET_MARKER=$S/quiet PYTHONPATH=$S/repo:$S/repo/$PYDEPS${PYTHONPATH:+:$PYTHONPATH} \
     python3 -m benchmarks.gpu_battery \
     --framework "$1" --stage "$2" ${3:+--seeds $3} --limit-factor 4 \
-    --dataset folder --data-dir $S/data --time-left $(( left + 45 )) \
+    --dataset folder --data-dir $S/data --time-left $left \
     --out $S/battery --pack $S/pack ${RENTAL_OPTIONS:-}  # "--device cpu --tiny": plumbing
 }
 

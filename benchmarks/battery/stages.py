@@ -171,7 +171,13 @@ def overhead_estimate(framework: str, ctx: Context) -> tuple[float, str]:
                    + ", ".join(parts))
 
 
-VERDICT = Recipe(precision="mixed", seeds=3, **RESNET9)
+# The accuracy the rentals' data allows: their CIFAR-10 is a JPEG re-encoding (quality about
+# 75), on which airbench94, 94.01% on the original images, reaches 90.68% with its test-time
+# augmentation (5 runs on an H100: benchmarks/results/gpu-h100-rental3/reference/
+# reference.json); the verdict's target is a point below that mean, which a run at the data's
+# ceiling reaches in its last epochs. On the original images the recipe's own 94% applies.
+JPEG_COPY_TARGET = 0.897
+VERDICT = Recipe(precision="mixed", seeds=3, **{**RESNET9, "target": JPEG_COPY_TARGET})
 
 
 STAGES: list[Stage] = [
@@ -210,8 +216,9 @@ STAGES: list[Stage] = [
     # ...), each framework also at its own defaults (Keras: XLA on a GPU); only on a quiet host
     # and only in a rental's background queue, which is not held to a 10-minute command.
     Stage("resnet9-verdict", False, (BOTH,), "ResNet-9 (DAWNBench), mixed precision, 24 "
-          "epochs, both frameworks alternated over 3 seeds, matched (both eager) and each at "
-          "its own defaults (Keras: XLA)",
+          "epochs, time to 89.7% (the JPEG copy's ceiling less a point), both frameworks "
+          "alternated over 3 seeds, matched (both eager) and each at its own defaults "
+          "(Keras: XLA)",
           compare_commands("resnet9-verdict", VERDICT),
           both_estimate(VERDICT), comparison=True, tiny=False, max_limit_s=QUEUE_LIMIT_S,
           least_fraction=1 / VERDICT.seeds),
