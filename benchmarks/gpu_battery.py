@@ -38,10 +38,12 @@ Timed and untimed stages: on a GPU a timed stage (a comparison, a sweep, the too
 starts only on a quiet host, with nothing else training, unpacking or copying there, and is
 refused, naming what ran beside it, when the host stays busy; untimed stages (the smoke test,
 the GPU tests, `reference`: airbench94 on the same data as the accuracy this copy of
-CIFAR-10 allows, `resnet9-page`: ResNet-9 at Page's recipe for its accuracy, `tf-warm`:
-TensorFlow's kernels compiled for the GPU once) fill the minutes while a rental's
-TensorFlow bundle arrives. `resnet9-verdict` and `resnet9-own` run both frameworks in one
-`compare` (framework `both`), their seeds alternated.
+CIFAR-10 allows, `resnet9-page`: ResNet-9 at Page's recipe for its accuracy, `warm`: each
+framework's first-run compiles, TensorFlow's kernels by the driver and PyTorch's graph by
+torch.compile, paid once a machine) fill the minutes while a rental's TensorFlow bundle
+arrives. `resnet9-verdict` (matched compiled, PyTorch also eager), `resnet9-own` and
+`resnet9-eager` (matched eager, TensorFlow also with XLA) run both frameworks in one `compare`
+(framework `both`), their seeds alternated.
 
 The battery's parts live in benchmarks/battery/, by role: each stage's commands and what
 --tiny runs (commands.py), the stages (stages.py), a run's recipe, context and estimate

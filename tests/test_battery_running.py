@@ -144,5 +144,5 @@ def test_a_timed_stage_on_a_gpu_is_refused_beside_other_work(tmp_path, monkeypat
     assert len(waits) == 1 and 0 < waits[0] < 600  # the wait leaves the stage its time
     assert not (tmp_path / "lenet-fp32").exists()
     untimed = {s.name for s in battery.STAGES if not s.timed}
-    assert {"tf-smoke", "reference", "resnet9-page", "tf-warm", "gpu-tests"} <= untimed
+    assert {"tf-smoke", "reference", "resnet9-page", "warm", "gpu-tests"} <= untimed
     assert "resnet9-verdict" not in untimed

@@ -177,6 +177,8 @@ READERS: dict[str, Callable[..., Any]] = {  # @name in TABLE: a function of the 
     "reached": lambda md: re.search(r"(\d+) of (\d+) run in", md).groups(),
     "below_published": lambda ref: 0.9401 - ref["accuracy_tta"]["mean"],  # airbench's README
     "less_a_point": lambda ref: ref["accuracy_tta"]["mean"] - 0.01,
+    "verdict_start": lambda q: re.search(  # seconds into the queue, seconds left
+        r"\+(\d+)s\] stage resnet9-verdict \(both\), (\d+) s left", q).groups(),
     "tail_acc": lambda log: float(re.findall(r"test_acc ([\d.]+)", log)[-1]),
     "tail_train_s": lambda log: [float(x) for x in re.findall(r" train ([\d.]+)s", log)],
     "tail_rates": lambda log: [float(x.replace(",", "")) for x in re.findall(

@@ -66,11 +66,12 @@ def recipe_for(recipe: Recipe, ctx: Context) -> Recipe:
                   recipe.target)
 
 
-def compare_commands(name: str, recipe: Recipe,
-                     own_loops: bool = False) -> Callable[[str, Context], list[list[str]]]:
+def compare_commands(name: str, recipe: Recipe, own_loops: bool = False,
+                     extra: tuple[str, ...] = ()) -> Callable[[str, Context], list[list[str]]]:
     """PyTorch's part of the comparison, or (its directory already there) TensorFlow's: the
     rest of it (`compare --resume`: the parity check, TensorFlow's seeds, the report); for
-    BOTH, the whole comparison in one command, its seeds alternated between the frameworks."""
+    BOTH, the whole comparison in one command, its seeds alternated between the frameworks;
+    `extra`: more options of the comparison (--compile)."""
     def commands(framework: str, ctx: Context) -> list[list[str]]:
         out = ctx.out / name
         if (out / "compare.json").exists():  # everything not yet done, parity check included
@@ -79,7 +80,7 @@ def compare_commands(name: str, recipe: Recipe,
         # Own loops double a comparison's GPU time: a stage asks for them where it can
         # afford them; the tool-overhead stage measures them apart.
         chosen = [] if framework == BOTH else ["--framework", framework]
-        return [[*CLI, "compare", *chosen, *r.options(), "--seeds", str(r.seeds),
+        return [[*CLI, "compare", *chosen, *r.options(), *extra, "--seeds", str(r.seeds),
                  "--device", ctx.device, "--ignore-parity",
                  "--own-loops" if own_loops else "--no-own-loops", *ctx.data, "--quiet",
                  "--out", str(out)]]
@@ -190,11 +191,16 @@ def overhead_commands(framework: str, ctx: Context) -> list[list[str]]:
              "--out", str(ctx.out / "tool-overhead" / framework)]]
 
 
-def tf_warm_commands(framework: str, ctx: Context) -> list[list[str]]:
-    return [[*CLI, "run", "--framework", "tf", "--model", "resnet9", "--precision", "mixed",
-             "--batch-size", "512", "--epochs", "1", "--dataset", "synthetic",
-             "--synthetic-size", "2048", "--profile", "0", "--device", ctx.device, "--quiet",
-             "--out", str(ctx.out / "tf-warm")]]
+def warm_commands(framework: str, ctx: Context) -> list[list[str]]:
+    """One short run of ResNet-9 that leaves the machine as a second run finds it: TensorFlow's
+    kernels compiled by the driver into the CUDA cache (its wheel has no Hopper code), and
+    PyTorch's compiled graph in torch.compile's own cache (compiled, the state the verdict
+    times it in)."""
+    compiled = ["--compile"] if framework == "torch" else []
+    return [[*CLI, "run", "--framework", framework, "--model", "resnet9", "--precision",
+             "mixed", "--batch-size", "512", "--epochs", "1", "--dataset", "synthetic",
+             "--synthetic-size", "2048", "--profile", "0", *compiled, "--device", ctx.device,
+             "--quiet", "--out", str(ctx.out / "warm" / framework)]]
 
 
 def shown(arg: str) -> str:

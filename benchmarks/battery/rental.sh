@@ -27,10 +27,10 @@
 # Every verb ends by copying the battery's pack (at most 8 files) into $OUT. A call after
 # `hold` copies the checkout onto the host while timed stages run: make none but the last.
 #
-# The queue (its order is the priorities): untimed work while TensorFlow arrives (the
-# reference trainer on the same data, ResNet-9 at Page's recipe), TensorFlow's smoke test and
-# warm-up, then the timed stages: the ResNet-9 verdict (both frameworks alternated over three
-# seeds, each also at its own defaults), its own loops, then what time is left for.
+# The queue (its order is the priorities): untimed work while TensorFlow arrives
+# (PyTorch's warm-up), TensorFlow's smoke test and warm-up, then the timed stages: the ResNet-9
+# verdict (both frameworks alternated over three seeds, matched compiled, PyTorch also at its
+# default), its own loops, the same matched eager, then what time is left for.
 set -uo pipefail
 S=${RENTAL_DIR:-/tmp/rental}        # everything on the device lives here
 DATA=.data/cifar10-jpeg.tar.gz      # the real CIFAR-10 image folder, carried by `start`
@@ -82,9 +82,11 @@ wait_for_tf() {  # until the bundle is unpacked (or failed), while a minute of t
 queue() {
   cd $S/repo || exit 1
   # framework:stage:seeds (empty: the stage's own), in the order of their worth
-  local untimed=(torch:reference: torch:resnet9-page:)  # while TensorFlow arrives
-  local tf_untimed=(tf:tf-smoke: tf:tf-warm:)
-  local timed=(both:resnet9-verdict: both:resnet9-own: torch:resnet9-fp32:1 tf:resnet9-fp32:1
+  # while TensorFlow arrives (the reference trainer and Page's recipe ran on an H100:
+  # benchmarks/results/gpu-h100-rental3/; RENTAL_ORDER runs them again)
+  local untimed=(torch:warm:)
+  local timed=(both:resnet9-verdict: both:resnet9-own: both:resnet9-eager:
+               torch:resnet9-fp32:1 tf:resnet9-fp32:1
                torch:cuda-graphs: torch:strategy: tf:strategy: torch:cpu-vs-gpu:
                tf:cpu-vs-gpu: torch:steps-per-call: tf:steps-per-call: torch:gpu-tests:
                tf:gpu-tests: tf:suite: torch:tool-overhead: tf:tool-overhead:)
@@ -128,7 +130,7 @@ queue() {
     source $S/tfgpu/site/activate.sh
     if run tf:tf-smoke:; then
       tf_ok=1
-      run tf:tf-warm:
+      run tf:warm:
     else
       say "TensorFlow's smoke test failed on the machine's cuDNN: no TensorFlow stage runs"
     fi

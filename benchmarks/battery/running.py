@@ -318,7 +318,7 @@ def figures(stage: Stage, framework: str, ctx: Context) -> dict:
                             f"accuracy, {found['accuracy_tta']['mean']:.2%} with its TTA, "
                             f"{found['accuracy']['runs']} runs") if found.get("accuracy")
                 else "no reference.json written"}
-    if stage.name in ("resnet9-page", "tf-warm"):
+    if stage.name in ("resnet9-page", "warm"):
         results = sorted((ctx.out / stage.name).rglob("result.json"))
         accuracies = [(read_json(r).get("summary") or {}).get("final_test_accuracy")
                       for r in results]
