@@ -1,0 +1,36 @@
+"""benchmarks/interleaved_overhead.py's worker: both loops of one run in one process, an epoch
+each in turn, each epoch's median window step kept for each loop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import patience
+
+from benchmarks import interleaved_overhead
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("first", ["own", "shared"])
+def test_both_loops_train_every_epoch_in_one_process(tmp_path, first):
+    out = tmp_path / "pairs.json"
+    subprocess.run([sys.executable, "-m", "benchmarks.interleaved_overhead", "--worker",
+                    "torch", "lenet", "32", "3", "256", first, str(out)], cwd=REPO,
+                   check=True, timeout=patience(120), capture_output=True)
+    found = json.loads(out.read_text())
+    assert found["shared_first"] == (first == "shared")
+    # an epoch of each loop, each epoch's median step (ms) of its windows
+    assert len(found["own_ms"]) == len(found["shared_ms"]) == 3
+    assert all(0 < ms < 1000 for ms in found["own_ms"] + found["shared_ms"])
+
+
+def test_the_ratio_is_a_geometric_mean_with_its_interval():
+    found = interleaved_overhead.ratio_interval([0.9, 1.0, 1.1, 1.0])
+    assert found["ratio"] == pytest.approx((0.9 * 1.1) ** 0.25)
+    assert found["low"] < found["ratio"] < found["high"] and found["pairs"] == 4
+    assert found["width"] == pytest.approx(found["high"] / found["low"])
