@@ -86,13 +86,14 @@ def worker(framework: str, model: str, batch: int, epochs: int, images: int,
             def add_steps(self, *args: object) -> None:
                 pass
 
-        step = [0]
+        global_step = 0  # the shared loop's, across its epochs
 
         def shared_epoch() -> None:
+            nonlocal global_step
             seen = Windows()
             epoch = len(shared_ms) + 1
-            _, step[0] = loop._train_epoch(shared, config, seen, display, sampler, windows,
-                                           epoch, step[0], total)
+            _, global_step = loop._train_epoch(shared, config, seen, display, sampler, windows,
+                                               epoch, global_step, total)
             shared_ms.append(statistics.median(seen.ms))
 
         if shared_first:

@@ -87,12 +87,12 @@ def compare_commands(name: str, recipe: Recipe, own_loops: bool = False,
     return commands
 
 
+REFERENCE_RUNS = 5  # airbench94 trainings after its warm-up (about 4 s each on an A100)
+
+
 def reference_commands(framework: str, ctx: Context) -> list[list[str]]:
     return [[sys.executable, "-m", "benchmarks.reference_trainer", *ctx.data, "--runs",
              str(REFERENCE_RUNS), "--out", str(ctx.out / "reference")]]
-
-
-REFERENCE_RUNS = 5  # airbench94 trainings after its warm-up (about 4 s each on an A100)
 
 
 def run_commands(name: str, recipe: Recipe, extra: tuple[str, ...] = ()

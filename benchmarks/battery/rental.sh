@@ -104,7 +104,7 @@ queue() {
     for item in $RENTAL_ORDER; do
       if [ "${item%%:*}" = tf ] && [ $activated = 0 ]; then
         activated=1
-        for fill in ${RENTAL_FILL:-}; do  # PyTorch's stages while TensorFlow is on its way
+        for fill in ${RENTAL_FILL:-}; do  # untimed stages while TensorFlow is on its way
           [ -f $S/tf-unpacked ] || [ -f $S/tf-failed ] && break
           run "$fill"; [ $? -eq 2 ] && break
         done
