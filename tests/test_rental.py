@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,3 +40,58 @@ def test_every_poll_brings_back_the_results_on_disk_without_data_or_checkpoints(
             "battery/resnet9-verdict/runs/tf-seed0/steps.csv"} <= names
     assert not any(n.endswith(".pt") or "/checkpoint" in n for n in names), names
     assert sorted(p.name for p in out.iterdir()) == ["battery.md", "live.tar.gz"]
+
+
+def test_the_bundle_is_unpacked_as_its_parts_arrive_in_any_order(tmp_path):
+    """Each `part` call keeps its part; the first starts one background unpacking that streams
+    the parts in SHA256SUMS' order as they arrive (a part that comes early waits for the one
+    before it), so the bundle is in place once its last part is, whole and byte for byte."""
+    rental, work = tmp_path / "rental", tmp_path / "checkout"
+    content = tmp_path / "content"
+    (content / "site").mkdir(parents=True)
+    payload = os.urandom(300_000)  # incompressible: the archive spans every part
+    (content / "site" / "lib.so").write_bytes(payload)
+    (content / "site" / "activate.sh").write_text("echo ok\n")
+    archive = tmp_path / "bundle.tar.xz"
+    subprocess.run(["tar", "cJf", str(archive), "-C", str(content), "site"], check=True)
+    data, size = archive.read_bytes(), archive.stat().st_size
+    bundle, sums = work / ".tfgpu", []
+    for i in range(3):
+        part = bundle / f"c{i:02d}" / f"c.{i:02d}"
+        part.parent.mkdir(parents=True)
+        part.write_bytes(data[i * size // 3:(i + 1) * size // 3])
+        digest = subprocess.run(["sha256sum", str(part)], capture_output=True, text=True,
+                                check=True).stdout.split()[0]
+        sums.append(f"{digest}  c{i:02d}/c.{i:02d}\n")
+    (bundle / "SHA256SUMS").write_text("".join(sums))
+    (rental / "parts").mkdir(parents=True)
+    (rental / "deadline").write_text(str(int(time.time()) + 60))
+    env = {**os.environ, "RENTAL_DIR": str(rental), "OUT": ""}
+    script = str(REPO / "benchmarks/battery/rental.sh")
+    for name in ("c01", "c00", "c02"):
+        assert not (rental / "tf-unpacked").exists()  # not before the last part
+        done = subprocess.run(["bash", script, "part", name], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+    end = time.time() + 30
+    while not (rental / "tf-unpacked").exists() and not (rental / "tf-failed").exists():
+        assert time.time() < end, (rental / "unpack.log").read_text()
+        time.sleep(0.2)
+    assert (rental / "tf-unpacked").exists(), (rental / "unpack.log").read_text()
+    assert (rental / "tfgpu" / "site" / "lib.so").read_bytes() == payload
+    assert not list((rental / "partdata").iterdir())  # each part removed once unpacked
+
+
+def test_a_bad_part_is_refused_and_never_unpacked(tmp_path):
+    rental, work = tmp_path / "rental", tmp_path / "checkout"
+    part = work / ".tfgpu" / "c00" / "c.00"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"not the part the sums name")
+    (work / ".tfgpu" / "SHA256SUMS").write_text(f"{'0' * 64}  c00/c.00\n")
+    (rental / "parts").mkdir(parents=True)
+    (rental / "deadline").write_text(str(int(time.time()) + 60))
+    done = subprocess.run(["bash", str(REPO / "benchmarks/battery/rental.sh"), "part", "c00"],
+                          cwd=work, env={**os.environ, "RENTAL_DIR": str(rental), "OUT": ""},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1 and "part c00: bad sum" in done.stdout
+    assert not list((rental / "parts").iterdir()) and not (rental / "unpacking").exists()

@@ -3,7 +3,7 @@
 # queue of stages runs in the background from the first device call to a deadline, while the
 # next calls bring TensorFlow's bundle one part at a time (64 MiB a call) and bring back what
 # is done. A timed stage runs on a quiet host only: while the bundle arrives (each call copies
-# a part, the last one unpacks it) the queue runs untimed work (the data's reference trainer,
+# a part, which a background unpacking streams into place) the queue runs untimed work (the data's reference trainer,
 # accuracy runs, TensorFlow's smoke test and warm-up); `hold` says the transfers are over, and
 # then the battery starts its timed stages, one after another (benchmarks/battery/running.py
 # waits for the host to be quiet and refuses a timed stage beside other work).
@@ -147,7 +147,7 @@ snapshot() { tar cf - --exclude=./.data --exclude=./$BUNDLE --exclude=./runs . |
 # On any verb but the queue's own: RENTAL_LEFT=SECONDS moves the queue's deadline (the lease's
 # time left is known only after the first call); RENTAL_REFRESH=1 copies the checkout over the
 # queue's snapshot again (a fix made during the rental: later stages run it).
-if [ "${1:-}" != queue ] && [ -f $S/deadline ]; then
+if [ "${1:-}" != queue ] && [ "${1:-}" != unpack ] && [ -f $S/deadline ]; then
   [ -n "${RENTAL_LEFT:-}" ] && echo $(( $(date +%s) + RENTAL_LEFT )) > $S/deadline \
     && say "deadline moved: ${RENTAL_LEFT} s from now"
   [ -n "${RENTAL_REFRESH:-}" ] && snapshot && say "snapshot refreshed from this checkout"
@@ -163,15 +163,19 @@ case ${1:-} in
     cp "$0" $S/queue.sh   # the queue runs from its own copy: later calls may rewrite the checkout
     setsid nohup bash $S/queue.sh queue > $S/queue.log 2>&1 < /dev/null &
     sleep "${3:-15}"; report ;;
-  part)  # part cNN: check one bundle part, append it; after the last one, unpack in the background
+  part)  # part cNN: check one bundle part and keep it; the first part starts the unpacking,
+    # which streams each part into xz and tar as it arrives, in SHA256SUMS' order, so the
+    # bundle is unpacked seconds after its last part (appending the parts and unpacking them
+    # after the last one took 50 s of an H100 rental)
     name="$2/${2:0:1}.${2:1}"
     (cd $BUNDLE && grep " $name\$" SHA256SUMS | sha256sum -c --quiet -) || { say "part $2: bad sum"; exit 1; }
-    cat $BUNDLE/"$name" >> $S/tf-bundle.tar.xz && touch $S/parts/"$2"
+    mkdir -p $S/partdata && cp $BUNDLE/"$name" $S/partdata/"$2" && touch $S/parts/"$2"
     total=$(grep -c ' c[0-9][0-9]/' $BUNDLE/SHA256SUMS)
     say "part $2: $(ls $S/parts | wc -l) of $total"
-    if [ "$(ls $S/parts | wc -l)" -eq "$total" ]; then
-      setsid nohup bash -c "mkdir -p $S/tfgpu && xz -dc -T0 $S/tf-bundle.tar.xz | tar xf - -C $S/tfgpu \
-        && touch $S/tf-unpacked || touch $S/tf-failed" > $S/unpack.log 2>&1 < /dev/null &
+    if mkdir $S/unpacking 2>/dev/null; then  # once: the first part's call
+      grep -o ' c[0-9][0-9]/' $BUNDLE/SHA256SUMS | tr -d ' /' > $S/unpacking/order
+      cp "$0" $S/unpack.sh  # its own copy, like the queue's: later calls rewrite the checkout
+      setsid nohup bash $S/unpack.sh unpack > $S/unpack.log 2>&1 < /dev/null &
     fi
     report ;;
   reorder)  # reorder "fw:stage:seeds ...": the queue goes on in this order after its stage
@@ -193,6 +197,15 @@ case ${1:-} in
     end=$(( $(date +%s) + ${2:-0} ))
     while [ ! -f $S/queue-done ] && [ "$(date +%s)" -lt $end ]; do sleep 2; done
     report ;;
+  unpack)  # (started by the first part) the parts in order as they arrive, into the bundle
+    mkdir -p $S/tfgpu
+    for p in $(cat $S/unpacking/order); do
+      while [ ! -f $S/parts/$p ]; do  # until it arrives, or the queue's deadline
+        [ "$(date +%s)" -lt "$(cat $S/deadline)" ] || { echo "part $p never came" >&2; exit 1; }
+        sleep 0.5
+      done
+      cat $S/partdata/$p && rm $S/partdata/$p
+    done | xz -dc -T0 | tar xf - -C $S/tfgpu && touch $S/tf-unpacked || touch $S/tf-failed ;;
   queue) queue ;;
   *) echo "usage: rental.sh start SECONDS | part cNN | hold WAIT | reorder ORDER | skip |" \
           "poll WAIT" >&2
