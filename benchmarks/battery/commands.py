@@ -193,14 +193,15 @@ def overhead_commands(framework: str, ctx: Context) -> list[list[str]]:
 
 def warm_commands(framework: str, ctx: Context) -> list[list[str]]:
     """One short run of ResNet-9 that leaves the machine as a second run finds it: TensorFlow's
-    kernels compiled by the driver into the CUDA cache (its wheel has no Hopper code), and
+    kernels compiled by the driver into the CUDA cache (its wheel has no Hopper code),
     PyTorch's compiled graph in torch.compile's own cache (compiled, the state the verdict
-    times it in)."""
+    times it in), and the stage's images decoded into the data cache (the first warm-up
+    decodes them while the bundle arrives; a timed comparison would otherwise)."""
     compiled = ["--compile"] if framework == "torch" else []
     return [[*CLI, "run", "--framework", framework, "--model", "resnet9", "--precision",
-             "mixed", "--batch-size", "512", "--epochs", "1", "--dataset", "synthetic",
-             "--synthetic-size", "2048", "--profile", "0", *compiled, "--device", ctx.device,
-             "--quiet", "--out", str(ctx.out / "warm" / framework)]]
+             "mixed", "--batch-size", "512", "--epochs", "1", *ctx.data, "--profile", "0",
+             *compiled, "--device", ctx.device, "--quiet",
+             "--out", str(ctx.out / "warm" / framework)]]
 
 
 def shown(arg: str) -> str:
