@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The GPU battery on a short rental (15 minutes of a GPU, the machine's start included): one
-# queue of stages runs in the background from the first device call to a deadline, while the
-# next calls bring TensorFlow's bundle one part at a time (64 MiB a call) and bring back what
-# is done. A timed stage runs on a quiet host only: while the bundle arrives (each call copies
-# a part, which a background unpacking streams into place) the queue runs untimed work (the data's reference trainer,
-# accuracy runs, TensorFlow's smoke test and warm-up); `hold` says the transfers are over, and
-# then the battery starts its timed stages, one after another (benchmarks/battery/running.py
+# The GPU battery on a short rental (15 minutes of a GPU, the machine's start included): one queue
+# of stages runs in the background from the first device call to a deadline, while the next calls
+# bring TensorFlow's bundle one part at a time (64 MiB a call) and bring back what is done. A timed
+# stage runs on a quiet host only: while the bundle arrives (each call copies a part, which a
+# background unpacking streams into place) the queue runs untimed work (warm-ups, the data's
+# reference trainer, accuracy runs, TensorFlow's smoke test); `hold` says the transfers are over,
+# and then the battery starts its timed stages, one after another (benchmarks/battery/running.py
 # waits for the host to be quiet and refuses a timed stage beside other work).
 #
 # Each device call, back to back (an idle machine is given back after 30 s):
@@ -27,8 +27,8 @@
 # Every verb ends by copying the battery's pack (at most 8 files) into $OUT. A call after
 # `hold` copies the checkout onto the host while timed stages run: make none but the last.
 #
-# The queue (its order is the priorities): untimed work while TensorFlow arrives
-# (PyTorch's warm-up), TensorFlow's smoke test and warm-up, then the timed stages: the ResNet-9
+# The queue (its order is the priorities): untimed work while TensorFlow arrives (PyTorch's
+# warm-up, which decodes the images), TensorFlow's smoke test, then the timed stages: the ResNet-9
 # verdict (both frameworks alternated over three seeds, matched compiled, PyTorch also at its
 # default), its own loops, the same matched eager, then what time is left for.
 set -uo pipefail
@@ -128,9 +128,10 @@ queue() {
   if [ -f $S/tf-unpacked ]; then
     # shellcheck disable=SC1091
     source $S/tfgpu/site/activate.sh
+    # no TensorFlow warm-up on the way to the verdict: its parity check runs TensorFlow on
+    # the GPU before any timed run, which fills the driver's kernel cache as tf:warm would
     if run tf:tf-smoke:; then
       tf_ok=1
-      run tf:warm:
     else
       say "TensorFlow's smoke test failed on the machine's cuDNN: no TensorFlow stage runs"
     fi
