@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compare import files, schema
-from compare.experiment.compile_state import CompileState
+from compare.experiment.compile_state import CompileState, framework_default
 from compare.experiment.frameworks import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.figures import TRAIN_TIME
 from compare.report import words
@@ -25,14 +25,29 @@ def load(directory: Path) -> schema.Summary | None:
 
 
 def states(summary: schema.Summary) -> dict[str, CompileState]:
-    """Each framework's compile state in a comparison, from its runs' manifests (results
-    written before the states were recorded have none)."""
+    """Each framework's compile state in a comparison, from its runs' manifests; results
+    written before the states were recorded give theirs from the manifest's compile setting,
+    device kind, distribution wrapper and determinism, by the same rule (compile_state)."""
     found = {}
     for fw, manifest in (summary.get("fairness") or {}).items():
         record = (manifest or {}).get("compile_state")
         if isinstance(record, dict):
             found[fw] = CompileState.from_dict(record)
+        elif (state := _from_older_manifest(fw, manifest or {})) is not None:
+            found[fw] = state
     return found
+
+
+def _from_older_manifest(framework: str, manifest: dict) -> CompileState | None:
+    compiled, kind = manifest.get("compile"), manifest.get("device_kind")
+    if not isinstance(compiled, str) or kind not in ("gpu", "cpu"):
+        return None
+    wrapper = (manifest.get("strategy") or {}).get("wrapper")
+    default = framework_default(framework, kind, wrapped=wrapper is not None,
+                                deterministic=bool(manifest.get("deterministic")))
+    return CompileState(framework, compiled != "off", default.compiled,
+                        f"{default.rule} (read from the run's settings: its result predates "
+                        f"recorded compile states)", kind)
 
 
 def summarise(defaults: schema.Summary | None) -> dict | None:

@@ -62,6 +62,8 @@ def _context(groups: list[Group]) -> dict[str, Any]:
 OVERVIEW_COLUMNS = {"Machine (device)": "device", "Host": "host", "Precision": "precision",
                     "Model on data": "model", "Seeds": "seeds", "TF training time": "tf_time",
                     "PyTorch training time": "torch_time", "TF / PyTorch time": "time_ratio",
+                    "Compile states": "compile",
+                    "TF / PyTorch time, each at its defaults": "defaults_ratio",
                     "TF final accuracy": "tf_accuracy",
                     "PyTorch final accuracy": "torch_accuracy", "Source": "source"}
 

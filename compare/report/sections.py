@@ -114,7 +114,7 @@ def compile_states(g: Group) -> Section | None:
     best, each with its TF / PyTorch training-time ratio: which ratio holds a framework below
     its own default is read here."""
     summary = g.summary
-    rungs = [("matched", summary.get("compile_states") or {},
+    rungs = [("matched", {fw: state.to_dict() for fw, state in defaults.states(summary).items()},
               (summary.get("ratios") or {}).get(TRAIN_TIME.key))]
     for name, rung in (("each at its own defaults", summary.get("defaults")),
                        ("each at its own best (--best)", summary.get("best"))):

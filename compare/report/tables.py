@@ -8,6 +8,7 @@ from typing import Any
 from compare import figures, schema
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.figures import FINAL_ACCURACY, TRAIN_TIME
+from compare.report import defaults
 from compare.report.labels import machine_of, plain, precision_label, seed_of
 from compare.run import phases
 
@@ -238,6 +239,40 @@ def process_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
     return rows
 
 
+def compile_cell(summary: schema.Summary) -> str:
+    """Each framework's compile state in the overview's few words: 'TF with XLA (default);
+    PyTorch with torch.compile (above default)'."""
+    states = defaults.states(summary)
+    if not states:
+        return "not recorded"
+    cells = []
+    for fw in ("tf", "torch"):
+        if fw not in states:
+            continue
+        state = states[fw]
+        where = ("default" if state.is_default else
+                 "below default" if state.below_default else "above default")
+        cells.append(f"{SHORT_NAMES[fw]} {state.how()} ({where})")
+    return "; ".join(cells)
+
+
+def defaults_cell(summary: schema.Summary) -> str:
+    """TF / PyTorch training time with each framework at its own defaults: the defaults runs'
+    ratio, the matched one where every framework ran at its default, else why it is missing."""
+    states = defaults.states(summary).values()
+    beside = summary.get("defaults")
+    if beside:
+        return ratio_text(beside.get("time_ratio"))
+    if len(states) < 2:
+        return "n/a"
+    if all(s.is_default for s in states):
+        return "as matched"
+    return "not run"
+
+
+SHORT_NAMES = {"tf": "TF", "torch": "PyTorch"}  # as the overview's column heads name them
+
+
 def overview_row(summary: schema.Summary, source: str) -> dict[str, str]:
     """One line of the cross-machine table."""
     f = summary["frameworks"]
@@ -250,6 +285,8 @@ def overview_row(summary: schema.Summary, source: str) -> dict[str, str]:
             "tf_time": with_interval(f.get("tf", {}).get(TRAIN_TIME.key), "s"),
             "torch_time": with_interval(f.get("torch", {}).get(TRAIN_TIME.key), "s"),
             "time_ratio": ratio_text(summary["ratios"].get(TRAIN_TIME.key)),
+            "compile": compile_cell(summary),
+            "defaults_ratio": defaults_cell(summary),
             "tf_accuracy": with_interval(f.get("tf", {}).get(FINAL_ACCURACY.key), "acc"),
             "torch_accuracy": with_interval(f.get("torch", {}).get(FINAL_ACCURACY.key),
                                             "acc"),
