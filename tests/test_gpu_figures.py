@@ -27,7 +27,7 @@ text_of = functools.cache(  # a document, every run of whitespace one space (tex
     lambda doc: re.sub(r"\s+", " ", (ROOT / doc).read_text()))
 SECTIONS = {README: [("**Status:**", "## Why the comparison"),  # (from, up to this text)
                       ("## Measured so far", "On a 2-core Intel Xeon CPU")],
-            GPU: [("## Measured on an NVIDIA H200", "## What is claimed on a GPU")]}
+            GPU: [("## The verdict: ResNet-9 on an NVIDIA H100", "## What is claimed on a GPU")]}
 _N = r"\d+(?:,\d{3})*(?:\.\d+)?"
 UNIT_FIGURE = re.compile(  # a number with a unit ("8x8" is a shape; "2 seeds" has no unit)
     rf"(?<![\w.,])[+-]?{_N}(?:\s?(?:-|to)\s?{_N})?\s?(?:img/s|ms|s|MiB|mJ|J|%|x|pts|points)"
@@ -40,8 +40,10 @@ DIRS = {  # the folders under benchmarks/results/ that TABLE's file names start 
     "STRATEGY": "gpu-h100-rental2/strategy", "SHARED": "gpu-h100-rental2/shared-chip",
     "GRAPHS": "gpu-h200/cuda-graphs", "SHARED200": "gpu-h200-rental2/shared-chip",
     "H1": "gpu-h100", "H1B": "gpu-h100-rental2", "H2": "gpu-h200", "H2B": "gpu-h200-rental2",
-    "H3": "gpu-h100-rental3"}
+    "H3": "gpu-h100-rental3", "H4": "gpu-h100-rental4", "V": "gpu-h100-resnet9-verdict",
+    "VD": "gpu-h100-resnet9-verdict/defaults"}
 RUNS = {"tf": "tf-seed0", "pt": "torch-seed0", "tf1": "tf-seed1", "pt1": "torch-seed1",  # NAME.RUN
+        "tf2": "tf-seed2", "pt2": "torch-seed2",
         "none": "tf-strategy_none", "mirrored": "tf-strategy_mirrored", "one": "tf-devices_1",
         "two": "tf-devices_2"}
 
@@ -97,7 +99,7 @@ def read_path(data: Any, path: str) -> Any:
 UNITS = {  # how the documents write a figure: its unit, the file's value scaled, decimals
     "s": (" s", 1, 1), "ms": (" ms", 1, 1), "x": ("x", 1, 2), "%": ("%", 100, 1),
     "MiB": (" MiB", 2 ** -20, 0), "mJ": (" mJ", 1000, 1), "img/s": (" img/s", 1, 0),
-    "n": ("", 1, 0), "points": (" points", 100, 2), "%nvml": ("%", 1, 0)}  # NVML: per cent
+    "n": ("", 1, 0), "J": (" J", 1, 0), "points": (" points", 100, 2), "%nvml": ("%", 1, 0)}  # NVML: per cent
 SHOW: dict[str, Callable[[Any], str]] = {  # other ways the documents write figures
     "pts": lambda v: f"{100 * v:+.2f} pts", "e": lambda v: f"{v:.1e}", "str": str,
     "to-range": lambda vs: f"{min(vs):,.0f} to {max(vs):,.0f}", "2-N": lambda n: f"2-{n}",
@@ -126,6 +128,7 @@ _ms = lambda rows: [1000 * float(r["seconds"]) / int(r["steps"]) for r in rows] 
 _wall = lambda log: json.loads(re.search(r"cnncompare-wall-time: (\{.*\})", log)[1])  # noqa
 READERS: dict[str, Callable[..., Any]] = {  # @name in TABLE: a function of the loaded files
     "idle": lambda r: r["profile"]["device_idle_ms"] / r["profile"]["step_ms"],
+    "kernels_ms": lambda r: read_path(r, "fwd") + read_path(r, "bwd"),  # GPU clock, a step
     "kernels_ratio": lambda tf, pt: (read_path(tf, "fwd") + read_path(tf, "bwd")) / (
         read_path(pt, "fwd") + read_path(pt, "bwd")),  # on the GPU's clock
     "rate_epochs": lambda r: f"2-{len(r['epochs'])}" if math.isclose(  # images_per_s's epochs
@@ -184,7 +187,8 @@ READERS: dict[str, Callable[..., Any]] = {  # @name in TABLE: a function of the 
     "tail_rates": lambda log: [float(x.replace(",", "")) for x in re.findall(
         r"([\d,]+) img/s", log)],
     "xla_off": lambda _: "XLA was off in TensorFlow/Keras" if len(runs := [  # and torch.compile
-        json.loads(p.read_text()) for p in RESULTS.glob("gpu-*/**/result.json")]) >= 20 and all(
+        json.loads(p.read_text()) for p in RESULTS.glob("gpu-*/**/result.json")  # before the
+        if DIRS["V"] not in p.parts and DIRS["H4"] not in p.parts]) >= 20 and all(  # verdict's
         (r["fairness"]["compile"], r["config"]["compile"], r["compilation"]["compiled"])
         == ("off", False, False) for r in runs) else "a GPU run compiled"}  # in every GPU run
 
@@ -223,7 +227,8 @@ def written(figure: str) -> str:
         return show(spec, READERS[reader[1:]](*data))
     spec = spec or ("x" if reader.startswith("ratio") else KEYS[reader.split(".")[-1]][1])
     values = [read_path(d, reader) for d in data]  # several files: the path's values pooled
-    return show(spec, values[0] if len(data) == 1 else [v for vs in values for v in vs])
+    return show(spec, values[0] if len(data) == 1 else [
+        v for vs in values for v in (vs if isinstance(vs, list) else [vs])])
 
 
 def spans(doc: str, after: str, text: str, figures: list[str]) -> list[tuple[int, int]]:
