@@ -41,7 +41,7 @@ def test_the_plan_fits_a_rental_with_pytorch_first_and_says_how_each_estimate_wa
     assert all(0 < r["estimate_s"] < r["limit_s"] <= maxima[r["stage"]] and r["estimated_how"]
                and r["commands"] for r in rows)
     assert {n for n, m in maxima.items() if m > 570} == {"resnet9-verdict", "resnet9-own",
-                                                         "resnet9-eager"}
+                                                         "resnet9-best", "resnet9-eager"}
     core = [r for r in rows if r["core"]]
     assert [r["framework"] for r in core] == ["torch"] * 5 + ["tf"] * 6  # PyTorch's first
     assert [r["stage"] for r in core][5:7] == ["tf-smoke", "doctor"]  # TF's first GPU op first
@@ -396,3 +396,4 @@ def test_the_smoke_test_retries_on_the_bundles_fallback_cudnn(tmp_path, monkeypa
     done = running.run_stage(stage, "tf", {"limit_s": 60, "estimate_s": 1}, ctx)
     assert done["status"] == "failed" and len(done["commands"]) == 1
     assert done["note"].startswith("no fallback cuDNN unpacked: make the plan's fallback calls")
+

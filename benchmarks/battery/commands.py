@@ -59,11 +59,9 @@ def recipe_for(recipe: Recipe, ctx: Context) -> Recipe:
     if not ctx.tiny:
         if ctx.seeds is None:
             return recipe
-        return Recipe(recipe.model, recipe.precision, recipe.batch, recipe.epochs, ctx.seeds,
-                      recipe.lr, recipe.target)
-    return Recipe(recipe.model, TINY.precision(recipe.precision, ctx.device),
-                  min(recipe.batch, TINY.batch), TINY.epochs, TINY.seeds, recipe.lr,
-                  recipe.target)
+        return replace(recipe, seeds=ctx.seeds)
+    return replace(recipe, precision=TINY.precision(recipe.precision, ctx.device),
+                   batch=min(recipe.batch, TINY.batch), epochs=TINY.epochs, seeds=TINY.seeds)
 
 
 def compare_commands(name: str, recipe: Recipe, own_loops: bool = False,

@@ -26,6 +26,10 @@ class Recipe:
     seeds: int
     lr: float | None = None
     target: float | None = None
+    compiled: bool = False  # --compile: XLA; torch.compile
+    # a comparison's runs of each framework at its own default where the matched runs are
+    # not (compare --defaults, on by default)
+    defaults: bool = True
 
     def options(self) -> list[str]:
         out = ["--model", self.model, "--precision", self.precision, "--batch-size",
@@ -34,7 +38,8 @@ class Recipe:
             out += ["--lr", str(self.lr)]
         if self.target is not None:
             out += ["--target-accuracy", str(self.target)]
-        return out
+        return out + (["--compile"] if self.compiled else []) + (
+            [] if self.defaults else ["--no-defaults"])
 
 
 @dataclass
@@ -73,7 +78,8 @@ ASSUMED_HOST_STEP_MS = {("torch", "lenet"): 3.0, ("torch", "resnet9"): 0.9,
                         ("tf", "lenet"): 2.35, ("tf", "resnet9"): 0.5,
                         ("tf", "resnet18"): 18.45, ("tf", "mobilenetv2"): 48.1}
 CUDA_START_S = 5.0  # assumed on top of the CPU's fixed cost: CUDA context, cuDNN, autotuning
-# Measured on a GPU, used in place of the assumptions above where a configuration ran there:
+# Measured on a GPU, used in place of the assumptions above where a configuration (framework,
+# model, precision, batch, compiled) ran there:
 # the steady step (ms; LeNet at batch 4 is host-bound at 8-12x the assumed host step,
 # MobileNetV2 at 6x), the first epoch's extra (s: tracing, cuDNN autotuning, TensorFlow's PTX
 # compiled for the GPU) and one test-set pass (s). H200: each run's result.json in
@@ -81,24 +87,31 @@ CUDA_START_S = 5.0  # assumed on top of the CPU's fixed cost: CUDA context, cuDN
 # benchmarks/results/gpu-h100/mobilenetv2-mixed/, gpu-h100-resnet18-mixed/ and
 # gpu-h100-rental2/mobilenetv2-mixed/.
 MEASURED = {
-    ("torch", "lenet", "mixed", 4): {"gpu": "H200", "step_ms": 3.01, "first_epoch_s": 2.5,
-                                     "eval_s": 3.3},
-    ("tf", "lenet", "mixed", 4): {"gpu": "H200", "step_ms": 2.35, "first_epoch_s": 1.4,
-                                  "eval_s": 4.0},
-    ("torch", "resnet9", "mixed", 512): {"gpu": "H200", "step_ms": 7.51, "first_epoch_s": 4.9,
-                                         "eval_s": 0.11},
-    ("tf", "resnet9", "mixed", 512): {"gpu": "H200", "step_ms": 24.25, "first_epoch_s": 7.5,
-                                      "eval_s": 0.15},
+    ("torch", "lenet", "mixed", 4, False): {"gpu": "H200", "step_ms": 3.01, "first_epoch_s": 2.5,
+                                            "eval_s": 3.3},
+    ("tf", "lenet", "mixed", 4, False): {"gpu": "H200", "step_ms": 2.35, "first_epoch_s": 1.4,
+                                         "eval_s": 4.0},
+    ("torch", "resnet9", "mixed", 512, False): {"gpu": "H200", "step_ms": 7.51,
+                                                "first_epoch_s": 4.9, "eval_s": 0.11},
+    ("tf", "resnet9", "mixed", 512, False): {"gpu": "H200", "step_ms": 24.25, "first_epoch_s": 7.5,
+                                             "eval_s": 0.15},
     # epochs 3-8, alone on the GPU (epochs 1-2 shared it with a ResNet-18 run)
-    ("torch", "mobilenetv2", "mixed", 128): {"gpu": "H100", "step_ms": 31.3,
-                                             "first_epoch_s": 27.5, "eval_s": 0.75},
-    ("torch", "resnet18", "mixed", 128): {"gpu": "H100", "step_ms": 13.05,
-                                          "first_epoch_s": 8.5, "eval_s": 0.44},
-    ("tf", "resnet18", "mixed", 128): {"gpu": "H100", "step_ms": 18.45,
-                                       "first_epoch_s": 10.6, "eval_s": 0.37},
+    ("torch", "mobilenetv2", "mixed", 128, False): {"gpu": "H100", "step_ms": 31.3,
+                                                    "first_epoch_s": 27.5, "eval_s": 0.75},
+    ("torch", "resnet18", "mixed", 128, False): {"gpu": "H100", "step_ms": 13.05,
+                                                 "first_epoch_s": 8.5, "eval_s": 0.44},
+    ("tf", "resnet18", "mixed", 128, False): {"gpu": "H100", "step_ms": 18.45,
+                                              "first_epoch_s": 10.6, "eval_s": 0.37},
     # its second epoch's windows (the run was cut in its third); the first took 43 s more
-    ("tf", "mobilenetv2", "mixed", 128): {"gpu": "H100", "step_ms": 48.1,
-                                          "first_epoch_s": 43.1, "eval_s": 0.66},
+    ("tf", "mobilenetv2", "mixed", 128, False): {"gpu": "H100", "step_ms": 48.1,
+                                                 "first_epoch_s": 43.1, "eval_s": 0.66},
+    # compiled (XLA; torch.compile from its cache on disk), an H100, 3 seeds each:
+    # benchmarks/results/gpu-h100-resnet9-verdict/; TensorFlow's first epoch with its first
+    # evaluation, where XLA compiles the evaluation step (about 8 s)
+    ("torch", "resnet9", "mixed", 512, True): {"gpu": "H100", "step_ms": 10.13,
+                                               "first_epoch_s": 4.6, "eval_s": 0.11},
+    ("tf", "resnet9", "mixed", 512, True): {"gpu": "H100", "step_ms": 9.69, "first_epoch_s": 37.0,
+                                            "eval_s": 0.11},
 }
 # a training process's time outside its epochs (s), on the H200
 MEASURED_FIXED_S = {"torch": 6.0, "tf": 10.5}
@@ -123,7 +136,8 @@ def run_seconds(framework: str, recipe: Recipe, ctx: Context, epochs: int | None
     evaluation = max(ctx.test_images * specs.forward_flops(spec) / peak,  # a third of the
                      math.ceil(ctx.test_images / recipe.batch) * host_step / 3)  # host's step
     epochs = epochs or recipe.epochs
-    measured = (MEASURED.get((framework, recipe.model, recipe.precision, recipe.batch))
+    measured = (MEASURED.get((framework, recipe.model, recipe.precision, recipe.batch,
+                              recipe.compiled))
                 if ctx.device == "gpu" and images == CIFAR10[0] else None)
     if measured is not None:
         fixed = MEASURED_FIXED_S[framework]

@@ -27,10 +27,11 @@
 # Every verb ends by copying the battery's pack (at most 8 files) into $OUT. A call after
 # `hold` copies the checkout onto the host while timed stages run: make none but the last.
 #
-# The queue (its order is the issue's priorities): untimed work while TensorFlow arrives (PyTorch's
+# The queue, in the order of its stages' worth: untimed work while TensorFlow arrives (PyTorch's
 # warm-up, which decodes the images), TensorFlow's smoke test, then the timed stages: the ResNet-9
-# verdict (both frameworks alternated over three seeds, matched compiled, PyTorch also at its
-# default), its own loops, the same matched eager, then what time is left for.
+# verdict's own loops and each framework's best (the verdict itself ran on an H100:
+# benchmarks/results/gpu-h100-resnet9-verdict/; RENTAL_ORDER runs it again), the verdict matched
+# eager, then what time is left for.
 set -uo pipefail
 S=${RENTAL_DIR:-/tmp/rental}        # everything on the device lives here
 DATA=.data/cifar10-jpeg.tar.gz      # the real CIFAR-10 image folder, carried by `start`
@@ -85,7 +86,7 @@ queue() {
   # while TensorFlow arrives (the reference trainer and Page's recipe ran on an H100:
   # benchmarks/results/gpu-h100-rental3/; RENTAL_ORDER runs them again)
   local untimed=(torch:warm:)
-  local timed=(both:resnet9-verdict: both:resnet9-own: both:resnet9-eager:
+  local timed=(both:resnet9-own: both:resnet9-best: both:resnet9-eager:
                torch:resnet9-fp32:1 tf:resnet9-fp32:1
                torch:cuda-graphs: torch:strategy: tf:strategy: torch:cpu-vs-gpu:
                tf:cpu-vs-gpu: torch:steps-per-call: tf:steps-per-call: torch:gpu-tests:

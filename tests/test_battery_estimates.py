@@ -1,0 +1,34 @@
+"""The battery's estimates follow what each stage's command runs: its recipe compiled or
+eager, with or without each framework's defaults runs beside it, from the runs measured in
+that state on a GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+from benchmarks import gpu_battery as battery
+
+
+def _plan(*args: str) -> dict:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert battery.main(["--plan", *args]) == 0
+    return json.loads(printed.getvalue())
+
+
+def test_a_compiled_comparison_is_estimated_with_each_framework_at_its_default_beside_it():
+    """The recipe says what its command runs: compiled, the defaults runs are PyTorch's eager
+    ones (TensorFlow/Keras is at its default already); --no-defaults drops them; eager, they
+    are TensorFlow's with XLA."""
+    rows = {r["stage"]: r for r in _plan("--dataset", "cifar10")["stages"]}
+    verdict, own, eager = rows["resnet9-verdict"], rows["resnet9-own"], rows["resnet9-eager"]
+    assert "--compile" in verdict["commands"][0] and "--no-defaults" not in verdict["commands"][0]
+    assert "at torch's default" in verdict["estimated_how"]
+    assert "at tf's default" not in verdict["estimated_how"]
+    assert "--compile --no-defaults" in own["commands"][0]
+    assert "default" not in own["estimated_how"].replace("own loop", "")
+    assert "--compile" not in eager["commands"][0] and "at tf's default" in eager["estimated_how"]
+    # the compiled runs' own measurements (an H100), not the eager ones'
+    assert "9.69 ms" in verdict["estimated_how"] and "24.25 ms" in eager["estimated_how"]
