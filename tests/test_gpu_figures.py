@@ -99,7 +99,8 @@ def read_path(data: Any, path: str) -> Any:
 UNITS = {  # how the documents write a figure: its unit, the file's value scaled, decimals
     "s": (" s", 1, 1), "ms": (" ms", 1, 1), "x": ("x", 1, 2), "%": ("%", 100, 1),
     "MiB": (" MiB", 2 ** -20, 0), "mJ": (" mJ", 1000, 1), "img/s": (" img/s", 1, 0),
-    "n": ("", 1, 0), "J": (" J", 1, 0), "points": (" points", 100, 2), "%nvml": ("%", 1, 0)}  # NVML: per cent
+    "n": ("", 1, 0), "J": (" J", 1, 0), "points": (" points", 100, 2),
+    "%nvml": ("%", 1, 0)}  # NVML: per cent
 SHOW: dict[str, Callable[[Any], str]] = {  # other ways the documents write figures
     "pts": lambda v: f"{100 * v:+.2f} pts", "e": lambda v: f"{v:.1e}", "str": str,
     "to-range": lambda vs: f"{min(vs):,.0f} to {max(vs):,.0f}", "2-N": lambda n: f"2-{n}",
