@@ -327,7 +327,7 @@ def test_the_whole_plan_runs_tiny_on_the_cpu_and_packs_at_most_eight_files(tmp_p
     assert skipped.pop("gpu-tests").startswith("no GPU: every GPU test skipped: needs a CUDA GPU")
     assert skipped == {**{name: TINY_SKIPPED for name in (
                            "resnet18-mixed", "mobilenetv2-mixed", "resnet9-long",
-                           "resnet9-verdict", "resnet9-own", "resnet9-eager",
+                           "resnet9-verdict", "resnet9-own", "resnet9-best", "resnet9-eager",
                            "resnet9-page")},
                        "reference": "--tiny: airbench trains on a CUDA GPU only",
                        "warm": "--tiny: no GPU kernel cache to warm",
