@@ -43,6 +43,10 @@ EQUIVALENT: dict[str, dict[str, str]] = {
         "x_equivalence_test__mutmut_111": "p == alpha: a float never lands on it",
         "x_seeds_to_resolve__mutmut_31": "< or <= between two computed floats",
     },
+    "compare/report/defaults.py": {
+        "x_below_default_mark__mutmut_2": "only TensorFlow/Keras can run below its default "
+                                          "(PyTorch's is eager): one item, no separator",
+    },
     "compare/report/words.py": {
         "x_loop_ratio__mutmut_51": "rounding 100 x a ratio to 6 or 7 decimals before ceil: the "
                                    "same integer",

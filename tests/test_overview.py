@@ -1,8 +1,12 @@
-"""The cross-machine overview states each framework's compile state beside every TF / PyTorch
-ratio, and the ratio with each framework at its own defaults, also for results written before
-compile states were recorded (read from their runs' settings by Keras' rule)."""
+"""Each framework at its own defaults in the report: the cross-machine overview states each
+framework's compile state beside every TF / PyTorch ratio, and the ratio at each one's
+defaults, also for results written before compile states were recorded (read from their runs'
+settings by Keras' rule); the defaults comparison gives the matched report its figures and its
+sentence."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from compare.report import defaults, tables
 
@@ -55,3 +59,63 @@ def test_what_cannot_be_read_says_so():
     only_torch = {"fairness": {"torch": GPU_EAGER}, "frameworks": {}, "ratios": {}}
     assert tables.compile_cell(only_torch) == "PyTorch eager (default)"
     assert tables.defaults_cell(only_torch) == "n/a"
+
+
+def test_an_older_state_keeps_its_device_and_framework_in_its_words():
+    state = defaults.states(_summary(GPU_EAGER, GPU_EAGER))["tf"]
+    assert (state.framework, state.device_kind) == ("tf", "gpu")
+    assert state.phrase() == ("TensorFlow/Keras without XLA, which Keras uses by default on "
+                              "this GPU")
+    assert defaults.below_default_mark(_summary(GPU_EAGER, GPU_EAGER)) == (
+        ", TensorFlow/Keras below its own default: without XLA, which Keras uses by default "
+        "on this GPU")
+    assert defaults.below_default_mark(_summary({**GPU_EAGER, "device_kind": "cpu"},
+                                                GPU_EAGER)) == ""
+
+
+AT_DEFAULTS = {  # the H100 verdict's defaults comparison, as compare summarises it
+    "ratios": {"train_time_s": {"ratio": 2.374, "low": 2.159, "high": 2.611, "n": 3,
+                                "interval": "ci95"}},
+    "accuracy_difference": {"centre": 0.0005, "n": 3},
+    "frameworks": {"tf": {"completed": 3}, "torch": {"completed": 2}},
+    "fairness": {"tf": {**GPU_EAGER, "compile": "XLA jit_compile (forward+backward)"},
+                 "torch": GPU_EAGER}}
+
+
+def test_the_defaults_comparison_gives_the_matched_report_its_ratio_and_states():
+    assert defaults.summarise(None) is None and defaults.summarise({}) is None
+    got = defaults.summarise(AT_DEFAULTS)
+    assert got is not None
+    assert got["time_ratio"] == AT_DEFAULTS["ratios"]["train_time_s"]
+    assert got["accuracy_difference"] == {"centre": 0.0005, "n": 3}
+    assert got["completed"] == {"tf": 3, "torch": 2}
+    assert got["report"] == "defaults/report.html"
+    assert {fw: s["words"] for fw, s in got["compile_states"].items()} == {
+        "tf": "TensorFlow/Keras with XLA, Keras' default on this GPU",
+        "torch": "PyTorch eager, its default"}
+    beside_best = defaults.beside({}, "best/report.html")  # nothing run: every figure absent
+    assert beside_best == {"time_ratio": None, "accuracy_difference": None,
+                           "completed": {"tf": 0, "torch": 0}, "compile_states": {},
+                           "report": "best/report.html"}
+
+
+def test_the_defaults_sentence_names_each_state_and_the_ratio_in_its_words():
+    matched = _summary(GPU_EAGER, GPU_EAGER, defaults=defaults.summarise(AT_DEFAULTS))
+    assert defaults.sentence(matched) == (
+        "Each framework at its own defaults (TensorFlow/Keras with XLA and PyTorch eager), "
+        "PyTorch trained 2.37x faster than TensorFlow/Keras (training time, 95% CI "
+        "2.16x-2.61x over 3 seeds).")
+    assert defaults.sentence(_summary(GPU_EAGER, GPU_EAGER)) is None  # no defaults runs
+    unrun = _summary(GPU_EAGER, GPU_EAGER, defaults={"time_ratio": {"ratio": None}})
+    assert defaults.sentence(unrun) is None
+    no_states = _summary(GPU_EAGER, GPU_EAGER, defaults={
+        "time_ratio": AT_DEFAULTS["ratios"]["train_time_s"]})
+    assert defaults.sentence(no_states).startswith("Each framework at its own defaults (), ")
+
+
+def test_the_defaults_comparison_is_read_from_beside_the_matched_one(tmp_path):
+    verdict = Path(__file__).resolve().parents[1] / "benchmarks/results/gpu-h100-resnet9-verdict"
+    found = defaults.load(verdict)
+    assert found is not None and found["frameworks"]["torch"]["completed"] == 3
+    assert defaults.states(found)["torch"].phrase() == "PyTorch eager, its default"
+    assert defaults.load(tmp_path) is None
