@@ -61,6 +61,18 @@ from compare.experiment.config import PipelineConfig, RunConfig  # noqa: E402
 SLOWEST = 6.0
 
 
+def battery_plan(*args: str) -> dict:
+    """`benchmarks/gpu_battery.py --plan ARGS` as the JSON it prints."""
+    import contextlib
+    import json
+
+    from benchmarks import gpu_battery
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert gpu_battery.main(["--plan", *args]) == 0
+    return json.loads(printed.getvalue())
+
+
 def patience(seconds: float) -> float:
     """A safety-net limit of `seconds` on the reference machine, for any machine the suite
     promises to pass on."""

@@ -11,7 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import patience
+from conftest import battery_plan, patience
 
 from benchmarks import gpu_battery as battery
 from benchmarks.battery import calls as battery_calls
@@ -22,17 +22,8 @@ from benchmarks.battery.commands import TINY_SKIPPED
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _plan(*args: str) -> dict:
-    import contextlib
-    import io
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert battery.main(["--plan", *args]) == 0
-    return json.loads(printed.getvalue())
-
-
 def test_the_plan_fits_a_rental_with_pytorch_first_and_says_how_each_estimate_was_made():
-    plan = _plan()
+    plan = battery_plan()
     rows = plan["stages"]
     assert {r["stage"] for r in rows} == {s.name for s in battery.STAGES}
     # each stage's limit within a 10-minute command (a queue-only stage's within its own
@@ -58,15 +49,15 @@ def test_the_plan_fits_a_rental_with_pytorch_first_and_says_how_each_estimate_wa
                and f"--framework {c['framework']}" in c["command"] for c in calls)
     assert sum(len(c["stages"]) for c in calls) == len(rows)
     assert "GFLOP/image" in core[1]["estimated_how"]  # from FLOPs and the CPU's fixed cost
-    torch_only = _plan("--framework", "torch", "--stage", "resnet9-mixed")["stages"]
+    torch_only = battery_plan("--framework", "torch", "--stage", "resnet9-mixed")["stages"]
     assert [(r["stage"], r["framework"]) for r in torch_only] == [("resnet9-mixed", "torch")]
     assert "--target-accuracy 0.94" in torch_only[0]["commands"][0]
     assert "--framework torch" in torch_only[0]["commands"][0]
 
 
 def test_seeds_for_a_short_rental_reach_every_comparison_and_its_estimate():
-    one = {r["stage"]: r for r in _plan("--seeds", "1", "--framework", "torch")["stages"]}
-    own = {r["stage"]: r for r in _plan("--framework", "torch")["stages"]}
+    one = {r["stage"]: r for r in battery_plan("--seeds", "1", "--framework", "torch")["stages"]}
+    own = {r["stage"]: r for r in battery_plan("--framework", "torch")["stages"]}
     assert "--seeds 1 " in one["lenet-mixed"]["commands"][0]
     assert "--seeds 2 " in own["lenet-mixed"]["commands"][0]  # the stage's own: the recipe's
     assert one["lenet-mixed"]["estimate_s"] * 2 == pytest.approx(own["lenet-mixed"]["estimate_s"],
@@ -112,7 +103,7 @@ def test_the_battery_trains_on_real_cifar10_unless_tiny(tmp_path):
         battery.main(["--out", str(tmp_path / "b")])
     with pytest.raises(SystemExit):  # synthetic is not a choice: --tiny is
         battery.arguments(["--dataset", "synthetic"])
-    commands = [c for row in _plan()["stages"] for c in row["commands"]
+    commands = [c for row in battery_plan()["stages"] for c in row["commands"]
                 if " compare " in c or " sweep " in c]
     assert commands and all("--dataset cifar10" in c for c in commands)
 
@@ -160,7 +151,7 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
         tar.addfile(info, io.BytesIO(b""))
     (root / ".data").mkdir()
     (root / ".data" / "cifar10-jpeg.tar.gz").write_bytes(images.getvalue())
-    calls = battery_calls.rental_calls(_plan()["calls"], root, root / ".tfgpu",
+    calls = battery_calls.rental_calls(battery_plan()["calls"], root, root / ".tfgpu",
                                  root / ".data" / "cifar10-jpeg.tar.gz", scratch=str(scratch))
     assert all(len(c["bash"]) <= 2000 and c["carry_bytes"] <= 64 * 2**20 for c in calls)
     assert calls[0]["carry"] == [".data/cifar10-jpeg.tar.gz"]
@@ -194,7 +185,7 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
     assert (scratch / "tfgpu" / "site" / "nvidia" / "cudnn_cu12_fallback").is_dir()
     assert (scratch / "cnncompare-data" / "train" / "cat" / "0.jpg").exists()
     (root / ".tfgpu" / "c01" / "c.01").write_bytes(b"torn")  # a part that arrived damaged
-    broken = battery_calls.rental_calls(_plan()["calls"], root, root / ".tfgpu", None,
+    broken = battery_calls.rental_calls(battery_plan()["calls"], root, root / ".tfgpu", None,
                                   scratch=str(tmp_path / "again"))
     (tmp_path / "again").mkdir()
     results = [subprocess.run(["bash", "-c", c["setup"]], cwd=root, capture_output=True)
@@ -215,7 +206,7 @@ def test_time_left_keeps_a_spare_minute_for_packing(tmp_path):
 
 
 def test_the_plan_keeps_the_data_options_in_every_call():
-    calls = _plan("--dataset", "cifar10", "--data-dir", "/data/cifar-10-batches-py")["calls"]
+    calls = battery_plan("--dataset", "cifar10", "--data-dir", "/data/cifar-10-batches-py")["calls"]
     assert calls and all("--dataset cifar10 --data-dir /data/cifar-10-batches-py" in c["command"]
                          for c in calls)
     assert all(len(c["command"]) <= 2000 for c in calls)  # what one device command may hold
@@ -271,7 +262,7 @@ def test_the_first_call_rehearsed_as_on_a_bare_gpu_host(tmp_path):
         "import sys\n"
         "for name in ('tensorflow', 'keras', 'tensorflow_datasets'):\n"
         "    sys.modules[name] = None  # import fails, find_spec says not installed\n")
-    first = _plan()["calls"][0]
+    first = battery_plan()["calls"][0]
     assert first["framework"] == "torch"
     out = tmp_path / "battery"
     stages = [x for name in first["stages"] for x in ("--stage", name)]
@@ -319,7 +310,7 @@ def test_the_whole_plan_runs_tiny_on_the_cpu_and_packs_at_most_eight_files(tmp_p
     assert tiny["precision"].startswith("fp32 for every stage")
     assert all("--precision mixed" not in command["argv"]
                for stage in summary["stages"] for command in stage.get("commands", []))
-    planned = _plan()["stages"]
+    planned = battery_plan()["stages"]
     assert [(s["stage"], s["framework"]) for s in summary["stages"]] == [
         (r["stage"], r["framework"]) for r in planned]
     skipped = {s["stage"]: s["note"] for s in summary["stages"] if s["status"] == "skipped"}

@@ -4,25 +4,14 @@ that state on a GPU."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-
-from benchmarks import gpu_battery as battery
-
-
-def _plan(*args: str) -> dict:
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert battery.main(["--plan", *args]) == 0
-    return json.loads(printed.getvalue())
+from conftest import battery_plan
 
 
 def test_a_compiled_comparison_is_estimated_with_each_framework_at_its_default_beside_it():
     """The recipe says what its command runs: compiled, the defaults runs are PyTorch's eager
     ones (TensorFlow/Keras is at its default already); --no-defaults drops them; eager, they
     are TensorFlow's with XLA."""
-    rows = {r["stage"]: r for r in _plan("--dataset", "cifar10")["stages"]}
+    rows = {r["stage"]: r for r in battery_plan("--dataset", "cifar10")["stages"]}
     verdict, own, eager = rows["resnet9-verdict"], rows["resnet9-own"], rows["resnet9-eager"]
     assert "--compile" in verdict["commands"][0] and "--no-defaults" not in verdict["commands"][0]
     assert "at torch's default" in verdict["estimated_how"]
