@@ -42,10 +42,9 @@ def test_every_poll_brings_back_the_results_on_disk_without_data_or_checkpoints(
     assert sorted(p.name for p in out.iterdir()) == ["battery.md", "live.tar.gz"]
 
 
-def test_the_bundle_is_unpacked_as_its_parts_arrive_in_any_order(tmp_path):
-    """Each `part` call keeps its part; the first starts one background unpacking that streams
-    the parts in SHA256SUMS' order as they arrive (a part that comes early waits for the one
-    before it), so the bundle is in place once its last part is, whole and byte for byte."""
+def _bundle(tmp_path: Path, parts: int = 3) -> tuple[Path, Path, bytes]:
+    """A checkout holding a fake TensorFlow bundle in `parts` parts with its SHA256SUMS, and
+    the rental's folder with a deadline a minute away: (rental, checkout, the payload)."""
     rental, work = tmp_path / "rental", tmp_path / "checkout"
     content = tmp_path / "content"
     (content / "site").mkdir(parents=True)
@@ -56,30 +55,57 @@ def test_the_bundle_is_unpacked_as_its_parts_arrive_in_any_order(tmp_path):
     subprocess.run(["tar", "cJf", str(archive), "-C", str(content), "site"], check=True)
     data, size = archive.read_bytes(), archive.stat().st_size
     bundle, sums = work / ".tfgpu", []
-    for i in range(3):
+    for i in range(parts):
         part = bundle / f"c{i:02d}" / f"c.{i:02d}"
         part.parent.mkdir(parents=True)
-        part.write_bytes(data[i * size // 3:(i + 1) * size // 3])
+        part.write_bytes(data[i * size // parts:(i + 1) * size // parts])
         digest = subprocess.run(["sha256sum", str(part)], capture_output=True, text=True,
                                 check=True).stdout.split()[0]
         sums.append(f"{digest}  c{i:02d}/c.{i:02d}\n")
     (bundle / "SHA256SUMS").write_text("".join(sums))
     (rental / "parts").mkdir(parents=True)
     (rental / "deadline").write_text(str(int(time.time()) + 60))
-    env = {**os.environ, "RENTAL_DIR": str(rental), "OUT": ""}
-    script = str(REPO / "benchmarks/battery/rental.sh")
-    for name in ("c01", "c00", "c02"):
-        assert not (rental / "tf-unpacked").exists()  # not before the last part
-        done = subprocess.run(["bash", script, "part", name], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0, done.stderr
+    return rental, work, payload
+
+
+def _part(rental: Path, work: Path, name: str) -> None:
+    done = subprocess.run(["bash", str(REPO / "benchmarks/battery/rental.sh"), "part", name],
+                          cwd=work, env={**os.environ, "RENTAL_DIR": str(rental), "OUT": ""},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def _unpacked(rental: Path) -> bool:
+    """Whether the unpacking ended well, once it has ended (30 s at most)."""
     end = time.time() + 30
     while not (rental / "tf-unpacked").exists() and not (rental / "tf-failed").exists():
         assert time.time() < end, (rental / "unpack.log").read_text()
         time.sleep(0.2)
-    assert (rental / "tf-unpacked").exists(), (rental / "unpack.log").read_text()
+    return (rental / "tf-unpacked").exists()
+
+
+def test_the_bundle_is_unpacked_as_its_parts_arrive_in_any_order(tmp_path):
+    """Each `part` call keeps its part; the first starts one background unpacking that streams
+    the parts in SHA256SUMS' order as they arrive (a part that comes early waits for the one
+    before it), so the bundle is in place once its last part is, whole and byte for byte; a
+    part sent twice is kept once."""
+    rental, work, payload = _bundle(tmp_path)
+    for name in ("c01", "c00", "c01", "c02"):
+        assert not (rental / "tf-unpacked").exists()  # not before the last part
+        _part(rental, work, name)
+    assert _unpacked(rental), (rental / "unpack.log").read_text()
     assert (rental / "tfgpu" / "site" / "lib.so").read_bytes() == payload
     assert not list((rental / "partdata").iterdir())  # each part removed once unpacked
+
+
+def test_a_part_missing_when_the_transfers_end_fails_the_unpacking_at_once(tmp_path):
+    """After `hold` no part comes: the unpacking gives up then, so its xz and tar do not keep
+    the host busy for the timed stages until the deadline."""
+    rental, work, _ = _bundle(tmp_path)
+    _part(rental, work, "c00")
+    (rental / "quiet").touch()  # what `hold` does
+    assert not _unpacked(rental)
+    assert "part c01 never came" in (rental / "unpack.log").read_text()
 
 
 def test_a_bad_part_is_refused_and_never_unpacked(tmp_path):

@@ -106,11 +106,11 @@ MEASURED = {
     ("tf", "mobilenetv2", "mixed", 128, False): {"gpu": "H100", "step_ms": 48.1,
                                                  "first_epoch_s": 43.1, "eval_s": 0.66},
     # compiled (XLA; torch.compile from its cache on disk), an H100, 3 seeds each:
-    # benchmarks/results/gpu-h100-resnet9-verdict/; TensorFlow's first epoch with its first
-    # evaluation, where XLA compiles the evaluation step (about 8 s)
+    # benchmarks/results/gpu-h100-resnet9-verdict/; TensorFlow's extra with its first
+    # evaluation's, where XLA compiles the evaluation step (about 8 s)
     ("torch", "resnet9", "mixed", 512, True): {"gpu": "H100", "step_ms": 10.13,
-                                               "first_epoch_s": 4.6, "eval_s": 0.11},
-    ("tf", "resnet9", "mixed", 512, True): {"gpu": "H100", "step_ms": 9.69, "first_epoch_s": 37.0,
+                                               "first_epoch_s": 3.6, "eval_s": 0.11},
+    ("tf", "resnet9", "mixed", 512, True): {"gpu": "H100", "step_ms": 9.69, "first_epoch_s": 36.0,
                                             "eval_s": 0.11},
 }
 # a training process's time outside its epochs (s), on the H200

@@ -29,9 +29,9 @@
 #
 # The queue, in the order of its stages' worth: untimed work while TensorFlow arrives (PyTorch's
 # warm-up, which decodes the images), TensorFlow's smoke test, then the timed stages: the ResNet-9
-# verdict's own loops and each framework's best (the verdict itself ran on an H100:
-# benchmarks/results/gpu-h100-resnet9-verdict/; RENTAL_ORDER runs it again), the verdict matched
-# eager, then what time is left for.
+# verdict's matched runs beside each framework's own loop and beside its best, the verdict
+# matched eager, then what time is left for (the verdict itself, `resnet9-verdict`, is a stage
+# RENTAL_ORDER can name).
 set -uo pipefail
 S=${RENTAL_DIR:-/tmp/rental}        # everything on the device lives here
 DATA=.data/cifar10-jpeg.tar.gz      # the real CIFAR-10 image folder, carried by `start`
@@ -129,8 +129,8 @@ queue() {
   if [ -f $S/tf-unpacked ]; then
     # shellcheck disable=SC1091
     source $S/tfgpu/site/activate.sh
-    # no TensorFlow warm-up on the way to the verdict: its parity check runs TensorFlow on
-    # the GPU before any timed run, which fills the driver's kernel cache as tf:warm would
+    # no TensorFlow warm-up before the timed stages: each comparison's parity check runs
+    # TensorFlow on the GPU before its timed runs, which fills the driver's kernel cache
     if run tf:tf-smoke:; then
       tf_ok=1
     else
@@ -150,8 +150,9 @@ snapshot() { tar cf - --exclude=./.data --exclude=./$BUNDLE --exclude=./runs . |
 # time left is known only after the first call); RENTAL_REFRESH=1 copies the checkout over the
 # queue's snapshot again (a fix made during the rental: later stages run it).
 if [ "${1:-}" != queue ] && [ "${1:-}" != unpack ] && [ -f $S/deadline ]; then
-  [ -n "${RENTAL_LEFT:-}" ] && echo $(( $(date +%s) + RENTAL_LEFT )) > $S/deadline \
-    && say "deadline moved: ${RENTAL_LEFT} s from now"
+  # written whole (a new file moved into place): the unpacking reads it every half second
+  [ -n "${RENTAL_LEFT:-}" ] && echo $(( $(date +%s) + RENTAL_LEFT )) > $S/deadline.new \
+    && mv $S/deadline.new $S/deadline && say "deadline moved: ${RENTAL_LEFT} s from now"
   [ -n "${RENTAL_REFRESH:-}" ] && snapshot && say "snapshot refreshed from this checkout"
 fi
 
@@ -167,11 +168,12 @@ case ${1:-} in
     sleep "${3:-15}"; report ;;
   part)  # part cNN: check one bundle part and keep it; the first part starts the unpacking,
     # which streams each part into xz and tar as it arrives, in SHA256SUMS' order, so the
-    # bundle is unpacked seconds after its last part (appending the parts and unpacking them
-    # after the last one took 50 s of an H100 rental)
+    # bundle is unpacked seconds after its last part, not a minute later
     name="$2/${2:0:1}.${2:1}"
     (cd $BUNDLE && grep " $name\$" SHA256SUMS | sha256sum -c --quiet -) || { say "part $2: bad sum"; exit 1; }
-    mkdir -p $S/partdata && cp $BUNDLE/"$name" $S/partdata/"$2" && touch $S/parts/"$2"
+    # a part sent again is kept once (the unpacking may be reading it); each arrives whole
+    [ -f $S/parts/"$2" ] || { mkdir -p $S/partdata && cp $BUNDLE/"$name" $S/partdata/"$2".new \
+      && mv $S/partdata/"$2".new $S/partdata/"$2" && touch $S/parts/"$2"; }
     total=$(grep -c ' c[0-9][0-9]/' $BUNDLE/SHA256SUMS)
     say "part $2: $(ls $S/parts | wc -l) of $total"
     if mkdir $S/unpacking 2>/dev/null; then  # once: the first part's call
@@ -202,8 +204,9 @@ case ${1:-} in
   unpack)  # (started by the first part) the parts in order as they arrive, into the bundle
     mkdir -p $S/tfgpu
     for p in $(cat $S/unpacking/order); do
-      while [ ! -f $S/parts/$p ]; do  # until it arrives, or the queue's deadline
-        [ "$(date +%s)" -lt "$(cat $S/deadline)" ] || { echo "part $p never came" >&2; exit 1; }
+      while [ ! -f $S/parts/$p ]; do  # until it arrives; none comes after `hold` or the deadline
+        [ ! -f $S/quiet ] && [ "$(date +%s)" -lt "$(cat $S/deadline)" ] \
+          || { echo "part $p never came" >&2; exit 1; }
         sleep 0.5
       done
       cat $S/partdata/$p && rm $S/partdata/$p

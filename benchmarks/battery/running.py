@@ -78,7 +78,7 @@ def _stop(process: subprocess.Popen) -> None:
 # last transfer is over (no part of TensorFlow's bundle still arriving, copied or unpacked).
 QUIET_MARKER_ENV = "BATTERY_QUIET_MARKER"
 # Work that skews a timed stage beside it: training (cnncompare, the battery, the reference
-# trainer) and the bundle's arrival (its parts checked, appended, decompressed, unpacked).
+# trainer) and the bundle's arrival (its parts checked, copied, decompressed, unpacked).
 BUSY_PROGRAMS = ("xz", "unxz", "tar", "sha256sum", "cp", "rsync")
 BUSY_ARGUMENTS = ("benchmarks.gpu_battery", "benchmarks.reference_trainer",
                   "benchmarks.tool_overhead", "compare.cli", "rental.sh part")

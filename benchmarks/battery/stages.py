@@ -100,8 +100,8 @@ def comparison_estimate(recipe: Recipe) -> Callable[[str, Context], tuple[float,
         total, note = seeds * one, f"{seeds} seed(s) x [{how}]"
         # on a GPU, where the matched runs hold a framework off its default, it trains at it
         # too: TensorFlow/Keras with XLA beside eager runs, PyTorch eager beside compiled ones
-        below = "tf" if not recipe.compiled else "torch"
-        if framework == below and ctx.device == "gpu" and recipe.defaults:
+        off_default = "tf" if not recipe.compiled else "torch"
+        if framework == off_default and ctx.device == "gpu" and recipe.defaults:
             at_default, how_long = run_seconds(
                 framework, replace(recipe, compiled=not recipe.compiled), ctx)
             total += seeds * at_default
@@ -239,10 +239,10 @@ STAGES: list[Stage] = [
           "TensorFlow/Keras also at its default (XLA)",
           compare_commands("resnet9-eager", EAGER), both_estimate(EAGER), comparison=True,
           tiny=False, max_limit_s=QUEUE_LIMIT_S, least_fraction=1 / VERDICT.seeds),
-    # The verdict's matched runs (both compiled; Keras at its default) again, one seed, each
+    # The verdict's matched runs (both compiled; Keras at its default) over one seed, each
     # beside its framework's own loop (Keras fit with XLA; a plain PyTorch loop compiled), and
-    # then beside each framework's own best settings; the verdict measured PyTorch eager, so
-    # neither trains the defaults runs again
+    # then beside each framework's own best settings; neither trains the defaults runs, which
+    # the verdict stage measures
     Stage("resnet9-own", False, (BOTH,), "ResNet-9 (DAWNBench), mixed precision, 24 epochs, "
           "1 seed, matched compiled, beside each run the framework's own loop (Keras fit; a "
           "plain PyTorch loop)",
