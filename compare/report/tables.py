@@ -7,6 +7,7 @@ from typing import Any
 
 from compare import figures, schema
 from compare.experiment.config import FRAMEWORK_NAMES
+from compare.experiment.frameworks import FRAMEWORKS
 from compare.figures import FINAL_ACCURACY, TRAIN_TIME
 from compare.report import defaults
 from compare.report.labels import machine_of, plain, precision_label, seed_of
@@ -246,7 +247,7 @@ def compile_cell(summary: schema.Summary) -> str:
     if not states:
         return "not recorded"
     cells = []
-    for fw in ("tf", "torch"):
+    for fw in FRAMEWORKS:
         if fw not in states:
             continue
         state = states[fw]
