@@ -104,6 +104,10 @@ def test_torch_reads_kernels_into_the_phase_that_launched_them(tmp_path):
     busy_us = phases.union_seconds(capture.device_busy) * 1e6
     assert busy_us == pytest.approx(110)  # 90-100, 120-160, 170-230
     assert phases.union_seconds(capture.host["input"]) * 1e6 == pytest.approx(100)
+    named = {name: seconds * 1e6 for name, seconds in capture.device_events}
+    assert named == pytest.approx({"sm90_conv_fprop": 40, "sm90_conv_dgrad": 60,
+                                   "Memcpy HtoD (Pinned -> Device)": 10,
+                                   "ncclDevKernel_AllReduce_Sum_f32_RING_LL": 30})
 
 
 def test_tf_reads_gpu_kernels_by_the_op_in_their_tf_op_stat(tmp_path, tf_two_cpus):
@@ -144,6 +148,8 @@ def test_tf_reads_gpu_kernels_by_the_op_in_their_tf_op_stat(tmp_path, tf_two_cpu
                (5, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", None, 16, 2),
                (6, "gemm_kernel", 13, 40, 3)]
     stream = gpu.lines.add(name="Stream #14(Compute,MemcpyH2D)", timestamp_ns=1000)
+    derived = gpu.lines.add(name="XLA Ops", timestamp_ns=1000)
+    derived.events.add(metadata_id=6, offset_ps=40_000_000, duration_ps=3_000_000)
     for key, name, op, start_us, length_us in kernels:
         gpu.event_metadata[key].name = name
         event = stream.events.add(metadata_id=key, offset_ps=start_us * 1_000_000,
@@ -162,6 +168,9 @@ def test_tf_reads_gpu_kernels_by_the_op_in_their_tf_op_stat(tmp_path, tf_two_cpu
     assert phases.union_seconds(capture.host["update"]) * 1e6 == pytest.approx(4.0)
     assert capture.origin_s == pytest.approx(1_795_000_000.0)
     assert not capture.notes
+    # the kernel table counts the streams' kernels, not a line derived from them
+    assert [(name, round(seconds * 1e6)) for name, seconds in capture.device_events] == [
+        (name, length_us) for _, name, _, _, length_us in kernels]
 
 
 def _profiled_run(tmp_path, module, **changes):

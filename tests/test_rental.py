@@ -121,3 +121,32 @@ def test_a_bad_part_is_refused_and_never_unpacked(tmp_path):
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1 and "part c00: bad sum" in done.stdout
     assert not list((rental / "parts").iterdir()) and not (rental / "unpacking").exists()
+
+
+def test_a_queue_in_a_given_order_brings_tensorflow_in_before_a_comparison_of_both(tmp_path):
+    """RENTAL_ORDER naming a comparison of both frameworks: the queue activates TensorFlow
+    and runs its smoke test before the comparison, as it does before a TensorFlow stage;
+    PyTorch's stages need neither. The bundle is in place already, so the untimed fill waits
+    for the end."""
+    rental, fake_bin = tmp_path / "rental", tmp_path / "bin"
+    (rental / "repo").mkdir(parents=True)
+    (rental / "tfgpu" / "site").mkdir(parents=True)
+    (rental / "tfgpu" / "site" / "activate.sh").write_text("export TF_BUNDLE=active\n")
+    (rental / "tf-unpacked").touch()
+    (rental / "deadline").write_text(str(int(time.time()) + 600))
+    calls = tmp_path / "calls.txt"
+    fake_bin.mkdir()
+    (fake_bin / "python3").write_text(  # each stage's battery: its stage and the bundle
+        "#!/bin/bash\nwhile [ \"$1\" != --stage ]; do shift; done\n"
+        f"echo \"$2 ${{TF_BUNDLE:-none}}\" >> {calls}\n")
+    (fake_bin / "python3").chmod(0o755)
+    env = {**os.environ, "RENTAL_DIR": str(rental), "PATH": f"{fake_bin}:{os.environ['PATH']}",
+           "RENTAL_ORDER": "torch:cuda-graphs: both:resnet9-own-best:",
+           "RENTAL_FILL": "torch:kernels:"}
+    done = subprocess.run(["bash", str(REPO / "benchmarks/battery/rental.sh"), "queue"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().split("\n")[:-1] == [
+        "cuda-graphs none", "tf-smoke active", "resnet9-own-best active", "kernels active"]
+    assert (rental / "queue-done").exists()

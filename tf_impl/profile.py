@@ -52,9 +52,9 @@ def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
             gpu = plane
         elif plane.name == "Task Environment":  # the lines' times count from the start
             origin_s = _profile_start_s(plane)
-    device = busy = None
+    device = busy = named = None
     if gpu is not None:
-        device, busy = _device_phases(gpu, _launching_phase(ops, launches))
+        device, busy, named = _device_phases(gpu, _launching_phase(ops, launches))
     missing = None
     if on_gpu and gpu is None:
         missing = "no /device:GPU:0 plane in the profile (CUPTI unavailable?)"
@@ -65,7 +65,8 @@ def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
         host, device, busy, str(trace),
         "TensorFlow profiler (tf.profiler.experimental), XSpace " + newest.name,
         "kernels and copies on GPU:0 by the op that launched them, phases by name scope",
-        "op events on the host's executor threads, phases by name scope", missing, origin_s)
+        "op events on the host's executor threads, phases by name scope", missing, origin_s,
+        events=named)
 
 
 def _phase_of_op(op_name: str, op_type: str) -> str | None:
@@ -103,15 +104,19 @@ def _events(plane):
 
 
 def _device_phases(plane, launching_phase):
-    """Per phase, the intervals of the kernels and copies on a GPU plane, and all of them:
-    a kernel's phase is that of the op in its tf_op stat, else of the op that launched it."""
+    """Per phase, the intervals of the kernels and copies on a GPU plane, all of them, and
+    each by name (name, seconds): a kernel's phase is that of the op in its tf_op stat,
+    else of the op that launched it."""
     tf_op, correlation = _stat_key(plane, "tf_op"), _stat_key(plane, "correlation_id")
     stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
     device: dict[str, list[phases.Interval]] = {name: [] for name in phases.PHASES}
     busy: list[phases.Interval] = []
-    for _, start, end, name, event in _events(plane):
+    named: list[tuple[str, float]] = []
+    for line, start, end, name, event in _events(plane):
         interval = (start, end)
         busy.append(interval)
+        if line.name.startswith("Stream"):  # CUPTI's; not a line derived from them (XLA Ops)
+            named.append((name, end - start))
         if name == "MemcpyH2D":
             device["host_to_device"].append(interval)
             continue
@@ -125,7 +130,7 @@ def _device_phases(plane, launching_phase):
             phase = launching_phase(_stat_number(event, correlation))
         if phase is not None:
             device[phase].append(interval)
-    return device, busy
+    return device, busy, named
 
 
 def _stat_key(plane, name: str) -> int | None:

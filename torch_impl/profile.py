@@ -33,32 +33,36 @@ def read_capture(trace: Path, on_gpu: bool) -> phases.Capture:
             continue
         if phase is not None:
             host[phase].append(_interval(event))
-    device = busy = missing = None
+    device = busy = missing = named = None
     if on_gpu:
-        device, busy = _device_phases(events, host)
+        device, busy, named = _device_phases(events, host)
         if not busy:
             missing, busy = "no GPU events in the trace (CUPTI unavailable?)", None
     return phases.captured(
         host, device, busy, str(trace), "torch.profiler trace " + Path(trace).name,
         "kernels and copies by the phase range that launched them, phases by record_function",
-        "record_function ranges on the host, phases by record_function", missing)
+        "record_function ranges on the host, phases by record_function", missing,
+        events=named)
 
 
 def _device_phases(events, host):
-    """Per phase, the intervals of the GPU's kernels and copies, and all of them: a kernel
-    belongs to the phase whose host range holds the runtime call that launched it."""
+    """Per phase, the intervals of the GPU's kernels and copies, all of them, and each by
+    name (name, seconds): a kernel belongs to the phase whose host range holds the runtime
+    call that launched it."""
     launched_at = {e["args"]["correlation"]: e["ts"] for e in events
                    if e.get("cat") in LAUNCHES and "correlation" in e.get("args", {})}
     ranges = phases.Ranges((start, end, phase) for phase, spans in host.items()
                            for start, end in spans if phase != "all_reduce")
     device: dict[str, list[phases.Interval]] = {name: [] for name in phases.PHASES}
     busy: list[phases.Interval] = []
+    named: list[tuple[str, float]] = []
     for event in events:
         if event.get("cat") not in DEVICE_EVENTS:
             continue
         interval = _interval(event)
         busy.append(interval)
         name = event.get("name", "")
+        named.append((name, interval[1] - interval[0]))
         if event["cat"] == "gpu_memcpy" and "HtoD" in name:
             device["host_to_device"].append(interval)
         elif _is_all_reduce(name):
@@ -68,7 +72,7 @@ def _device_phases(events, host):
             phase = ranges.phase_at(at * 1e-6) if at is not None else None  # us -> s
             if phase is not None:
                 device[phase].append(interval)
-    return device, busy
+    return device, busy, named
 
 
 def _is_all_reduce(name: str) -> bool:

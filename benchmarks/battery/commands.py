@@ -202,6 +202,19 @@ def warm_commands(framework: str, ctx: Context) -> list[list[str]]:
              "--out", str(ctx.out / "warm" / framework)]]
 
 
+KERNEL_STEPS = 32  # steps profiled for the kernel table, as a comparison's first seed's
+
+
+def kernels_commands(framework: str, ctx: Context) -> list[list[str]]:
+    """One epoch of ResNet-9 eager (PyTorch's default; TensorFlow/Keras without XLA), then
+    KERNEL_STEPS steps under the framework's profiler: the GPU's kernels by kind and name in
+    result.json's profile (each comparison's profile gives the compiled runs' own)."""
+    return [[*CLI, "run", "--framework", framework, "--model", "resnet9", "--precision",
+             "mixed", "--batch-size", "512", "--epochs", "1", *ctx.data, "--profile",
+             str(KERNEL_STEPS), "--device", ctx.device, "--quiet",
+             "--out", str(ctx.out / "kernels" / framework)]]
+
+
 def shown(arg: str) -> str:
     if arg == sys.executable:
         return "python"

@@ -28,10 +28,10 @@
 # `hold` copies the checkout onto the host while timed stages run: make none but the last.
 #
 # The queue, in the order of its stages' worth: untimed work while TensorFlow arrives (PyTorch's
-# warm-up, which decodes the images), TensorFlow's smoke test, then the timed stages: the ResNet-9
-# verdict's matched runs beside each framework's own loop and beside its best, the verdict
-# matched eager, then what time is left for (the verdict itself, `resnet9-verdict`, is a stage
-# RENTAL_ORDER can name).
+# warm-up, which decodes the images, and its eager kernels), TensorFlow's smoke test, then the
+# timed stages: the ResNet-9 verdict's matched runs beside each framework's own loop and its
+# best, the short sweeps, the verdict matched eager, then what time is left for (the verdict
+# itself, `resnet9-verdict`, is a stage RENTAL_ORDER can name).
 set -uo pipefail
 S=${RENTAL_DIR:-/tmp/rental}        # everything on the device lives here
 DATA=.data/cifar10-jpeg.tar.gz      # the real CIFAR-10 image folder, carried by `start`
@@ -85,12 +85,11 @@ queue() {
   # framework:stage:seeds (empty: the stage's own), in the order of their worth
   # while TensorFlow arrives (the reference trainer and Page's recipe ran on an H100:
   # benchmarks/results/gpu-h100-rental3/; RENTAL_ORDER runs them again)
-  local untimed=(torch:warm:)
-  local timed=(both:resnet9-own: both:resnet9-best: both:resnet9-eager:
-               torch:resnet9-fp32:1 tf:resnet9-fp32:1
-               torch:cuda-graphs: torch:strategy: tf:strategy: torch:cpu-vs-gpu:
-               tf:cpu-vs-gpu: torch:steps-per-call: tf:steps-per-call: torch:gpu-tests:
-               tf:gpu-tests: tf:suite: torch:tool-overhead: tf:tool-overhead:)
+  local untimed=(torch:warm: torch:kernels:)
+  local timed=(both:resnet9-own-best: torch:cuda-graphs: tf:kernels: torch:steps-per-call:
+               tf:steps-per-call: torch:strategy: tf:strategy: both:resnet9-eager:
+               torch:resnet9-fp32:1 tf:resnet9-fp32:1 torch:cpu-vs-gpu: tf:cpu-vs-gpu:
+               torch:gpu-tests: tf:gpu-tests: tf:suite: torch:tool-overhead: tf:tool-overhead:)
   local -A ran=()
   local item fw stage seeds tf_ok=0
   run() {  # run framework:stage:seeds once; 2 when the deadline is near
@@ -103,7 +102,8 @@ queue() {
     while pgrep -f benchmarks.gpu_battery > /dev/null; do sleep 1; done  # the stage running
     local activated=0
     for item in $RENTAL_ORDER; do
-      if [ "${item%%:*}" = tf ] && [ $activated = 0 ]; then
+      # TensorFlow's stages and the comparisons of both ("both:") need the bundle
+      if [ "${item%%:*}" != torch ] && [ $activated = 0 ]; then
         activated=1
         for fill in ${RENTAL_FILL:-}; do  # untimed stages while TensorFlow is on its way
           [ -f $S/tf-unpacked ] || [ -f $S/tf-failed ] && break
@@ -116,7 +116,7 @@ queue() {
           run tf:tf-smoke: && tf_ok=1
         fi
       fi
-      [ "${item%%:*}" = tf ] && [ $tf_ok = 0 ] && continue
+      [ "${item%%:*}" != torch ] && [ $tf_ok = 0 ] && continue
       run "$item"; [ $? -eq 2 ] && break
     done
     for fill in ${RENTAL_FILL:-}; do  # what the wait for TensorFlow left, as time allows

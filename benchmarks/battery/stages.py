@@ -10,6 +10,7 @@ from typing import Callable
 from benchmarks.battery.commands import (
     BOTH,
     FRAMEWORKS,
+    KERNEL_STEPS,
     OVERHEAD_CONFIGS,
     REFERENCE_RUNS,
     REPO,
@@ -17,6 +18,7 @@ from benchmarks.battery.commands import (
     TINY_SKIPPED,
     compare_commands,
     doctor_commands,
+    kernels_commands,
     overhead_commands,
     reference_commands,
     run_commands,
@@ -123,16 +125,16 @@ def fixed_estimate(seconds: float, how: str) -> Callable[[str, Context], tuple[f
 
 # --------------------------------------------------------------------------- commands
 
-def both_estimate(recipe: Recipe, beside: str = ""
+def both_estimate(recipe: Recipe, beside: tuple[str, ...] = ()
                   ) -> Callable[[str, Context], tuple[float, str]]:
-    """A comparison of both frameworks in one command: each framework's part, and with
-    `beside` ("own loop", "best run") one more run as long beside each matched run."""
+    """A comparison of both frameworks in one command: each framework's part, and for each
+    of `beside` ("own loop", "best run") one more run as long beside each matched run."""
     def estimate(framework: str, ctx: Context) -> tuple[float, str]:
         parts = [comparison_estimate(recipe)(fw, ctx) for fw in FRAMEWORKS]
         more = sum(recipe.seeds * run_seconds(fw, recipe, ctx)[0] for fw in FRAMEWORKS)
-        total = sum(seconds for seconds, _ in parts) + (more if beside else 0.0)
+        total = sum(seconds for seconds, _ in parts) + len(beside) * more
         return total, ("; ".join(f"{fw}: {how}" for fw, (_, how) in zip(FRAMEWORKS, parts))
-                       + (f" + each seed's {beside}, as long as its run" if beside else ""))
+                       + "".join(f" + each seed's {run}, as long as its run" for run in beside))
     return estimate
 
 
@@ -239,21 +241,16 @@ STAGES: list[Stage] = [
           "TensorFlow/Keras also at its default (XLA)",
           compare_commands("resnet9-eager", EAGER), both_estimate(EAGER), comparison=True,
           tiny=False, max_limit_s=QUEUE_LIMIT_S, least_fraction=1 / VERDICT.seeds),
-    # The verdict's matched runs (both compiled; Keras at its default) over one seed, each
-    # beside its framework's own loop (Keras fit with XLA; a plain PyTorch loop compiled), and
-    # then beside each framework's own best settings; neither trains the defaults runs, which
-    # the verdict stage measures
-    Stage("resnet9-own", False, (BOTH,), "ResNet-9 (DAWNBench), mixed precision, 24 epochs, "
-          "1 seed, matched compiled, beside each run the framework's own loop (Keras fit; a "
-          "plain PyTorch loop)",
-          compare_commands("resnet9-own", ONE_COMPILED, own_loops=True),
-          both_estimate(ONE_COMPILED, beside="own loop"), comparison=True,
-          tiny=False, max_limit_s=QUEUE_LIMIT_S),
-    Stage("resnet9-best", False, (BOTH,), "ResNet-9 (DAWNBench), mixed precision, 24 epochs, "
-          "1 seed, matched compiled and each framework at its own best (--best: its "
-          "performance guide's settings for the GPU)",
-          compare_commands("resnet9-best", ONE_COMPILED, extra=("--best",)),
-          both_estimate(ONE_COMPILED, beside="best run"), comparison=True,
+    # The verdict's matched runs (both compiled; Keras at its default) over one seed, beside
+    # each framework's own loop (Keras fit with XLA; a plain PyTorch loop compiled) and its own
+    # best settings, in one command (one parity check); neither trains the defaults runs,
+    # which the verdict stage measures
+    Stage("resnet9-own-best", False, (BOTH,), "ResNet-9 (DAWNBench), mixed precision, 24 "
+          "epochs, 1 seed, matched compiled, beside each run the framework's own loop (Keras "
+          "fit; a plain PyTorch loop) and its own best (--best: its performance guide's "
+          "settings for the GPU)",
+          compare_commands("resnet9-own-best", ONE_COMPILED, own_loops=True, extra=("--best",)),
+          both_estimate(ONE_COMPILED, beside=("own loop", "best run")), comparison=True,
           tiny=False, max_limit_s=QUEUE_LIMIT_S),
     # Untimed: what the minutes while TensorFlow's bundle arrives can hold. The data's ceiling
     # (a public reference trainer on the same images) and our ResNet-9 at Page's dawn.py
@@ -281,6 +278,14 @@ STAGES: list[Stage] = [
                            "TensorFlow's PTX by the driver) + decoding the images (about 20 s) "
                            "and an epoch"),
           tiny=False, timed=False, tiny_reason="--tiny: no GPU kernel cache to warm"),
+    # Kernel durations are read on the device's clock, which the host's work (a bundle part
+    # arriving) does not stretch: untimed, so it may fill the minutes while TensorFlow arrives
+    Stage("kernels", False, FRAMEWORKS, "one epoch of ResNet-9 eager (PyTorch's default; "
+          f"TensorFlow/Keras without XLA), then {KERNEL_STEPS} steps under the framework's "
+          "profiler: the GPU's kernels by kind and name", kernels_commands,
+          lambda fw, ctx: (fixed_seconds(fw, "resnet9", ctx) + 30.0, "a process's fixed cost "
+                           "+ an epoch + the profiled steps, its images decoded already"),
+          tiny=False, timed=False, tiny_reason="--tiny: no GPU kernels to read"),
     # 8 epochs: TensorFlow's part, eager and at Keras' default (XLA), within one command
     *[Stage(f"{model}-mixed", False, FRAMEWORKS, f"{title} (pytorch-cifar), mixed "
             f"precision, its recipe on a short schedule ({recipe.epochs} epochs, batch "

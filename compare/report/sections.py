@@ -19,7 +19,7 @@ from compare.report import defaults, plots, tables
 from compare.report import own_loops as own_loop_words
 from compare.report.labels import machine_of, precision_label
 from compare.report.verdict import behaviour_notes, phase_clocks_differ
-from compare.run import phases
+from compare.run import kernels, phases
 
 TF, TORCH = FRAMEWORK_NAMES["tf"], FRAMEWORK_NAMES["torch"]
 
@@ -253,6 +253,45 @@ def phase_split(g: Group) -> Section | None:
               f"PyTorch: the .json in ui.perfetto.dev): {traces or 'none kept'}.")
 
 
+def kernel_families(g: Group) -> Section | None:
+    found = tables.kernel_runs(g.runs or [])
+    if not found:
+        return None
+    present = [kind for kind in kernels.FAMILIES
+               if any(table["families_ms"].get(kind) for _, _, table, _ in found)]
+
+    def cell(ms: float | None, step_ms: float) -> str:
+        return "" if not ms else f"{tables.fmt(ms, 'ms')} ({ms / step_ms:.0%})"
+    rows = [[name, seed, tables.fmt(step_ms, "ms"), cell(table["total_ms"], step_ms),
+             f"{table['launches']:.0f}", *(cell(table["families_ms"].get(kind), step_ms)
+                                           for kind in present)]
+            for name, seed, table, step_ms in found]
+    return Section(
+        "kernels", "What the GPU ran, by kind of kernel",
+        "The kernels and copies on GPU 0 during the profiled steps (above), per step, each "
+        "kind's time and its share of the profiled step, read from each framework's own "
+        "profiler. The kind comes from a kernel's name: generated kernels (torch.compile's "
+        "Triton kernels, XLA's fusions) by what they do, whatever ops they fuse; library "
+        "kernels (cuDNN, cuBLAS, the framework's own) by the operation they name. Durations "
+        "add up even where kernels overlap on several streams.",
+        ("Framework", "Seed", "Step", "All kernels", "Launches", *present), rows)
+
+
+def top_kernels(g: Group) -> Section | None:
+    found = tables.kernel_runs(g.runs or [])
+    if not found:
+        return None
+    rows = [[name, seed, rank, f"`{k['name']}`", k["family"], tables.fmt(k["ms"], "ms"),
+             f"{k['calls']:g}", f"{k['share']:.1%}"]
+            for name, seed, table, _ in found
+            for rank, k in enumerate(table["top"], start=1)]
+    return Section("top-kernels", "The longest kernels",
+                   f"Per run, the {kernels.TOP_KERNELS} kernels with the longest total time per "
+                   "profiled step, by name.",
+                   ("Framework", "Seed", "Rank", "Kernel", "Kind", "Per step", "Launches",
+                    "Share of step"), rows)
+
+
 PARITY_CHECKS = ("logits_max_abs_diff", "loss_abs_diff", "grad_max_rel_diff",
                  "params_rel_update_diff_after_steps", "bn_running_stats_max_rel_diff")
 
@@ -330,7 +369,8 @@ def replay(g: Group) -> Section:
 
 # The sections of a comparison, in page order; a builder may give None (nothing to show).
 SECTIONS = (headline, compile_states, own_loops, best_settings, all_figures, methods, curves, runs,
-            processes, phase_split, parity, fairness, environment, replay)
+            processes, phase_split, kernel_families, top_kernels, parity, fairness, environment,
+            replay)
 
 
 def of_group(g: Group) -> list[Section]:

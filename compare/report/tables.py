@@ -223,6 +223,19 @@ def phase_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
     return rows
 
 
+def kernel_runs(runs: list[schema.Result]) -> list[tuple[str, int | None, dict[str, Any],
+                                                          float]]:
+    """(framework name, seed, kernel table, profiled step in ms) of each run whose profile
+    read the GPU's kernels (compare.run.kernels)."""
+    found = []
+    for r in _readable(runs):
+        profile = r.get("profile") or {}
+        if profile.get("kernels"):
+            found.append((FRAMEWORK_NAMES.get(r["framework"], r["framework"]), seed_of(r),
+                          profile["kernels"], profile["step_ms"]))
+    return found
+
+
 def process_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
     """Multi-process runs (DDP, MultiWorkerMirroredStrategy, several machines): each
     process's own steady-state clock, from the run's summary."""

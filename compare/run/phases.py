@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from compare.run import kernels
+
 # The phases of a training step, in order, and what each holds (the report's legend).
 PHASES = {
     "input": "waiting for the next batch (the loader or iterator, and for the device "
@@ -63,6 +65,8 @@ class Capture:
     device: on a GPU, per phase, the intervals of the kernels and copies that phase put
         on the device (replica 0's device); None on CPU, where the host is the device.
     device_busy: on a GPU, every kernel, copy and set on that device, of any phase.
+    device_events: on a GPU, each of those by name, (name, seconds), for the kernel table
+        (compare.run.kernels).
     files: the trace written (a file or folder), for the framework's own viewer.
     source: how the intervals were read, for the report.
     """
@@ -70,6 +74,7 @@ class Capture:
     host: dict[str, list[Interval]]
     device: dict[str, list[Interval]] | None = None
     device_busy: list[Interval] | None = None
+    device_events: list[tuple[str, float]] | None = None
     files: str = ""
     source: str = ""
     notes: list[str] = field(default_factory=list)
@@ -78,13 +83,15 @@ class Capture:
 
 def captured(host: dict[str, list[Interval]], device: dict[str, list[Interval]] | None,
              busy: list[Interval] | None, files: str, tool: str, on_device: str, on_host: str,
-             missing: str | None = None, origin_s: float = 0.0) -> Capture:
+             missing: str | None = None, origin_s: float = 0.0,
+             events: list[tuple[str, float]] | None = None) -> Capture:
     """A framework's Capture, its source saying how the phases were read: by `tool`, `on_device`
     where the device's intervals are known, else `on_host`. `missing` says why a GPU's
     intervals could not be tied to phases: the phases are then the host's, with a note."""
     if missing:
         device = None
-    return Capture(host=host, device=device, device_busy=busy, files=files,
+    return Capture(host=host, device=device, device_busy=busy, device_events=events or None,
+                   files=files,
                    notes=[f"{missing}: phases on the host clock"] if missing else [],
                    origin_s=origin_s,
                    source=f"{tool}: {on_device if device is not None else on_host}")
@@ -173,6 +180,8 @@ def split(capture: Capture, steps: int, wall_s: float) -> dict[str, Any]:
                             for name in PHASES} if on_device else None),  # CPU: phases_ms
         "device_idle_ms": None, "input_stall_ms": phases_ms["input"],
         "source": capture.source, "files": capture.files, "notes": list(capture.notes),
+        "kernels": (kernels.per_step(capture.device_events, steps, step_ms)
+                    if capture.device_events else None),
     }
     if capture.device_busy:
         every = [i for intervals in capture.host.values() for i in intervals]
