@@ -160,6 +160,25 @@ def test_xla_compiles_the_step_and_trains_as_eager_does(tmp_path, tf_two_cpus):
         "compiler": "XLA (jit_compile)", "compiled": False, "traces": 1, "xla_traces": 0,
         "hlo_instructions": 0}
     assert "XLA" in xla.manifest()["compile"]
+    # As Model.fit's jit_compile: XLA's program holds the update too, so it reads each
+    # weight's momentum buffer besides the batch and the weights; under a strategy (here
+    # MirroredStrategy on one device), whose update all-reduces, the forward and backward only
+    weights = len(xla.model.trainable_variables)
+    assert _xla_program_inputs(xla) >= 2 + 2 * weights
+    mirrored = trainer_for(tf_two_cpus, tiny_config(tmp_path, compile=True, strategy="mirrored",
+                                                    out=str(tmp_path / "mirrored")))
+    assert mirrored.train_step(next(iter(mirrored.batches(1))), 0.01) is not None
+    assert _xla_program_inputs(mirrored) == 2 + weights
+
+
+def _xla_program_inputs(trainer) -> int:
+    """The parameters of the entry computation of the HLO XLA builds for the trainer's
+    compiled part of a step: what that program reads (the batch, variables)."""
+    function = trainer._jit_part  # noqa: SLF001 - the function tf_impl/manifest.py reads
+    traced = function._list_all_concrete_functions()[0]  # noqa: SLF001
+    hlo = function.experimental_get_compiler_ir(*traced.structured_input_signature[0])(
+        stage="hlo")
+    return hlo[hlo.index("ENTRY"):].split("\n}")[0].count(" parameter(")
 
 
 @pytest.mark.machine_sensitive  # whether a float16 step overflows depends on the kernels

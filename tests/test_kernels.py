@@ -35,6 +35,10 @@ from compare.run import kernels, phases
     ("loop_multiply_fusion_2", "generated pointwise"),
     ("loop_convert_fusion", "generated pointwise"),
     ("input_reduce_fusion_11", "generated reduction"),
+    ("loop_reduce_window_fusion", "pooling"),
+    # TensorFlow's own kernels, outside XLA
+    ("Mul_GPU_DT_FLOAT_DT_FLOAT_kernel", "elementwise"),
+    ("AddV2_GPU_DT_FLOAT_DT_FLOAT_kernel", "elementwise"),
     ("gemm_fusion_dot_3", "matmul"),
     # copies, collectives, the rest
     ("Memcpy HtoD (Pinned -> Device)", "copy"),

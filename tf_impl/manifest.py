@@ -51,7 +51,9 @@ def describe(trainer) -> dict:
                               else "")),
         "input_wait": "tf.timestamp before and after the iterator's get_next inside the "
                       "step function (in the graph: no host next() to time)",
-        "compile": "XLA jit_compile (forward+backward)" if trainer.config.compile else "off",
+        "compile": (("XLA jit_compile (forward, backward and update)"
+                     if trainer.compiles_update else "XLA jit_compile (forward+backward)")
+                    if trainer.config.compile else "off"),
         "compile_default": framework_default_compile(trainer),
         "channels_last": True,  # Keras convolutions compute NHWC; not switchable here
         "pipeline": tf_data.pipeline_settings(trainer.config, trainer.choice),
@@ -111,9 +113,10 @@ def compile_baseline() -> dict[str, int]:
 
 def compiled(trainer) -> dict:
     """What compiled of the training step so far, read from TensorFlow (not the config): for
-    each trace of the forward/backward function, whether XLA must compile it (its graph's
+    each trace of the function XLA compiles under --compile (the forward and backward, with
+    the update where it compiles that too), whether XLA must compile it (its graph's
     _XlaMustCompile) and the HLO instructions XLA builds for it."""
-    function = trainer._gradients
+    function = trainer._jit_part
     traced = function._list_all_concrete_functions()  # no public list of traces
     must = [c for c in traced if c.function_def.attr["_XlaMustCompile"].b]
     hlo = sum(sum(" = " in line for line in function.experimental_get_compiler_ir(

@@ -20,7 +20,7 @@ from compare.experiment import networks, stages, weights
 from compare.experiment.config import RunConfig, steps_per_call
 from compare.experiment.datasets import Dataset
 from compare.machine import gpu_metrics
-from compare.run import worker
+from compare.run import phases, worker
 from compare.run.interface import DeviceChoice
 from compare.run.phases import Capture, scope
 from compare.run.validate import check_split
@@ -74,14 +74,17 @@ class Trainer:
         boards = choice.names[:1] if choice.shared_chip else choice.names  # logical GPUs: one
         self.gpu_indices = (gpu_metrics.nvml_indices(_pci_bus_ids(choice)[:len(boards)], boards)
                             if choice.on_gpu else None)
-        # No AutoGraph: the steps hold no Python control flow on tensors (their one loop is
-        # an explicit tf.while_loop), and converting their source costs each process part of
-        # its first epoch. Under autograph=False, strategy.run leaves
-        # the replica functions unconverted too.
-        # XLA compiles the forward/backward; the update and all-reduce stay outside it.
-        self._gradients = tf.function(self._forward_backward, jit_compile=config.compile,
-                                      autograph=False)
-        # what compiled counts from here (tf_impl/manifest.py)
+        # No AutoGraph: the steps hold no Python control flow on tensors (their one loop is an
+        # explicit tf.while_loop; converting source costs part of the first epoch), and under
+        # autograph=False strategy.run leaves the replica functions unconverted too.
+        # --compile: XLA compiles what Model.fit's jit_compile does, a replica's whole step
+        # with its update, where no strategy spreads replicas (nor the model stages over
+        # devices); else the forward and backward, and the update (its all-reduce) outside.
+        self.compiles_update = (config.compile and config.parallel != "model"
+                                and self.strategy is tf.distribute.get_strategy())
+        self._jit_part = tf.function(  # what compiled is read from it (tf_impl/manifest.py)
+            self._forward_backward_update if self.compiles_update else self._forward_backward,
+            jit_compile=config.compile, autograph=False)
         self.compile_baseline = trainer_manifest.compile_baseline()
         self._train_step = tf.function(self._distributed_step, autograph=False)
         # Traced once, at the first call, for any number of steps (train_steps): an epoch's
@@ -203,20 +206,12 @@ class Trainer:
 
     def stop_profile(self) -> Capture:
         """A folder TensorBoard's profile plugin reads (plugins/profile/<run>/), read back
-        into the recorded steps' phases. The input phase is the steps' own waits for their
-        batches (train_steps): TensorFlow's profiler leaves out ops its cost model has found
-        cheap, get_next and the stamps among them."""
+        into the recorded steps' phases, the input phase the steps' own waits (train_steps)."""
         tf.profiler.experimental.stop()
         self.profiling = False
-        capture = tf_profile.read_capture(self.profile_directory, self.choice.on_gpu)
-        if self.profiled_waits and not capture.origin_s:
-            capture.notes.append("the profile has no start time: its input phase is empty "
-                                 "(the input waits cannot be placed on its clock)")
-        elif self.profiled_waits:
-            waits = np.concatenate([w.numpy() for w in self.profiled_waits])
-            capture.host["input"] += [(b - capture.origin_s, e - capture.origin_s)
-                                      for b, e in waits]
-        return capture
+        return phases.with_input_waits(
+            tf_profile.read_capture(self.profile_directory, self.choice.on_gpu),
+            [wait for stamps in self.profiled_waits for wait in stamps.numpy()])
 
     def scalar_writer(self, directory: Path) -> ScalarWriter:
         return ScalarWriter(directory)
@@ -317,12 +312,22 @@ class Trainer:
         with tf.name_scope(scope("backward")):
             return loss, tape.gradient(scaled, self.model.trainable_variables)
 
+    def _update(self, grads) -> None:
+        with tf.name_scope(scope("update")):  # with any all-reduce, which Keras does here
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+
+    def _forward_backward_update(self, images, labels):
+        loss, grads = self._forward_backward(images, labels)
+        self._update(grads)
+        return loss
+
     def _replica_step(self, *batch):
         with tf.name_scope(scope("input")):
             images, labels = self._load(batch)
-        loss, grads = self._gradients(images, labels)
-        with tf.name_scope(scope("update")):  # with the all-reduce, which Keras does here
-            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        if self.compiles_update:
+            return self._jit_part(images, labels)
+        loss, grads = self._jit_part(images, labels)
+        self._update(grads)
         return loss
 
     def _distributed_step(self, batch, lr):

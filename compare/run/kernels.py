@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
 
 TOP_KERNELS = 12  # the kernels listed by name, longest total time first
 NAME_LENGTH = 160  # characters of a kernel's name kept (CUTLASS names run to 300)
@@ -23,6 +24,7 @@ NAME_LENGTH = 160  # characters of a kernel's name kept (CUTLASS names run to 30
 _GENERATED = re.compile(r"^triton_|fusion")  # Triton (inductor, XLA's GEMMs), XLA fusions
 _GENERATED_FAMILIES = (
     ("matmul", re.compile(r"gemm|_dot|dot_|_mm\b|_mm_|^triton_tem_")),
+    ("pooling", re.compile(r"reduce_window|select_and_scatter|pool")),  # XLA's max pooling
     ("generated reduction", re.compile(r"^triton_(red|per)_|^input_|reduc")),
     ("generated pointwise", re.compile(r"")),
 )
@@ -34,7 +36,9 @@ _LIBRARY_FAMILIES = (
     ("pooling", re.compile(r"pool")),
     ("optimizer", re.compile(r"multi_tensor|foreach")),
     ("reduction", re.compile(r"reduce")),
-    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|fill|copy|cast|convert")),
+    # TensorFlow's own kernel of an op is "<Op>_GPU_DT_<type>_kernel" (Mul, AddV2, ...)
+    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|fill|copy|cast|convert|"
+                               r"_gpu_dt_")),
 )
 FAMILIES = ("convolution", "matmul", "normalization", "generated pointwise",
             "generated reduction", "pooling", "layout", "reduction", "elementwise",

@@ -97,6 +97,21 @@ def captured(host: dict[str, list[Interval]], device: dict[str, list[Interval]] 
                    source=f"{tool}: {on_device if device is not None else on_host}")
 
 
+def with_input_waits(capture: Capture, waits: Iterable[Interval]) -> Capture:
+    """`capture` with the steps' own waits for their batches as its input phase, each
+    (before, after) the wait on the host clock, seconds since the epoch (TensorFlow's
+    profiler leaves get_next out: tf_impl/train.py stamps it), placed on the capture's clock
+    from its origin_s."""
+    waits = list(waits)
+    if waits and not capture.origin_s:
+        capture.notes.append("the profile has no start time: its input phase is empty "
+                             "(the input waits cannot be placed on its clock)")
+    elif waits:
+        capture.host["input"] += [(float(before) - capture.origin_s,
+                                   float(after) - capture.origin_s) for before, after in waits]
+    return capture
+
+
 def union_seconds(intervals: Iterable[Interval]) -> float:
     """Seconds covered by at least one interval."""
     return sum(end - start for start, end in merged(intervals))
