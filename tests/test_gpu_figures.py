@@ -41,7 +41,8 @@ DIRS = {  # the folders under benchmarks/results/ that TABLE's file names start 
     "GRAPHS": "gpu-h200/cuda-graphs", "SHARED200": "gpu-h200-rental2/shared-chip",
     "H1": "gpu-h100", "H1B": "gpu-h100-rental2", "H2": "gpu-h200", "H2B": "gpu-h200-rental2",
     "H3": "gpu-h100-rental3", "H4": "gpu-h100-rental4", "V": "gpu-h100-resnet9-verdict",
-    "VD": "gpu-h100-resnet9-verdict/defaults"}
+    "VD": "gpu-h100-resnet9-verdict/defaults", "OB": "gpu-h100-resnet9-own-best",
+    "OBB": "gpu-h100-resnet9-own-best/best", "H5": "gpu-h100-rental5"}
 RUNS = {"tf": "tf-seed0", "pt": "torch-seed0", "tf1": "tf-seed1", "pt1": "torch-seed1",  # NAME.RUN
         "tf2": "tf-seed2", "pt2": "torch-seed2",
         "none": "tf-strategy_none", "mirrored": "tf-strategy_mirrored", "one": "tf-devices_1",
@@ -126,6 +127,9 @@ def show(spec: str, value: Any) -> str:
 
 _acc = lambda s, fw: s["frameworks"][fw]["final_test_accuracy"]["centre"]  # noqa: E731
 _ms = lambda rows: [1000 * float(r["seconds"]) / int(r["steps"]) for r in rows]  # noqa: E731
+_kernel = lambda r, name: next(  # noqa: E731 - a kernel of the profile's longest, by name
+    k for k in r["profile"]["kernels"]["top"] if k["name"] == name)
+_family = lambda r, kind: r["profile"]["kernels"]["families_ms"].get(kind, 0.0)  # noqa: E731
 _wall = lambda log: json.loads(re.search(r"cnncompare-wall-time: (\{.*\})", log)[1])  # noqa
 READERS: dict[str, Callable[..., Any]] = {  # @name in TABLE: a function of the loaded files
     "idle": lambda r: r["profile"]["device_idle_ms"] / r["profile"]["step_ms"],
@@ -183,13 +187,28 @@ READERS: dict[str, Callable[..., Any]] = {  # @name in TABLE: a function of the 
     "less_a_point": lambda ref: ref["accuracy_tta"]["mean"] - 0.01,
     "verdict_start": lambda q: re.search(  # seconds into the queue, seconds left
         r"\+(\d+)s\] stage resnet9-verdict \(both\), (\d+) s left", q).groups(),
+    "mul_ms": lambda r: _kernel(r, "Mul_GPU_DT_FLOAT_DT_FLOAT_kernel")["ms"],
+    "addv2_ms": lambda r: _kernel(r, "AddV2_GPU_DT_FLOAT_DT_FLOAT_kernel")["ms"],
+    "update_calls": lambda r: "{:g} `Mul` and {:g} `AddV2`".format(*(_kernel(r, name)["calls"]
+        for name in ("Mul_GPU_DT_FLOAT_DT_FLOAT_kernel", "AddV2_GPU_DT_FLOAT_DT_FLOAT_kernel"))),
+    "h2d_calls": lambda r: _kernel(r, "MemcpyH2D")["calls"],  # TensorFlow's name, PyTorch's:
+    "pinned_h2d_calls": lambda r: _kernel(r, "Memcpy HtoD (Pinned -> Device)")["calls"],
+    "conv_spread": lambda *rs: (lambda v: max(v) - min(v))(
+        [_family(r, "convolution") for r in rs]),
+    "generated_ms": lambda r: _family(r, "generated reduction") + _family(
+        r, "generated pointwise"),
+    "eager_library_ms": lambda r: sum(_family(r, kind) for kind in (
+        "normalization", "pooling", "elementwise")),
+    "reduction_gap": lambda tf, pt: _family(tf, "generated reduction") - _family(
+        pt, "generated reduction"),
+    "kernels_range": lambda *rs: [r["profile"]["kernels"]["total_ms"] for r in rs],
     "tail_acc": lambda log: float(re.findall(r"test_acc ([\d.]+)", log)[-1]),
     "tail_train_s": lambda log: [float(x) for x in re.findall(r" train ([\d.]+)s", log)],
     "tail_rates": lambda log: [float(x.replace(",", "")) for x in re.findall(
         r"([\d,]+) img/s", log)],
     "xla_off": lambda _: "XLA was off in TensorFlow/Keras" if len(runs := [  # and torch.compile
         json.loads(p.read_text()) for p in RESULTS.glob("gpu-*/**/result.json")  # before the
-        if DIRS["V"] not in p.parts and DIRS["H4"] not in p.parts]) >= 20 and all(  # verdict's
+        if not {DIRS[d] for d in ("V", "H4", "OB", "H5")} & set(p.parts)]) >= 20 and all(
         (r["fairness"]["compile"], r["config"]["compile"], r["compilation"]["compiled"])
         == ("off", False, False) for r in runs) else "a GPU run compiled"}  # in every GPU run
 
