@@ -40,10 +40,11 @@ refused, naming what ran beside it, when the host stays busy; untimed stages (th
 the GPU tests, `reference`: airbench94 on the same data as the accuracy this copy of
 CIFAR-10 allows, `resnet9-page`: ResNet-9 at Page's recipe for its accuracy, `warm`: each
 framework's first-run compiles, TensorFlow's kernels by the driver and PyTorch's graph by
-torch.compile, paid once a machine) fill the minutes while a rental's TensorFlow bundle
-arrives. `resnet9-verdict` (matched compiled, PyTorch also eager), `resnet9-own` and
-`resnet9-eager` (matched eager, TensorFlow also with XLA) run both frameworks in one `compare`
-(framework `both`), their seeds alternated.
+torch.compile, paid once a machine; `kernels`: each framework's eager kernels, read on the
+GPU's clock) fill the minutes while a rental's TensorFlow bundle arrives. `resnet9-verdict`
+(matched compiled, PyTorch also eager), `resnet9-own-best` (matched compiled beside each
+framework's own loop and its best) and `resnet9-eager` (matched eager, TensorFlow also with
+XLA) run both frameworks in one `compare` (framework `both`), their seeds alternated.
 
 The battery's parts live in benchmarks/battery/, by role: each stage's commands and what
 --tiny runs (commands.py), the stages (stages.py), a run's recipe, context and estimate
