@@ -258,7 +258,8 @@ def _print_verdict(out: Path, console: Console) -> None:
 
 def saved_comparison(directory: Path) -> tuple[RunConfig, ComparisonConfig]:
     """The run config and comparison settings of the comparison in `directory`, to resume it
-    there (wherever it was started). A comparison saved before own loops existed has none."""
+    there (wherever it was started). A comparison saved before own loops, best runs or the
+    defaults runs existed ran none of them, and resumes without them."""
     path = files.ComparisonDir(directory).comparison
     if not path.exists():
         raise UserError(f"--resume {directory}: no {path.name} there, so it is not a "
@@ -269,7 +270,7 @@ def saved_comparison(directory: Path) -> tuple[RunConfig, ComparisonConfig]:
         comparison = ComparisonConfig(
             seeds=saved["seeds"], parity_steps=saved["parity_steps"],
             ignore_parity=saved["ignore_parity"], own_loops=saved.get("own_loops", False),
-            best=saved.get("best", False))
+            best=saved.get("best", False), defaults=saved.get("defaults", False))
         return config, comparison
     except files.Unreadable as exc:
         raise UserError(f"--resume {directory}: {exc}") from None
