@@ -6,7 +6,7 @@ at a quarter over the others), so its paired ratios are 1.1x to 1.9x wide. Here 
 builds two trainers of the same run (same model, initial weights, batches and recipe) and
 trains them in turn, an epoch each: the framework's own loop (Keras compile + fit; the plain
 PyTorch loop, compare.run.own_loop's, driving) and the shared loop's epoch
-(compare.run.loop), run from the own loop's end-of-epoch hook. Half the processes run the
+(compare.run.loop), run after each of the own loop's epochs. Half the processes run the
 own loop's epoch first in each pair, half the shared loop's, so neither always runs on a
 machine the other has warmed. Each epoch after the first of each loop gives one paired ratio
 of median window step times (both loops cut their epochs into the same synchronised windows,
@@ -100,11 +100,9 @@ def worker(framework: str, model: str, batch: int, epochs: int, images: int,
             shared_epoch()
         clock = WindowClock(config, own.steps_per_call, own.sync)
 
-        def after_own_epoch(epoch: int, seconds: float) -> None:
+        for epoch, _ in enumerate(impl.own_loop.own_loop(own, config, dataset, lrs, clock, [])):
             if not shared_first or epoch + 1 < epochs:
                 shared_epoch()
-
-        impl.own_loop.own_loop(own, config, dataset, lrs, clock, after_own_epoch)
         own_ms = [statistics.median(1000.0 * w["seconds"] / w["steps"] for w in clock.windows
                                     if w["epoch"] == e + 1) for e in range(epochs)]
         own.close()

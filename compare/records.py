@@ -115,6 +115,9 @@ class OwnLoopRecord(JsonRecord):
     config: dict[str, Any]  # the RunConfig, as the matched run's
     device_used: str
     loop: str = ""  # the loop in words
+    # where it trained: in a process of its own, or in its run's process with an epoch of
+    # each loop in turn (compare.run.own_loop.APART, BESIDE); "" in older files: apart
+    trained: str = ""
     steps_per_epoch: int = 0
     steps_per_call: int = 0
     epoch_times_s: list[float] = field(default_factory=list)  # synchronised at both ends

@@ -23,18 +23,27 @@ from compare.report import best as best_report
 from compare.report import own_loops, sections, stats
 
 
-def test_own_loops_sit_beside_their_runs_and_take_turns_first(tmp_path):
+def test_own_loops_train_in_their_runs_process_unless_resumed_or_spread(tmp_path):
+    """Each run carries its own-loop twin's folder (trained in its process, an epoch of each
+    loop in turn); a resumed comparison, or a run over several devices, queues each twin as
+    a process of its own beside its run, taking turns first."""
     directory = files.ComparisonDir(tmp_path)
+    twins = {str(directory.own_loop(fw, s).path) for fw in ("tf", "torch") for s in (0, 1)}
     queue = planned_runs(RunConfig(), ComparisonConfig(seeds=2), directory, resume=False)
     assert [(q.config.framework, q.config.seed, q.own_loop) for q in queue] == [
-        ("tf", 0, False), ("tf", 0, True), ("torch", 0, False), ("torch", 0, True),
-        ("torch", 1, True), ("torch", 1, False), ("tf", 1, True), ("tf", 1, False)]
-    own = [q for q in queue if q.own_loop]
-    assert {q.config.out for q in own} == {str(directory.own_loop(fw, s).path)
-                                          for fw in ("tf", "torch") for s in (0, 1)}
+        ("tf", 0, False), ("torch", 0, False), ("torch", 1, False), ("tf", 1, False)]
+    assert {q.config.own_loop_beside for q in queue} == twins
+    for resume, devices in ((True, 1), (False, 2)):
+        queue = planned_runs(RunConfig(devices=devices), ComparisonConfig(seeds=2), directory,
+                             resume=resume)
+        assert [(q.config.framework, q.config.seed, q.own_loop) for q in queue] == [
+            ("tf", 0, False), ("tf", 0, True), ("torch", 0, False), ("torch", 0, True),
+            ("torch", 1, True), ("torch", 1, False), ("tf", 1, True), ("tf", 1, False)]
+        assert {q.config.out for q in queue if q.own_loop} == twins
+        assert not any(q.config.own_loop_beside for q in queue)
     plain = planned_runs(RunConfig(), ComparisonConfig(seeds=2, own_loops=False), directory,
                          resume=False)
-    assert not any(q.own_loop for q in plain) and len(plain) == 4
+    assert not any(q.own_loop or q.config.own_loop_beside for q in plain) and len(plain) == 4
 
 
 def test_each_framework_profiles_its_first_seed_alone(tmp_path):
@@ -265,9 +274,9 @@ def test_keras_own_loop_traces_its_step_once(tmp_path, tf_two_cpus):
         return loss(*args)
     trainer._loss = counted
     clock = WindowClock(config, trainer.steps_per_call, trainer.sync)
-    done = own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs, clock,
-                             lambda epoch, seconds: None)
-    assert len(done["epoch_times_s"]) == 2
+    times = list(own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs,
+                                   clock, []))
+    assert len(times) == 2
     # each epoch's windows hold its steps, in whole calls of 4 but the last
     for epoch in (1, 2):
         sizes = [w["steps"] for w in clock.windows if w["epoch"] == epoch]
@@ -309,9 +318,10 @@ def test_keras_own_loop_lets_go_of_its_iterators_after_the_last_epoch_off_the_ma
 
     own_loop._KeptIterators.on_train_begin = on_train_begin
     try:
-        own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs,
-                          WindowClock(config, trainer.steps_per_call, trainer.sync),
-                          lambda epoch, seconds: epochs.append(epoch))
+        for _ in own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs,
+                                   WindowClock(config, trainer.steps_per_call, trainer.sync),
+                                   []):
+            epochs.append(len(epochs))
     finally:
         own_loop._KeptIterators.on_train_begin = built
     deadline = time.monotonic() + patience(10)

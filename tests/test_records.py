@@ -72,7 +72,8 @@ def test_a_missing_required_field_or_a_non_object_is_refused():
 def test_an_own_loop_record_keeps_its_config_windows_and_loss_pairs():
     data = {"schema_version": 2, "framework": "torch", "seed": 3, "status": "completed",
             "config": {"model": "lenet", "pipeline": {"kind": "tuned"}},
-            "device_used": "CPU", "loop": "plain", "steps_per_epoch": 8, "steps_per_call": 4,
+            "device_used": "CPU", "loop": "plain", "trained": "in its run's process",
+            "steps_per_epoch": 8, "steps_per_call": 4,
             "epoch_times_s": [1, 0.5], "windows": [{"epoch": 1, "steps": 8, "seconds": 1.0}],
             "steady_step_time_ms": {"median": 62.5, "p90": 70.0, "windows": 1},
             "mean_losses": [[4, 2.25], [8, 2.0]], "final_test_accuracy": 0.5,

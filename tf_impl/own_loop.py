@@ -5,7 +5,8 @@ it measured). Its twin is torch_impl/own_loop.py.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import keras
 import tensorflow as tf
@@ -37,14 +38,15 @@ LOOP = ("Keras Model.compile + Model.fit, one fit call per epoch (steps_per_exec
 
 
 def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[float],
-             clock: WindowClock, on_epoch: Callable[[int, float], None]) -> dict:
-    """Train config.epochs epochs of the trainer's model with Keras' fit: compiled in the
-    trainer's strategy scope with the same SGD (PyTorch's form, loss scaling as the run's),
-    the per-step learning rates `lrs` as a Keras schedule, the run's per-example loss, and
-    the data plan's batches in a tf.data pipeline, timed by `clock` from a callback (a
-    synchronised window after each window's last call). Returns the loop's description,
-    each epoch's training seconds (the device synchronised at both ends) and, over the
-    first epoch, Keras' running mean of the loss after each call ([steps, mean] pairs)."""
+             clock: WindowClock, mean_losses: list[list[float]]) -> Iterator[float]:
+    """Train config.epochs epochs of the trainer's model with Keras' fit, an epoch each time
+    the caller asks: compiled in the trainer's strategy scope with the same SGD (PyTorch's
+    form, loss scaling as the run's), the per-step learning rates `lrs` as a Keras schedule,
+    the run's per-example loss, and the data plan's batches in a tf.data pipeline, timed by
+    `clock` from a callback (a synchronised window after each window's last call). Yields
+    each epoch's training seconds (the device synchronised at both ends); fills
+    `mean_losses`, over the first epoch, with Keras' running mean of the loss after each
+    call ([steps, mean] pairs)."""
     with trainer.strategy.scope():  # compile where the variables live (the Keras guide)
         optimizer = make_optimizer(trainer.model, config, trainer.choice,
                                    learning_rate=_PlanSchedule(lrs))
@@ -58,7 +60,7 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
             loss=lambda labels, logits: trainer._loss(tf.cast(labels, tf.int64), logits,
                                                       config.label_smoothing),
             steps_per_execution=trainer.steps_per_call, jit_compile=config.compile)
-    timer = _EpochClock(clock, on_epoch, trainer.steps_per_epoch)
+    timer = _EpochClock(clock, mean_losses, trainer.steps_per_epoch)
     kept = _KeptIterators()
     for epoch in range(config.epochs):
         # One fit call per epoch, on that epoch's batches: fit given all epochs' batches
@@ -67,8 +69,8 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
         # epoch ends its last call early, as the shared loop's shorter last call does.
         trainer.model.fit(_fit_batches(trainer, config, dataset, epoch), initial_epoch=epoch,
                           epochs=epoch + 1, callbacks=[timer, kept], shuffle=False, verbose=0)
+        yield timer.times[-1]
     kept.release()
-    return {"loop": LOOP, "epoch_times_s": timer.times, "mean_losses": timer.mean_losses}
 
 
 class _PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -122,12 +124,11 @@ class _EpochClock(keras.callbacks.Callback):
     epoch's running mean loss after each call of the step function (read there only: a
     read waits for the device, and the first epoch is not in the steady figures)."""
 
-    def __init__(self, clock: WindowClock, on_epoch: Callable[[int, float], None],
+    def __init__(self, clock: WindowClock, mean_losses: list[list[float]],
                  steps_per_epoch: int):
         super().__init__()
-        self.clock, self.on_epoch, self.steps_per_epoch = clock, on_epoch, steps_per_epoch
+        self.clock, self.mean_losses, self.steps_per_epoch = clock, mean_losses, steps_per_epoch
         self.times: list[float] = []
-        self.mean_losses: list[list[float]] = []
         self.epoch, self.steps = 0, 0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -145,7 +146,6 @@ class _EpochClock(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.times.append(self.clock.end_epoch())
-        self.on_epoch(epoch, self.times[-1])
 
 
 def _fit_batches(trainer: Trainer, config: RunConfig, dataset: Dataset,

@@ -7,7 +7,8 @@ measured). Its twin is tf_impl/own_loop.py.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, Callable, Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -37,13 +38,13 @@ LOOP = ("plain PyTorch loop: for batch in DataLoader, autocast, backward, GradSc
 
 
 def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[float],
-             clock: WindowClock, on_epoch: Callable[[int, float], None]) -> dict:
+             clock: WindowClock, mean_losses: list[list[float]]) -> Iterator[float]:
     """Train config.epochs epochs of the trainer's model (DDP- or compile-wrapped as the run
-    is) with the plain loop: the trainer's optimizer, loss scaler and DataLoader, the
-    per-step learning rates `lrs` through LambdaLR, the run's loss, timed by `clock` (a
-    synchronised window after each window's last step). Returns the loop's description,
-    each epoch's training seconds (the device synchronised at both ends) and,
-    over the first epoch, the running mean of the loss after each of the run's calls
+    is) with the plain loop, an epoch each time the caller asks: the trainer's optimizer,
+    loss scaler and DataLoader, the per-step learning rates `lrs` through LambdaLR, the run's
+    loss, timed by `clock` (a synchronised window after each window's last step). Yields each
+    epoch's training seconds (the device synchronised at both ends); fills `mean_losses`,
+    over the first epoch, with the running mean of the loss after each of the run's calls
     ([steps, mean] pairs, as Keras' fit reports them). Losses stay on the device until the
     epoch ends: no step waits for a read."""
     model, optimizer, scaler = trainer.train_model, trainer.optimizer, trainer.scaler
@@ -51,8 +52,6 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
         optimizer, lambda step: lrs[min(step, len(lrs) - 1)] / config.lr)
     dtype = trainer.numerics["autocast_dtype"]
     autocast = (lambda: torch.autocast(trainer.device.type, dtype=dtype)) if dtype else nullcontext
-    times: list[float] = []
-    mean_losses: list[list[float]] = []
     for epoch in range(config.epochs):
         clock.begin_epoch(epoch)
         model.train()
@@ -71,12 +70,11 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
             scheduler.step()
             losses.append(loss.detach())
             clock.steps_done(1)
-        times.append(clock.end_epoch())
+        seconds = clock.end_epoch()
         if epoch == 0:
-            mean_losses = _running_means(torch.stack(losses).float().cpu().tolist(),
-                                         trainer.steps_per_call)
-        on_epoch(epoch, times[-1])
-    return {"loop": LOOP, "epoch_times_s": times, "mean_losses": mean_losses}
+            mean_losses[:] = _running_means(torch.stack(losses).float().cpu().tolist(),
+                                            trainer.steps_per_call)
+        yield seconds
 
 
 def _running_means(losses: list[float], every: int) -> list[list[float]]:

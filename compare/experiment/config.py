@@ -283,6 +283,10 @@ class RunConfig:
     # default compile state (compare.experiment.compile_state); "best": compare --best's run
     # with its framework's own advice (compare.experiment.best); reports never pool them
     variant: str = "matched"
+    # No option: compare's own loops. The folder of this run's own-loop twin, trained in this
+    # run's process beside the shared loop, an epoch of each in turn (compare.run.own_loop);
+    # None: no twin here (`run --own-loop` trains one in a process of its own)
+    own_loop_beside: str | None = None
     # No option: --precision as the command resolved it on this machine before any framework
     # started (compare.machine.precision.carry), for each device kind the run may train on:
     # {"cpu" | "gpu": Resolved.to_dict(precision)}. The frameworks read it

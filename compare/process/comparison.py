@@ -168,10 +168,14 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
                              tensorboard_dir=str(directory.tensorboard),
                              profile_steps=config.profile_steps if seed == config.seed else 0)
         pair = [QueuedRun(f"{framework} seed {seed}", run, resume)]
+        own_out = str(directory.own_loop(framework, seed).path)
         if comparison.own_loops and config.micro_batches == 1:  # own loops take whole batches
-            own = run.replace(out=str(directory.own_loop(framework, seed).path),
-                              tensorboard_dir=None)
-            pair.append(QueuedRun(f"{framework} seed {seed} own loop", own, resume, True))
+            if resume or config.devices > 1:  # a resumed run's epochs, or several processes
+                pair.append(QueuedRun(f"{framework} seed {seed} own loop", run.replace(
+                    out=own_out, tensorboard_dir=None), resume, True))
+            else:  # in the run's process, an epoch of each loop in turn (compare.run.own_loop)
+                pair[0] = QueuedRun(f"{framework} seed {seed}",
+                                    run.replace(own_loop_beside=own_out), resume)
         own_default = (compile_state.at_default(run, device_kind)
                        if comparison.defaults and device_kind == "gpu" else None)
         if own_default is not None:

@@ -70,7 +70,7 @@ def summarise(runs: list[schema.Result], parity: dict | None, command: str | Non
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": command,
         "config": {k: v for k, v in base_config.items()
-                   if k not in ("framework", "seed", "out", "quiet")},
+                   if k not in ("framework", "seed", "out", "quiet", "own_loop_beside")},
         "seeds": sorted({seed for r in runs if (seed := seed_of(r)) is not None}),
         "parity": parity,
         "frameworks": frameworks,

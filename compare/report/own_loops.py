@@ -20,7 +20,7 @@ from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.records import OwnLoopRecord
 from compare.report import stats, words
 from compare.report.labels import seed_of
-from compare.run.own_loop import running_means, steady_seconds
+from compare.run.own_loop import APART, running_means, steady_seconds
 
 # shared / own training time above this: the shared loop may be handicapping that
 # framework, and the TF/PyTorch ratio may be partly the harness's
@@ -76,6 +76,8 @@ def summarise(runs: list[schema.Result], records: list[OwnLoopRecord]) -> dict |
         seeds = ratio["seeds"]
         summary[framework] = {
             "loop": next((r.loop for r in own.values()), None),
+            # where they trained (compare.run.own_loop: APART, BESIDE); "" in older records
+            "trained": sorted({r.trained or APART for r in own.values()}),
             "own_runs": len(own), "seeds": seeds,
             "time_ratio": ratio,
             "throughput_ratio": 1 / ratio["ratio"] if ratio["ratio"] else None,

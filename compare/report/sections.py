@@ -91,7 +91,8 @@ def own_loops(g: Group) -> Section | None:
     own = g.summary.get("own_loops")
     if not own:
         return None
-    rows = [[FRAMEWORK_NAMES[fw], e["loop"], tables.fmt(e["shared_time_s"], "s"),
+    rows = [[FRAMEWORK_NAMES[fw], e["loop"], "; ".join(e.get("trained") or []),
+             tables.fmt(e["shared_time_s"], "s"),
              tables.fmt(e["own_time_s"], "s"), tables.ratio_text(e["time_ratio"]),
              f"{tables.fmt(e['shared_accuracy'], 'acc')} / "
              f"{tables.fmt(e['own_accuracy'], 'acc')}", _g3(e['loss_difference'])]
@@ -103,7 +104,8 @@ def own_loops(g: Group) -> Section | None:
                    "run's jit_compile, not \"auto\"). Times are training after the first "
                    f"epoch; shared / own is the ratio of the {own_loop_words.measure(g.summary)}"
                    " (paired by seed; above 1, the shared loop was slower).",
-                   ("Framework", "Own loop", "Shared loop", "Own loop time", "Shared / own",
+                   ("Framework", "Own loop", "Trained", "Shared loop", "Own loop time",
+                    "Shared / own",
                     "Final accuracy (shared / own)", "First-epoch loss, max rel. difference"),
                    rows, notes=f"A shared / own ratio above {own['caveat_ratio']:.2f} is a "
                    "fairness caveat in the verdict.", folded=False)

@@ -23,8 +23,9 @@ from compare.run.interface import Trainer
 
 SCHEMA_VERSION = 1
 # Settings that do not change what is computed: a resumed run may differ in these.
-# precision_resolved: each command resolves --precision on its machine again (a resume too)
-NOT_COMPARED = ("out", "quiet", "debug", "precision_resolved")
+# precision_resolved: each command resolves --precision on its machine again (a resume too);
+# own_loop_beside: a resumed run's own loop trains in a process of its own
+NOT_COMPARED = ("out", "quiet", "debug", "precision_resolved", "own_loop_beside")
 
 
 def save(out: Path, trainer: Trainer, config: RunConfig, epochs_done: int,

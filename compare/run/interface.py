@@ -188,13 +188,13 @@ class OwnLoopModule(Protocol):
 
     LOOP: str  # the loop in words
 
-    # Train config.epochs epochs of `trainer`'s model with the framework's own loop, the
-    # per-step learning rates `lrs`, telling `clock` (compare.run.windows.WindowClock) where
-    # each epoch begins and ends and as steps are issued, calling on_epoch(epoch, seconds)
-    # after each; returns {"loop", "epoch_times_s", "mean_losses"} (fields of
-    # compare.records.OwnLoopRecord).
+    # Train config.epochs epochs of `trainer`'s model with the framework's own loop, an
+    # epoch each time the caller asks, the per-step learning rates `lrs`, telling `clock`
+    # (compare.run.windows.WindowClock) where each epoch begins and ends and as steps are
+    # issued; yields each epoch's training seconds, and fills `mean_losses` over the first
+    # epoch (fields of compare.records.OwnLoopRecord).
     def own_loop(self, trainer: Any, config: RunConfig, dataset: Dataset, lrs: list[float],
-                 clock: Any, on_epoch: Any) -> dict[str, Any]: ...
+                 clock: Any, mean_losses: list[list[float]]) -> Iterator[float]: ...
 
 
 class PortModule(Protocol):

@@ -30,17 +30,19 @@ from compare.experiment.recipe import learning_rate
 from compare.machine import cluster, devices, gpu_metrics
 from compare.run import checkpoint, fairness, phases, shutdown
 from compare.run.interface import Trainer
+from compare.run.own_loop import Beside
 from compare.run.progress import ProgressDisplay
 from compare.run.recorder import Recorder
 from compare.run.windows import TimingWindows
 
 
 def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
-                     data_info: dict, resume: bool = False) -> int:
+                     data_info: dict, resume: bool = False, beside: Beside | None = None) -> int:
     """Train with a Recorder on the chief process, without one elsewhere; an exit code.
 
     With `resume`, continue from the checkpoint in config.out when there is one
     (compare.run.checkpoint): every process loads it, the chief restores its records.
+    `beside`: the run's own-loop twin, an epoch of it beside each of the run's.
     """
     state = checkpoint.load(config) if resume else None
     if state is not None:
@@ -59,13 +61,16 @@ def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
             recorder.restore(state)
         recorder.write()  # a valid result exists from the start
     try:
-        return train_epochs(trainer, config, recorder, state["next_epoch"] if state else 0)
+        return train_epochs(trainer, config, recorder, state["next_epoch"] if state else 0,
+                            beside)
     finally:
+        if beside is not None:
+            beside.close()
         trainer.close()
 
 
 def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
-                 first_epoch: int = 0) -> int:
+                 first_epoch: int = 0, beside: Beside | None = None) -> int:
     """Train epochs first_epoch + 1 .. config.epochs (1-based), measuring as
     results.MEASUREMENT says, with a checkpoint after each; returns an exit code.
 
@@ -90,6 +95,8 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
         try:
             with shutdown.interruptible():  # ... but it ends the epochs at once
                 for epoch in range(first_epoch + 1, config.epochs + 1):
+                    if beside is not None:  # outside the epoch's clock, as after it
+                        beside.before_epoch()
                     display.start_epoch(epoch)
                     record, global_step = _train_epoch(trainer, config, recorder, display, nvml,
                                                        windows, epoch, global_step, total_steps)
@@ -101,11 +108,17 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                             recorder.summarise("running")
                             recorder.write()
                     display.end_epoch(record)
+                    if beside is not None:
+                        beside.after_epoch()
+                if beside is not None:
+                    beside.finish()
                 if config.profile_steps and first_epoch < config.epochs:
                     profile_phases(trainer, config, recorder, global_step)
         except KeyboardInterrupt as exc:
             status, code = "interrupted", getattr(exc, "exit_code", EXIT_INTERRUPTED)
             _interrupted(trainer, recorder, str(exc))
+            if beside is not None:
+                beside.stop(exc)
         except Diverged as exc:
             status, code = "diverged", EXIT_DIVERGED
             _note(recorder, str(exc))

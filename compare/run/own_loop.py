@@ -4,15 +4,20 @@ handicapping my framework?".
 `python -m tf_impl.train CONFIG --own-loop` (or torch_impl) builds the run's Trainer (the
 same model, shared initial weights, data plan, optimizer, precision and distribution), then
 trains it with the framework's own loop instead of compare.run.loop: Keras' compile + fit
-(tf_impl/own_loop.py) or the plain PyTorch loop (torch_impl/own_loop.py). Each epoch is timed
-as the shared loop times it (the device synchronised at both ends, evaluation apart); the
-test set is evaluated once, at the end. What it measured is written to own-loop.json
-(compare.records.OwnLoopRecord) beside nothing else: no checkpoint, no per-step files.
+(tf_impl/own_loop.py) or the plain PyTorch loop (torch_impl/own_loop.py). `compare` trains
+it in the run's own process instead (`Beside`): a second Trainer of the same run, an epoch of
+each loop in turn, so the two loops' epochs of a pair meet the same state of a noisy host.
+Each epoch is timed as the shared loop times it (the device synchronised at both ends,
+evaluation apart); the test set is evaluated once, at the end. What it measured is written
+to own-loop.json (compare.records.OwnLoopRecord) beside nothing else: no checkpoint, no
+per-step files.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -23,62 +28,156 @@ from compare.experiment.datasets import Dataset
 from compare.experiment.recipe import learning_rate
 from compare.records import OwnLoopRecord
 from compare.run import shutdown, wall_time
+from compare.run.interface import DeviceChoice
 from compare.run.summary import steady_step_times
 from compare.run.windows import WindowClock
 
 
+class OwnLoopRun:
+    """One own loop on `config` and its record (own-loop.json in config.out): built here,
+    trained an epoch each time `epoch` is called, then `finish`ed (or `stop`ped). The record
+    is written from the start and after every epoch, so one cut short says how far it got."""
+
+    def __init__(self, impl: ModuleType, config: RunConfig, dataset: Dataset,
+                 choice: DeviceChoice, beside: bool = False):
+        if choice.processes > 1:
+            raise UserError(f"own loops train in one process; this run's {impl.FRAMEWORK} "
+                            f"side spans {choice.processes} processes")
+        self.impl, self.config = impl, config
+        self.path = files.RunDir(Path(config.out)).own_loop
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.record = OwnLoopRecord(
+            schema_version=schema.OWN_LOOP_VERSION, framework=impl.FRAMEWORK, seed=config.seed,
+            status="running", config=config.to_dict(), device_used=choice.description,
+            trained=BESIDE if beside else APART)
+        files.write_json(self.path, self.record.to_dict())
+        self.trainer = impl.Trainer(config, dataset, choice)
+        total = self.trainer.steps_per_epoch * config.epochs
+        lrs = [learning_rate(config, step, total) for step in range(total)]
+        self.record.steps_per_epoch = self.trainer.steps_per_epoch
+        self.record.steps_per_call = self.trainer.steps_per_call
+        self.clock = WindowClock(config, self.trainer.steps_per_call, self.trainer.sync)
+        self.mean_losses: list[list[float]] = []
+        self.epochs = impl.own_loop.own_loop(self.trainer, config, dataset, lrs, self.clock,
+                                             self.mean_losses)
+
+    def epoch(self) -> bool:
+        """Train the next epoch; False when every epoch is trained (or the loop stopped)."""
+        if self.record.status != "running":
+            return False
+        seconds = next(self.epochs, None)
+        if seconds is None:
+            return False
+        self.record.epoch_times_s.append(seconds)
+        self.record.windows = self.clock.windows
+        done = len(self.record.epoch_times_s)
+        print(f"{self.impl.FRAMEWORK} own loop  epoch {done}/{self.config.epochs}  "
+              f"train {seconds:.2f} s  test_acc at the end", flush=True)
+        files.write_json(self.path, self.record.to_dict())
+        return True
+
+    def finish(self) -> None:
+        """Train what epochs are left, evaluate once, write the completed record."""
+        while self.epoch():
+            pass
+        test_loss, test_accuracy = self.trainer.evaluate()
+        epochs = [{"epoch": number} for number in range(1, len(self.record.epoch_times_s) + 1)]
+        self.record = dataclasses.replace(
+            self.record, loop=self.impl.own_loop.LOOP, windows=self.clock.windows,
+            steady_step_time_ms=steady_step_times(epochs, self.clock.windows),
+            mean_losses=self.mean_losses, final_test_accuracy=test_accuracy,
+            final_test_loss=test_loss, status="completed")
+        files.write_json(self.path, self.record.to_dict())
+        print(f"{self.impl.FRAMEWORK} own loop: "
+              f"{steady_seconds(self.record.epoch_times_s):.2f} s after the first epoch, "
+              f"test_acc {test_accuracy:.4f}", flush=True)
+
+    def stop(self, exc: BaseException) -> None:
+        """Record why the loop ended early (a stop signal: interrupted; else failed)."""
+        stopped = isinstance(exc, KeyboardInterrupt)
+        self.record.status = "interrupted" if stopped else "failed"
+        self.record.error = str(exc) or type(exc).__name__
+        files.write_json(self.path, self.record.to_dict())
+
+    def close(self) -> None:
+        self.epochs.close()
+        self.trainer.close()
+
+
+# How an own loop trained, in its record (the report says it)
+APART = "in a process of its own"
+BESIDE = "in its run's process, an epoch of each loop in turn"
+
+
 def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
-    """Train `config` with `impl`'s own loop and write own-loop.json into config.out; an exit
-    code. A stop signal ends it at once; a failure or stop is written, then raised on
-    (compare.run.worker reports it in one line). `impl` holds its framework's `own_loop`
-    module (compare.run.interface.OwnLoopModule)."""
-    choice = impl.select_device(config)
-    if choice.processes > 1:
-        raise UserError(f"own loops train in one process; this run's {impl.FRAMEWORK} side "
-                        f"spans {choice.processes} processes")
-    path = files.RunDir(Path(config.out)).own_loop
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = OwnLoopRecord(schema_version=schema.OWN_LOOP_VERSION, framework=impl.FRAMEWORK,
-                           seed=config.seed, status="running", config=config.to_dict(),
-                           device_used=choice.description)
-    files.write_json(path, record.to_dict())
-    trainer = None
+    """Train `config` with `impl`'s own loop in this process alone and write own-loop.json
+    into config.out; an exit code. A stop signal ends it at once; a failure or stop is
+    written, then raised on (compare.run.worker reports it in one line). `impl` holds its
+    framework's `own_loop` module (compare.run.interface.OwnLoopModule)."""
+    own = None
     try:
         with shutdown.interruptible():
-            trainer = impl.Trainer(config, dataset, choice)
+            own = OwnLoopRun(impl, config, dataset, impl.select_device(config))
             wall_time.mark("built")
-            total = trainer.steps_per_epoch * config.epochs
-            lrs = [learning_rate(config, step, total) for step in range(total)]
-            record.steps_per_epoch = trainer.steps_per_epoch
-            record.steps_per_call = trainer.steps_per_call
-
-            def on_epoch(epoch: int, seconds: float) -> None:
-                record.epoch_times_s.append(seconds)  # the loop keeps its own list too
-                print(f"{impl.FRAMEWORK} own loop  epoch {epoch + 1}/{config.epochs}  "
-                      f"train {seconds:.2f} s  test_acc at the end", flush=True)
-
-            clock = WindowClock(config, trainer.steps_per_call, trainer.sync)
-            done = impl.own_loop.own_loop(trainer, config, dataset, lrs, clock, on_epoch)
-            test_loss, test_accuracy = trainer.evaluate()
-        epochs = [{"epoch": number} for number in range(1, len(done["epoch_times_s"]) + 1)]
-        record = dataclasses.replace(
-            record, loop=done["loop"], epoch_times_s=done["epoch_times_s"],
-            windows=clock.windows, steady_step_time_ms=steady_step_times(epochs, clock.windows),
-            mean_losses=done["mean_losses"], final_test_accuracy=test_accuracy,
-            final_test_loss=test_loss, status="completed")
-        print(f"{impl.FRAMEWORK} own loop: {steady_seconds(record.epoch_times_s):.2f} s "
-              f"after the first epoch, test_acc {test_accuracy:.4f}", flush=True)
+            own.finish()
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - recorded, then one line
-        stopped = isinstance(exc, KeyboardInterrupt)
-        record.status = "interrupted" if stopped else "failed"
-        record.error = str(exc) or type(exc).__name__
-        files.write_json(path, record.to_dict())
+        if own is not None:
+            own.stop(exc)
         raise
     finally:
-        if trainer is not None:
-            trainer.close()
-    files.write_json(path, record.to_dict())
+        if own is not None:
+            own.close()
     return EXIT_OK
+
+
+class Beside:
+    """A run's own-loop twin trained in the run's process (RunConfig.own_loop_beside): an
+    epoch of the own loop before each of the shared loop's epochs on odd seeds, after it on
+    even ones, so neither loop always runs on a machine the other has warmed, and a burst on
+    the host hits both loops' epochs of a pair. The shared loop's clock stops before the
+    twin's epoch starts. A twin that fails is recorded and left; the run goes on."""
+
+    def __init__(self, impl: ModuleType, config: RunConfig, dataset: Dataset,
+                 choice: DeviceChoice):
+        assert config.own_loop_beside is not None
+        twin = config.replace(out=config.own_loop_beside, own_loop_beside=None,
+                              tensorboard_dir=None, profile_steps=0)
+        self.first = config.seed % 2 == 1
+        self.own: OwnLoopRun | None = OwnLoopRun(impl, twin, dataset, choice, beside=True)
+
+    def before_epoch(self) -> None:
+        if self.first:
+            self._guarded(lambda own: own.epoch())
+
+    def after_epoch(self) -> None:
+        if not self.first:
+            self._guarded(lambda own: own.epoch())
+
+    def finish(self) -> None:
+        self._guarded(lambda own: own.finish())
+        self.close()
+
+    def stop(self, exc: BaseException) -> None:
+        if self.own is not None:
+            self.own.stop(exc)
+        self.close()
+
+    def close(self) -> None:
+        if self.own is not None:
+            own, self.own = self.own, None
+            if own.record.status == "running":  # the run ended first (it failed)
+                own.stop(RuntimeError("the run it trained beside ended before it"))
+            own.close()
+
+    def _guarded(self, work: Callable[[OwnLoopRun], object]) -> None:
+        if self.own is None:
+            return
+        try:
+            work(self.own)
+        except Exception as exc:  # noqa: BLE001 - the twin is extra: the run goes on
+            print(f"{self.own.impl.FRAMEWORK} own loop failed: "
+                  f"{exc.__class__.__name__}: {exc}", file=sys.stderr, flush=True)
+            self.stop(exc)
 
 
 def steady_seconds(epoch_times_s: list[float]) -> float:

@@ -171,8 +171,10 @@ def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice:
                   resume: bool) -> int:
     """Train this process's replicas with `impl`'s Trainer and record the run; an exit code.
     The chief says where it trains and in what precision (and warns of emulated bfloat16)."""
-    from compare.run import loop
+    from compare.run import loop, own_loop
     trainer = impl.Trainer(config, dataset, choice)
+    beside = (own_loop.Beside(impl, config, dataset, choice)
+              if config.own_loop_beside and choice.is_chief else None)
     wall_time.mark("built")
     resolved = trainer.numerics["resolved"]  # the config's, as the framework applied it
     if choice.is_chief:
@@ -182,7 +184,7 @@ def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice:
         if resolved.warning:
             print(f"warning: {resolved.warning}", file=sys.stderr, flush=True)
     environment = {**impl.describe_environment(), "device_used": choice.description}
-    return loop.train_and_record(trainer, config, environment, dataset.info(), resume)
+    return loop.train_and_record(trainer, config, environment, dataset.info(), resume, beside)
 
 
 def leave(code: int) -> NoReturn:
