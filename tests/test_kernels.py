@@ -55,18 +55,21 @@ def test_each_kernel_name_falls_in_its_family(name, expected):
 def test_per_step_adds_each_kernels_launches_and_ranks_the_longest():
     launches = ([("sm90_xmma_fprop_implicit_gemm", 0.003)] * 4      # 12 ms over 2 steps
                 + [("triton_poi_fused_relu_0", 0.001)] * 6            # 6 ms
+                + [("sm90_xmma_dgrad_implicit_gemm", 0.002)]          # 2 ms, a convolution too
                 + [("Memcpy HtoD (Pinned -> Device)", 0.0005)] * 2)   # 1 ms
     table = kernels.per_step(launches, steps=2, step_ms=20.0)
-    assert table["total_ms"] == pytest.approx(9.5)
-    assert table["launches"] == pytest.approx(6.0)
-    assert table["families_ms"] == pytest.approx(
-        {"convolution": 6.0, "generated pointwise": 3.0, "copy": 0.5})
-    first, second, third = table["top"]
+    assert table["total_ms"] == pytest.approx(10.5)
+    assert table["launches"] == pytest.approx(6.5)
+    assert table["families_ms"] == pytest.approx(  # a kind adds up its kernels
+        {"convolution": 7.0, "generated pointwise": 3.0, "copy": 0.5})
+    first, second, third, fourth = table["top"]
     assert (first["name"], first["ms"], first["calls"], first["share"]) == (
         "sm90_xmma_fprop_implicit_gemm", pytest.approx(6.0), 2.0, pytest.approx(0.3))
     assert (second["family"], second["ms"], second["calls"]) == (
         "generated pointwise", pytest.approx(3.0), 3.0)
-    assert third["share"] == pytest.approx(0.025)
+    assert (third["name"], third["ms"], third["calls"]) == (
+        "sm90_xmma_dgrad_implicit_gemm", pytest.approx(1.0), 0.5)
+    assert fourth["share"] == pytest.approx(0.025)
 
 
 def test_per_step_keeps_the_top_kernels_and_shortens_long_names():
