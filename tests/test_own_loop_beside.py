@@ -76,3 +76,26 @@ def test_a_twin_that_fails_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch
     record = schema.read_own_loop(files.RunDir(tmp_path / "own").own_loop)
     assert (record.status, record.error, len(record.epoch_times_s)) == (
         "failed", "the twin broke", 1)
+
+
+def test_a_twin_that_cannot_be_built_is_recorded_and_the_run_trains(tmp_path, monkeypatch):
+    """The twin's Trainer fails as it is built (the run's own was built first): own-loop.json
+    says failed, with the error, and the run completes."""
+    from torch_impl import train as torch_train
+    built = torch_train.Trainer
+
+    def second_fails(*args, **kwargs):
+        if (tmp_path / "built").exists():
+            raise RuntimeError("no room for a second model")
+        (tmp_path / "built").touch()
+        return built(*args, **kwargs)
+    monkeypatch.setattr(torch_train, "Trainer", second_fails)
+    config = tiny_config(tmp_path, epochs=2, own_loop_beside=str(tmp_path / "own"))
+    code = worker.train_process(torch_train, config, datasets.config_dataset(config),
+                                torch_train.select_device(config), resume=False)
+    assert code == 0
+    result = schema.read_result(files.RunDir(tmp_path / "run").result)
+    assert result["summary"].status == "completed" and len(result["epochs"]) == 2
+    record = schema.read_own_loop(files.RunDir(tmp_path / "own").own_loop)
+    assert (record.status, record.error, record.epoch_times_s) == (
+        "failed", "no room for a second model", [])

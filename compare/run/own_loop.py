@@ -51,7 +51,11 @@ class OwnLoopRun:
             status="running", config=config.to_dict(), device_used=choice.description,
             trained=BESIDE if beside else APART)
         files.write_json(self.path, self.record.to_dict())
-        self.trainer = impl.Trainer(config, dataset, choice)
+        try:
+            self.trainer = impl.Trainer(config, dataset, choice)
+        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - recorded, then raised
+            self.stop(exc)
+            raise
         total = self.trainer.steps_per_epoch * config.epochs
         lrs = [learning_rate(config, step, total) for step in range(total)]
         self.record.steps_per_epoch = self.trainer.steps_per_epoch
@@ -143,7 +147,12 @@ class Beside:
         twin = config.replace(out=config.own_loop_beside, own_loop_beside=None,
                               tensorboard_dir=None, profile_steps=0)
         self.first = config.seed % 2 == 1
-        self.own: OwnLoopRun | None = OwnLoopRun(impl, twin, dataset, choice, beside=True)
+        self.own: OwnLoopRun | None = None
+        try:
+            self.own = OwnLoopRun(impl, twin, dataset, choice, beside=True)
+        except Exception as exc:  # noqa: BLE001 - the twin is extra (its record says why)
+            print(f"{impl.FRAMEWORK} own loop failed: {exc.__class__.__name__}: {exc}",
+                  file=sys.stderr, flush=True)
 
     def before_epoch(self) -> None:
         if self.first:
