@@ -56,10 +56,21 @@ def test_the_own_loop_trains_in_the_runs_process_an_epoch_of_each_in_turn(
         assert 0 <= record.final_test_accuracy <= 1 and record.config["own_loop_beside"] is None
 
 
+def _torch_run_beside(tmp_path, epochs: int):
+    """A PyTorch run with its twin beside it, which must exit 0: (its result, the twin's
+    record)."""
+    from torch_impl import train as torch_train
+    config = tiny_config(tmp_path, epochs=epochs, own_loop_beside=str(tmp_path / "own"))
+    code = worker.train_process(torch_train, config, datasets.config_dataset(config),
+                                torch_train.select_device(config), resume=False)
+    assert code == 0
+    return (schema.read_result(files.RunDir(tmp_path / "run").result),
+            schema.read_own_loop(files.RunDir(tmp_path / "own").own_loop))
+
+
 def test_a_twin_that_fails_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     """The own loop is extra: its failure is written in own-loop.json (failed, the error) and
     the run trains its epochs to the end."""
-    from torch_impl import train as torch_train
     own_epoch = own_loop.OwnLoopRun.epoch
 
     def failing(self):
@@ -67,13 +78,8 @@ def test_a_twin_that_fails_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch
             raise RuntimeError("the twin broke")
         return own_epoch(self)
     monkeypatch.setattr(own_loop.OwnLoopRun, "epoch", failing)
-    config = tiny_config(tmp_path, epochs=3, own_loop_beside=str(tmp_path / "own"))
-    code = worker.train_process(torch_train, config, datasets.config_dataset(config),
-                                torch_train.select_device(config), resume=False)
-    assert code == 0
-    result = schema.read_result(files.RunDir(tmp_path / "run").result)
+    result, record = _torch_run_beside(tmp_path, epochs=3)
     assert result["summary"].status == "completed" and len(result["epochs"]) == 3
-    record = schema.read_own_loop(files.RunDir(tmp_path / "own").own_loop)
     assert (record.status, record.error, len(record.epoch_times_s)) == (
         "failed", "the twin broke", 1)
 
@@ -90,12 +96,7 @@ def test_a_twin_that_cannot_be_built_is_recorded_and_the_run_trains(tmp_path, mo
         (tmp_path / "built").touch()
         return built(*args, **kwargs)
     monkeypatch.setattr(torch_train, "Trainer", second_fails)
-    config = tiny_config(tmp_path, epochs=2, own_loop_beside=str(tmp_path / "own"))
-    code = worker.train_process(torch_train, config, datasets.config_dataset(config),
-                                torch_train.select_device(config), resume=False)
-    assert code == 0
-    result = schema.read_result(files.RunDir(tmp_path / "run").result)
+    result, record = _torch_run_beside(tmp_path, epochs=2)
     assert result["summary"].status == "completed" and len(result["epochs"]) == 2
-    record = schema.read_own_loop(files.RunDir(tmp_path / "own").own_loop)
     assert (record.status, record.error, record.epoch_times_s) == (
         "failed", "no room for a second model", [])
