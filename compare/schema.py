@@ -114,6 +114,9 @@ class Summary(TypedDict):
     defaults: NotRequired[dict | None]  # each framework at its own defaults (report.defaults)
     best: NotRequired[dict | None]  # each framework at its own best (report.best)
     order_note: NotRequired[str | None]
+    # every run took turns, epoch by epoch, with the other framework's run of its seed
+    # (compare.process.turns)
+    side_by_side: NotRequired[bool]
     command: NotRequired[str | None]
     created_at: NotRequired[str]
 

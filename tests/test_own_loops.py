@@ -226,6 +226,9 @@ def test_compare_reports_each_framework_against_its_own_loop(tmp_path):
         assert entry["loss_difference"] is not None and entry["loss_difference"] < 1e-3
     assert own["torch"]["own_accuracy"] == own["torch"]["shared_accuracy"]
     assert any(s.startswith("The shared loop ran") for s in summary["verdict"])
+    # on a CPU each seed's two runs took turns, an epoch each (compare.process.turns)
+    assert summary["side_by_side"] is True
+    assert any("side by side, an epoch of each in turn" in s for s in summary["verdict"])
     assert "The shared loop against each framework's own loop" in (out / "report.md").read_text()
     record = json.loads((out / "own-loops" / "tf-seed0" / "own-loop.json").read_text())
     assert record["status"] == "completed" and record["loop"].startswith("Keras Model.compile")

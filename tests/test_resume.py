@@ -216,11 +216,11 @@ def test_one_framework_now_and_the_rest_on_resume(tmp_path):
 
 @pytest.mark.parametrize("chosen", [
     ComparisonConfig(seeds=3, parity_steps=2, own_loops=False, defaults=False, best=True),
-    ComparisonConfig(seeds=1, parity_steps=3, ignore_parity=True, defaults=True)])
+    ComparisonConfig(seeds=1, parity_steps=3, ignore_parity=True, defaults=True, turns=False)])
 def test_a_resumed_comparison_keeps_every_setting_it_was_started_with(tmp_path, chosen):
     """--resume reads the comparison's settings back as they were saved, --no-defaults and
-    --best among them; one saved before own loops, best runs and defaults runs existed
-    resumes without any of them, as it ran."""
+    --best among them; one saved before own loops, best runs, defaults runs and turns
+    existed resumes without any of them, as it ran."""
     import dataclasses
 
     from compare import files
@@ -233,4 +233,4 @@ def test_a_resumed_comparison_keeps_every_setting_it_was_started_with(tmp_path, 
     older = {key: saved[key] for key in ("config", "seeds", "parity_steps", "ignore_parity")}
     files.write_json(directory.comparison, older)
     assert comparison.saved_comparison(tmp_path)[1] == dataclasses.replace(
-        chosen, own_loops=False, best=False, defaults=False)
+        chosen, own_loops=False, best=False, defaults=False, turns=False)

@@ -287,6 +287,10 @@ class RunConfig:
     # run's process beside the shared loop, an epoch of each in turn (compare.run.own_loop);
     # None: no twin here (`run --own-loop` trains one in a process of its own)
     own_loop_beside: str | None = None
+    # No option: compare's runs on a CPU. The Unix socket where this run takes turns, epoch by
+    # epoch, with the other framework's run of its seed, side by side in time
+    # (compare.process.turns); None: the run works alone
+    turns: str | None = None
     # No option: --precision as the command resolved it on this machine before any framework
     # started (compare.machine.precision.carry), for each device kind the run may train on:
     # {"cpu" | "gpu": Resolved.to_dict(precision)}. The frameworks read it
@@ -339,6 +343,10 @@ class ComparisonConfig:
         "--own-loops/--no-own-loops", "Also train each framework and seed with the framework's "
         "own loop (Keras compile + fit; a plain PyTorch loop) on the same model, weights, "
         "batches and recipe, and report the shared loop's time against it.", flag()))
+    turns: bool = field(default=True, metadata=option(  # compare.process.turns
+        "--turns/--no-turns", "On a CPU, run each seed's two frameworks side by side, one "
+        "epoch at a time in turn, so that the host's slow spells hit both alike; --no-turns "
+        "runs them one after the other.", flag()))
     defaults: bool = field(default=True, metadata=option(  # compare.experiment.compile_state
         "--defaults/--no-defaults", "On a GPU, also train each framework whose own default "
         "compile state (Keras: XLA there; PyTorch: eager) differs from the matched runs' at "

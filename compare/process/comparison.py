@@ -190,7 +190,25 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
                 tensorboard_dir=str(best_directory.tensorboard))
             pair.append(QueuedRun(f"{framework} seed {seed} best settings", best, resume))
         planned += pair if (index // 2) % 2 == 0 else pair[::-1]
+    if comparison.turns and device_kind == "cpu" and not resume and config.devices == 1:
+        return side_by_side(planned)
     return planned
+
+
+def side_by_side(planned: list[QueuedRun]) -> list[QueuedRun]:
+    """The plan with each seed's matched runs adjacent, first the framework that went first,
+    as one group that takes turns epoch by epoch (compare.process.turns); each seed's other
+    runs after them, in their order. On a CPU only: a GPU would hold both frameworks'
+    memory at once."""
+    seeds = list(dict.fromkeys(q.config.seed for q in planned))
+    ordered: list[QueuedRun] = []
+    for seed in seeds:
+        runs = [q for q in planned if q.config.seed == seed]
+        matched = [q for q in runs if q.config.variant == "matched" and not q.own_loop]
+        grouped = [dataclasses.replace(q, turns_group=seed) for q in matched]
+        others = [q for q in runs if not any(q is m for m in matched)]
+        ordered += (grouped if len(grouped) > 1 else matched) + others
+    return ordered
 
 
 def earlier_results(later: list[QueuedRun]) -> list[Path]:
@@ -274,7 +292,8 @@ def saved_comparison(directory: Path) -> tuple[RunConfig, ComparisonConfig]:
         comparison = ComparisonConfig(
             seeds=saved["seeds"], parity_steps=saved["parity_steps"],
             ignore_parity=saved["ignore_parity"], own_loops=saved.get("own_loops", False),
-            best=saved.get("best", False), defaults=saved.get("defaults", False))
+            best=saved.get("best", False), defaults=saved.get("defaults", False),
+            turns=saved.get("turns", False))
         return config, comparison
     except files.Unreadable as exc:
         raise UserError(f"--resume {directory}: {exc}") from None

@@ -12,11 +12,12 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from compare.experiment.config import FRAMEWORKS, RunConfig
-from compare.process import runner
+from compare.process import runner, turns
 from compare.run import progress as progress_lines
 from compare.run import shutdown
 
@@ -32,6 +33,9 @@ class QueuedRun:
     config: RunConfig  # framework, seed and out already set
     resume: bool = False  # keep a completed result; continue an unfinished one from its checkpoint
     own_loop: bool = False  # the framework's own loop on this config (compare.run.own_loop)
+    # runs of one group, adjacent in the queue, run side by side and take turns epoch by epoch
+    # (compare.process.turns), the first queued first; None: the run works alone
+    turns_group: int | None = None
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,8 @@ class QueueResult:
 
 def run_queue(queue: list[QueuedRun], title: str, quiet: bool,
               console: Console) -> QueueResult:
-    """Run every queued config in its own subprocess, in order, with one progress bar."""
+    """Run every queued config in its own subprocess, in order, with one progress bar; the
+    runs of a group (QueuedRun.turns_group) side by side, taking turns epoch by epoch."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     outcomes: list[tuple[QueuedRun, runner.Outcome | None]] = []
     interrupted, interrupt_code = False, EXIT_INTERRUPTED
@@ -61,25 +66,25 @@ def run_queue(queue: list[QueuedRun], title: str, quiet: bool,
     total_epochs = sum(q.config.epochs for q in queue)
     with Progress(*columns, console=console, disable=quiet, transient=False) as progress:
         task = progress.add_task(title, total=total_epochs, last="")
-        for index, queued in enumerate(queue):
+        for first, group in _groups(queue):
             stop = shutdown.parent_stop()
             if stop is not None and not interrupted:  # a stop between two runs
                 interrupted, interrupt_code = True, 128 + stop
             if interrupted:
-                outcomes.append((queued, None))
+                outcomes += [(queued, None) for queued in group]
                 continue
-            status_of = runner.own_loop_status if queued.own_loop else runner.result_status
-            if queued.resume and status_of(Path(queued.config.out)) == "completed":
-                outcomes.append((queued, runner.Outcome(queued.config.framework,
-                                                        Path(queued.config.out), EXIT_OK,
-                                                        "completed", None, queued.own_loop)))
-                progress.advance(task, queued.config.epochs)
+            kept = [_kept(queued) for queued in group]
+            to_run = [(first + i + 1, queued) for i, (queued, done) in enumerate(zip(group, kept))
+                      if done is None]
+            outcomes += [(queued, done) for queued, done in zip(group, kept) if done is not None]
+            progress.advance(task, sum(q.config.epochs for q, done in zip(group, kept) if done))
+            if not to_run:
                 continue
-            label = f"{queued.label} ({index + 1}/{len(queue)})"
-            progress.update(task, description=label, last="")  # no figures of the run before
+            labels = {index: f"{queued.label} ({index}/{len(queue)})" for index, queued in to_run}
+            progress.update(task, description=" ⇄ ".join(labels.values()), last="")
             epochs_before = progress.tasks[0].completed
 
-            def on_line(line: str, label: str = label) -> None:
+            def on_line(line: str, label: str) -> None:
                 window = progress_lines.window_text(line)
                 if window is not None:  # live, within an epoch: shown, never printed
                     progress.update(task, last=window[:70])
@@ -90,16 +95,70 @@ def run_queue(queue: list[QueuedRun], title: str, quiet: bool,
                 if quiet:
                     print(f"{label}: {line}", flush=True)
 
-            outcome = runner.run_framework(queued.config.replace(quiet=True), on_line=on_line,
-                                           resume=queued.resume and not queued.own_loop,
-                                           own_loop=queued.own_loop)
-            outcomes.append((queued, outcome))
-            progress.update(task, completed=epochs_before + queued.config.epochs)
-            interrupted, interrupt_code = outcome.interrupted, outcome.code
-            if outcome.status != "completed":
-                console.print(f"{label}: {outcome.status}"
-                              + (f": {outcome.error}" if outcome.error else ""))
+            ran = _run_side_by_side([(queued, labels[index], on_line) for index, queued in to_run])
+            for (index, queued), outcome in zip(to_run, ran):
+                outcomes.append((queued, outcome))
+                if outcome.interrupted:
+                    interrupted, interrupt_code = True, outcome.code
+                if outcome.status != "completed":
+                    console.print(f"{labels[index]}: {outcome.status}"
+                                  + (f": {outcome.error}" if outcome.error else ""))
+            progress.update(task, completed=epochs_before + sum(q.config.epochs for _, q in to_run))
+    order = {id(queued): i for i, queued in enumerate(queue)}
+    outcomes.sort(key=lambda pair: order[id(pair[0])])
     return QueueResult(outcomes, interrupted, interrupt_code if interrupted else EXIT_INTERRUPTED)
+
+
+def _groups(queue: list[QueuedRun]) -> list[tuple[int, list[QueuedRun]]]:
+    """The queue as (index of the first, runs) groups: adjacent runs of one turns_group
+    together, every other run alone."""
+    groups: list[tuple[int, list[QueuedRun]]] = []
+    for index, queued in enumerate(queue):
+        previous = groups[-1][1][-1] if groups else None
+        if (previous is not None and queued.turns_group is not None
+                and previous.turns_group == queued.turns_group):
+            groups[-1][1].append(queued)
+        else:
+            groups.append((index, [queued]))
+    return groups
+
+
+def _kept(queued: QueuedRun) -> runner.Outcome | None:
+    """A resumed run's completed result, kept as its outcome; None: it runs."""
+    status_of = runner.own_loop_status if queued.own_loop else runner.result_status
+    if queued.resume and status_of(Path(queued.config.out)) == "completed":
+        return runner.Outcome(queued.config.framework, Path(queued.config.out), EXIT_OK,
+                              "completed", None, queued.own_loop)
+    return None
+
+
+def _run_side_by_side(runs: list[tuple[QueuedRun, str, Callable[[str, str], None]]]
+                      ) -> list[runner.Outcome]:
+    """Each run's outcome; one run alone, or several side by side, each in its own thread's
+    subprocess, handed the turn epoch by epoch by one arbiter (compare.process.turns), the
+    first listed first."""
+
+    def launch(queued: QueuedRun, label: str, on_line: Callable[[str, str], None],
+               path: str | None = None) -> runner.Outcome:
+        return runner.run_framework(queued.config.replace(quiet=True, turns=path),
+                                    on_line=lambda line: on_line(line, label),
+                                    resume=queued.resume and not queued.own_loop,
+                                    own_loop=queued.own_loop)
+
+    if len(runs) == 1:
+        return [launch(*runs[0])]
+    with turns.Arbiter(tuple(queued.config.framework for queued, _, _ in runs)) as arbiter:
+
+        def job(queued: QueuedRun, label: str, on_line: Callable[[str, str], None]
+                ) -> Callable[[], runner.Outcome]:
+            def work() -> runner.Outcome:
+                try:
+                    return launch(queued, label, on_line, arbiter.path)
+                finally:  # never wait for a process that has ended
+                    arbiter.ended(queued.config.framework)
+            return work
+
+        return runner.concurrently([job(*run) for run in runs], at_once=len(runs))
 
 
 def replay_command() -> str:

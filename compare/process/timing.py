@@ -35,7 +35,9 @@ def breakdown(outcome: runner.Outcome) -> dict[str, float | None]:
     start = between("launched", "started")  # the process's start is in clock ticks (/proc)
     seconds.update({"start": None if start is None else max(start, 0.0),
                     "import": between("started", "imported"),
-                    "data": between("imported", "data"), "build": between("data", "built"),
+                    # a run taking turns waits for its first turn before loading: "rest"
+                    "data": between("first turn" if "first turn" in t else "imported", "data"),
+                    "build": between("data", "built"),
                     "process": between("launched", "exited")})
     train, evaluation = _epochs(outcome)
     if train:

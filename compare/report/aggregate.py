@@ -70,7 +70,8 @@ def summarise(runs: list[schema.Result], parity: dict | None, command: str | Non
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": command,
         "config": {k: v for k, v in base_config.items()
-                   if k not in ("framework", "seed", "out", "quiet", "own_loop_beside")},
+                   if k not in ("framework", "seed", "out", "quiet", "own_loop_beside",
+                                 "turns")},
         "seeds": sorted({seed for r in runs if (seed := seed_of(r)) is not None}),
         "parity": parity,
         "frameworks": frameworks,
@@ -83,6 +84,7 @@ def summarise(runs: list[schema.Result], parity: dict | None, command: str | Non
                   "exit": (r.get("exit") or {}).get("reason")} for r in runs],
         "not_run": planned or [],
         "order_note": order_note,  # the runs were not alternated (compare --framework)
+        "side_by_side": bool(runs) and all((r.get("config") or {}).get("turns") for r in runs),
         "skipped": skipped,
         "machine": machine_of(environment),
         "environment": environment,

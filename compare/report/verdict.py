@@ -163,7 +163,9 @@ def setup_sentence(summary: schema.Summary) -> str:
             + (f", {_wrapper_phrase(summary)}" if _wrapper_phrase(summary) else "")
             + (f"; {compiled}" if compiled else "")
             + f"; {model} on {source} data, {seeds} seed{'s' if seeds != 1 else ''}"
-            + (f"; {', '.join(spread)}" if spread else "") + ".")
+            + (f"; {', '.join(spread)}" if spread else "")
+            + ("; each seed's two runs side by side, an epoch of each in turn"
+               if summary.get("side_by_side") else "") + ".")
 
 
 def _precision_phrase(summary: schema.Summary) -> str:

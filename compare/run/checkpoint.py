@@ -24,8 +24,9 @@ from compare.run.interface import Trainer
 SCHEMA_VERSION = 1
 # Settings that do not change what is computed: a resumed run may differ in these.
 # precision_resolved: each command resolves --precision on its machine again (a resume too);
-# own_loop_beside: a resumed run's own loop trains in a process of its own
-NOT_COMPARED = ("out", "quiet", "debug", "precision_resolved", "own_loop_beside")
+# own_loop_beside: a resumed run's own loop trains in a process of its own;
+# turns: a resumed run works alone
+NOT_COMPARED = ("out", "quiet", "debug", "precision_resolved", "own_loop_beside", "turns")
 
 
 def save(out: Path, trainer: Trainer, config: RunConfig, epochs_done: int,

@@ -28,7 +28,7 @@ from compare.errors import (
 from compare.experiment.config import RunConfig
 from compare.experiment.recipe import learning_rate
 from compare.machine import cluster, devices, gpu_metrics
-from compare.run import checkpoint, fairness, phases, shutdown
+from compare.run import checkpoint, fairness, phases, shutdown, turns
 from compare.run.interface import Trainer
 from compare.run.own_loop import Beside
 from compare.run.progress import ProgressDisplay
@@ -110,6 +110,7 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                     display.end_epoch(record)
                     if beside is not None:
                         beside.after_epoch()
+                    turns.pass_turn()  # outside every clock: the other framework's epoch
                 if beside is not None:
                     beside.finish()
                 if config.profile_steps and first_epoch < config.epochs:

@@ -106,6 +106,11 @@ def _run(impl: ModuleType, config: RunConfig, args: argparse.Namespace) -> int:
             found = doctor.train_steps(impl, config)
         files.write_json(Path(args.doctor), found)
         return 0
+    if config.turns is not None:  # nothing heavy before this run's first turn
+        from compare.run import turns
+        with shutdown.interruptible():  # a stop while waiting ends the process at once
+            turns.join(config.turns, impl.FRAMEWORK)
+        wall_time.mark("first turn")
     dataset = datasets.config_dataset(config)
     wall_time.mark("data")
     if args.parity:

@@ -1,0 +1,68 @@
+"""A framework process's side of taking turns with the other framework's run of the same seed
+(RunConfig.turns): the two processes live side by side, but only the one holding the turn
+works; it passes the turn after each epoch. Both runs then meet the host's slow spells of
+tens of seconds alike, which sequential runs meet at different times
+(docs/measurement.md, "On a busy host").
+
+The parent arbitrates (compare.process.turns) over a Unix socket: a process says its
+framework (HELLO), waits for GO, and after each epoch sends PASS and waits for GO again. A
+closed socket (the parent gone, or the arbiter's end) lets the process work on alone: taking
+turns only ever delays work, it never stops it.
+"""
+
+from __future__ import annotations
+
+import socket
+
+HELLO = b"H"  # then the framework's name and a newline
+GO = b"G"  # the parent to a process: your turn
+PASS = b"P"  # a process to the parent: my epoch is done, the other's turn
+
+_connection: socket.socket | None = None  # this process's, while it takes turns
+
+
+def join(path: str | None, framework: str) -> None:
+    """Connect to the arbiter at `path` and wait for the first turn; a no-op without a path
+    or when the arbiter cannot be reached (the process works alone)."""
+    global _connection
+    if path is None:
+        return
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(path)
+        connection.sendall(HELLO + framework.encode() + b"\n")
+    except OSError:
+        connection.close()
+        return
+    _connection = connection
+    _wait_for_go()
+
+
+def pass_turn() -> None:
+    """Let the other process work, and wait until it is this one's turn again (no-op when not
+    taking turns)."""
+    if _connection is None:
+        return
+    try:
+        _connection.sendall(PASS)
+    except OSError:
+        _leave()
+        return
+    _wait_for_go()
+
+
+def _wait_for_go() -> None:
+    assert _connection is not None
+    try:
+        answer = _connection.recv(1)
+    except OSError:
+        answer = b""
+    if answer != GO:  # closed: work on alone
+        _leave()
+
+
+def _leave() -> None:
+    global _connection
+    if _connection is not None:
+        _connection.close()
+    _connection = None

@@ -1,0 +1,129 @@
+"""Two framework processes taking turns epoch by epoch (compare.run.turns, the parent's
+arbiter compare.process.turns): strict alternation, the first named first, and a process that
+dies or never comes never holding up the other; and the plan `compare` makes of it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+from compare import files
+from compare.experiment.config import ComparisonConfig, RunConfig
+from compare.process.comparison import planned_runs
+from compare.process.turns import Arbiter
+from compare.run import turns
+
+EPOCH_S = 0.05  # each fake epoch's work: long enough that an overlap would show in the log
+
+
+def _trainer(path: str, framework: str, log: str, epochs: int, die_holding: bool = False) -> None:
+    """A stand-in for a framework process: join, then `epochs` epochs, each logged at its
+    start and end, the turn passed after each."""
+    turns.join(path, framework)
+    if die_holding:
+        os._exit(3)
+    for epoch in range(1, epochs + 1):
+        with open(log, "a") as f:
+            f.write(f"{framework} start {epoch} {time.monotonic()}\n")
+        time.sleep(EPOCH_S)
+        with open(log, "a") as f:
+            f.write(f"{framework} end {epoch} {time.monotonic()}\n")
+        turns.pass_turn()
+    os._exit(0)
+
+
+def _start(arbiter: Arbiter, framework: str, log: Path, epochs: int,
+           die_holding: bool = False) -> multiprocessing.process.BaseProcess:
+    process = multiprocessing.get_context("fork").Process(
+        target=_trainer, args=(arbiter.path, framework, str(log), epochs, die_holding))
+    process.start()
+    return process
+
+
+def _events(log: Path) -> list[tuple[str, str, int, float]]:
+    return [(fw, what, int(epoch), float(at)) for fw, what, epoch, at
+            in (line.split() for line in log.read_text().splitlines())]
+
+
+def test_two_processes_take_turns_an_epoch_each_the_first_named_first(tmp_path):
+    log = tmp_path / "log"
+    with Arbiter(("torch", "tf")) as arbiter:
+        tf = _start(arbiter, "tf", log, 3)  # started first, still second in turn
+        time.sleep(0.2)
+        torch = _start(arbiter, "torch", log, 3)
+        for process in (tf, torch):
+            process.join(30)
+            arbiter.ended("tf" if process is tf else "torch")
+    assert tf.exitcode == 0 and torch.exitcode == 0
+    events = _events(log)
+    assert [(fw, what, epoch) for fw, what, epoch, _ in events] == [
+        (fw, what, epoch) for epoch in (1, 2, 3) for fw in ("torch", "tf")
+        for what in ("start", "end")]
+    times = [at for *_, at in events]
+    assert times == sorted(times)  # no epoch began before the other's ended
+    assert arbiter.turns[:6] == ["torch", "tf"] * 3
+
+
+def test_a_process_that_dies_holding_the_turn_does_not_hold_up_the_other(tmp_path):
+    log = tmp_path / "log"
+    started = time.monotonic()
+    with Arbiter(("tf", "torch")) as arbiter:
+        tf = _start(arbiter, "tf", log, 2, die_holding=True)
+        torch = _start(arbiter, "torch", log, 2)
+        torch.join(30)
+        tf.join(30)
+    assert tf.exitcode == 3 and torch.exitcode == 0
+    events = _events(log)
+    assert [(fw, what) for fw, what, *_ in events] == [("torch", "start"), ("torch", "end")] * 2
+    assert events[-1][3] - started < 10
+    assert arbiter.turns[0] == "tf"
+
+
+def test_a_process_that_never_connects_holds_up_the_other_only_until_it_has_ended(tmp_path):
+    log = tmp_path / "log"
+    with Arbiter(("tf", "torch")) as arbiter:
+        torch = _start(arbiter, "torch", log, 2)
+        time.sleep(0.3)
+        assert not log.exists()  # TensorFlow's turn first: PyTorch waits for it
+        ended = time.monotonic()
+        arbiter.ended("tf")
+        torch.join(30)
+    assert torch.exitcode == 0
+    events = _events(log)
+    assert len(events) == 4 and events[0][3] >= ended
+
+
+def test_no_arbiter_or_none_reachable_leaves_the_process_working_alone(tmp_path):
+    turns.join(None, "tf")
+    turns.pass_turn()  # no-op: returns at once
+    turns.join(str(tmp_path / "nobody.sock"), "tf")  # nothing listens there
+    started = time.monotonic()
+    turns.pass_turn()
+    assert time.monotonic() - started < 1
+
+
+def test_compare_plans_each_seeds_two_runs_side_by_side_on_a_cpu_only(tmp_path):
+    directory = files.ComparisonDir(tmp_path)
+
+    def plan(**settings) -> list[tuple[str, int, str, int | None]]:
+        device_kind = settings.pop("device_kind", "cpu")
+        resume = settings.pop("resume", False)
+        queue = planned_runs(RunConfig(), ComparisonConfig(seeds=2, **settings), directory,
+                             resume, device_kind)
+        return [(q.config.framework, q.config.seed, q.config.variant, q.turns_group)
+                for q in queue]
+
+    assert plan() == [("tf", 0, "matched", 0), ("torch", 0, "matched", 0),
+                      ("torch", 1, "matched", 1), ("tf", 1, "matched", 1)]
+    # the best runs after each seed's pair, alone
+    assert plan(best=True) == [
+        ("tf", 0, "matched", 0), ("torch", 0, "matched", 0), ("tf", 0, "best", None),
+        ("torch", 0, "best", None), ("torch", 1, "matched", 1), ("tf", 1, "matched", 1),
+        ("torch", 1, "best", None), ("tf", 1, "best", None)]
+    alone = [("tf", 0, "matched", None), ("torch", 0, "matched", None),
+             ("torch", 1, "matched", None), ("tf", 1, "matched", None)]
+    assert plan(turns=False) == alone
+    assert plan(device_kind="gpu", defaults=False) == alone  # both frameworks' memory at once
+    assert plan(resume=True, own_loops=False) == alone
