@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from compare.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
