@@ -1,0 +1,117 @@
+"""`compare` with its runs side by side, taking turns epoch by epoch (the default on a CPU),
+against `--no-turns` (each run after the other): how wide each 3-seed interval comes out.
+
+Each round runs the comparison once each way, the order turned every round, alone on the
+host; each comparison goes to DIR/batch<B>-<form>-r<round>. The table gives, per
+comparison, the TF / PyTorch training-time ratio and each framework's shared / own ratio
+with the 95% interval and its width (high / low), read from the comparison's summary.json.
+
+    python -m benchmarks.turns_ab --batch 32:10000 --batch 4:2000 --rounds 3 --out DIR
+    python -m benchmarks.turns_ab --summarise DIR   # the table of comparisons already run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FORMS = ("turns", "no-turns")
+
+
+def comparison_command(batch: int, images: int, form: str, out: Path, seeds: int) -> list[str]:
+    return [sys.executable, "-m", "compare.cli", "compare", "--model", "lenet", "--dataset",
+            "synthetic", "--synthetic-size", str(images), "--batch-size", str(batch),
+            "--epochs", "3", "--precision", "fp32", "--seeds", str(seeds), f"--{form}",
+            "--out", str(out), "--quiet"]
+
+
+def _interval(entry: dict | None) -> dict | None:
+    if not entry or entry.get("ratio") is None or entry.get("low") is None:
+        return None
+    return {"ratio": entry["ratio"], "low": entry["low"], "high": entry["high"],
+            "width": entry["high"] / entry["low"]}
+
+
+def summarise(directory: Path) -> list[dict]:
+    """A row per comparison under `directory`, in the order they were run."""
+    rows = []
+    for summary_path in sorted(directory.glob("*/summary.json"),
+                               key=lambda p: json.loads(p.read_text())["created_at"]):
+        summary = json.loads(summary_path.read_text())
+        own = summary.get("own_loops") or {}
+        rows.append({
+            "comparison": summary_path.parent.name, "created_at": summary["created_at"],
+            "batch": summary["config"]["batch_size"],
+            "side_by_side": bool(summary.get("side_by_side")),
+            "tf_over_torch_train_time": _interval(summary["ratios"]["train_time_s"]),
+            "tf_over_torch_steady_step": _interval(summary["ratios"]["steady_step_time_ms"]),
+            "tf_shared_over_own": _interval((own.get("tf") or {}).get("time_ratio")),
+            "torch_shared_over_own": _interval((own.get("torch") or {}).get("time_ratio"))})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    def cell(entry: dict | None) -> str:
+        return ("-" if entry is None else
+                f"{entry['ratio']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}] "
+                f"({entry['width']:.2f}x)")
+    lines = ["| comparison | taking turns | TF / PyTorch training time | TF / PyTorch median "
+             "step | TensorFlow/Keras: shared / `fit` | PyTorch: shared / plain loop |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['comparison']} | {'yes' if r['side_by_side'] else 'no'} | "
+              f"{cell(r['tf_over_torch_train_time'])} | {cell(r['tf_over_torch_steady_step'])} | "
+              f"{cell(r['tf_shared_over_own'])} | {cell(r['torch_shared_over_own'])} |"
+              for r in rows]
+    keys = ("tf_over_torch_train_time", "tf_over_torch_steady_step", "tf_shared_over_own",
+            "torch_shared_over_own")
+    for taking, form in ((True, "taking turns"), (False, "one after the other")):
+        chosen = [r for r in rows if r["side_by_side"] is taking]
+        widths = [[r[key]["width"] for r in chosen if r[key]] for key in keys]
+        lines.append(f"| median width, {len(chosen)} comparisons {form} | | " + " | ".join(
+            f"{statistics.median(w):.2f}x" if w else "-" for w in widths) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", action="append", default=[], metavar="B:IMAGES",
+                        help="a batch size and the synthetic images it trains on")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="where the comparisons go")
+    parser.add_argument("--summarise", type=Path, metavar="DIR",
+                        help="only write the table of the comparisons already in DIR")
+    args = parser.parse_args()
+    directory = args.summarise or args.out
+    if directory is None:
+        parser.error("--out or --summarise is needed")
+    if args.summarise is None:
+        for round_ in range(1, args.rounds + 1):
+            for batch_images in args.batch:
+                batch, images = (int(x) for x in batch_images.split(":"))
+                forms = FORMS if round_ % 2 else FORMS[::-1]
+                for form in forms:
+                    out = directory / f"batch{batch}-{form}-r{round_}"
+                    started = time.time()
+                    done = subprocess.run(comparison_command(batch, images, form, out,
+                                                             args.seeds))
+                    print(f"{out.name}: exit {done.returncode}, {time.time() - started:.0f} s",
+                          flush=True)
+    from benchmarks.common import machine_label
+    rows = summarise(directory)
+    command = "python -m benchmarks.turns_ab " + " ".join(sys.argv[1:])
+    (directory / "turns_ab.json").write_text(json.dumps(
+        {"command": command, "machine": machine_label(), "rows": rows}, indent=1) + "\n")
+    (directory / "turns_ab.md").write_text(
+        f"# `compare` taking turns against one run after another\n\n{machine_label()}\n\n"
+        f"    {command}\n\n{table(rows)}\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
