@@ -127,3 +127,48 @@ def test_compare_plans_each_seeds_two_runs_side_by_side_on_a_cpu_only(tmp_path):
     assert plan(turns=False) == alone
     assert plan(device_kind="gpu", defaults=False) == alone  # both frameworks' memory at once
     assert plan(resume=True, own_loops=False) == alone
+
+
+def _raw(arbiter: Arbiter, framework: str):
+    """A connection speaking the protocol by hand, as compare.run.turns does."""
+    import socket
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect(arbiter.path)
+    connection.sendall(turns.HELLO + framework.encode() + b"\n")
+    connection.settimeout(5)
+    return connection
+
+
+def test_a_process_seen_to_end_frees_its_turn_though_its_socket_stays_open():
+    """A loader worker forked from a trainer keeps the trainer's socket open after the trainer
+    has ended: the runner's word that it ended frees the turn all the same; and a PASS from the
+    process not holding the turn takes nothing from the one that holds it."""
+    import socket
+    with Arbiter(("tf", "torch")) as arbiter:
+        tf, torch = _raw(arbiter, "tf"), _raw(arbiter, "torch")
+        assert tf.recv(1) == turns.GO
+        torch.sendall(turns.PASS)  # out of turn: ignored
+        torch.settimeout(0.5)
+        try:
+            early = torch.recv(1)
+        except socket.timeout:
+            early = b""
+        assert early == b""
+        arbiter.ended("tf")  # its socket still open
+        torch.settimeout(5)
+        assert torch.recv(1) == turns.GO
+        tf.close()
+        torch.close()
+    assert arbiter.turns == ["tf", "torch"]
+
+
+def test_a_process_whose_arbiter_goes_works_on_alone(tmp_path):
+    """The arbiter's end (its parent gone) releases a waiting process, which then never asks
+    again."""
+    log = tmp_path / "log"
+    arbiter = Arbiter(("tf", "torch"))
+    with arbiter:
+        torch = _start(arbiter, "torch", log, 2)  # waits: TensorFlow goes first
+        time.sleep(0.3)
+    torch.join(30)  # the arbiter closed every connection on its way out
+    assert torch.exitcode == 0 and len(_events(log)) == 4

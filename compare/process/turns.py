@@ -82,9 +82,7 @@ class Arbiter:
                         selector.unregister(connections[framework])
                         connections.pop(framework).close()
                         waiting.discard(framework)
-                        self.ended(framework)
-                        if holder == framework:
-                            holder, next_up = None, self._other(framework)
+                        self.ended(framework)  # its turn, if it held it, is freed below
                 with self._lock:
                     gone = set(self._ended)
                 if holder in gone:
