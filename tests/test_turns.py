@@ -146,8 +146,8 @@ def test_a_process_seen_to_end_frees_its_turn_though_its_socket_stays_open():
     import socket
     with Arbiter(("tf", "torch")) as arbiter:
         tf, torch = _raw(arbiter, "tf"), _raw(arbiter, "torch")
+        torch.sendall(turns.PASS)  # out of turn, maybe before its HELLO is read: ignored
         assert tf.recv(1) == turns.GO
-        torch.sendall(turns.PASS)  # out of turn: ignored
         torch.settimeout(0.5)
         try:
             early = torch.recv(1)

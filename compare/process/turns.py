@@ -111,7 +111,7 @@ def _accept(listener: socket.socket) -> tuple[str, socket.socket]:
     try:
         line = b""
         while not line.endswith(b"\n") and len(line) < 64:
-            chunk = connection.recv(64 - len(line))
+            chunk = connection.recv(1)  # a byte at a time: what follows the line is not its
             if not chunk:
                 break
             line += chunk
