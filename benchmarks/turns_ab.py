@@ -20,6 +20,10 @@ import sys
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+if not __package__:  # run by path: the checkout on sys.path
+    sys.path.insert(0, str(REPO))
+
 FORMS = ("turns", "no-turns")
 
 
@@ -98,8 +102,8 @@ def main() -> None:
                 for form in forms:
                     out = directory / f"batch{batch}-{form}-r{round_}"
                     started = time.time()
-                    done = subprocess.run(comparison_command(batch, images, form, out,
-                                                             args.seeds))
+                    done = subprocess.run(comparison_command(batch, images, form, out.resolve(),
+                                                             args.seeds), cwd=REPO)
                     print(f"{out.name}: exit {done.returncode}, {time.time() - started:.0f} s",
                           flush=True)
     from benchmarks.common import machine_label
