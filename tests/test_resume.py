@@ -144,8 +144,9 @@ def _cli(*args: str) -> list[str]:
 @pytest.mark.machine_sensitive  # a signal in a run
 @pytest.mark.slow
 def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
-    """SIGTERM while the second run evaluates its second epoch (held there by
-    tests/slow_evaluation.py, so the signal lands at that point on any machine); `compare
+    """SIGTERM while the second run (one after the other: --no-turns) evaluates its second
+    epoch (held there by tests/slow_evaluation.py, so the signal lands at that point on any
+    machine); `compare
     --resume` keeps the passed parity check and the first run, and continues the second from
     its checkpoint."""
     out, evaluating = tmp_path / "cmp", tmp_path / "evaluating"
@@ -153,7 +154,7 @@ def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-c", code, "compare", "--dataset", "synthetic", "--synthetic-size",
          "320", "--epochs", "4", "--precision", "fp32", "--device", "cpu", "--pipeline",
-         "naive", "--no-own-loops", "--quiet", "--out", str(out)],
+         "naive", "--no-own-loops", "--no-turns", "--quiet", "--out", str(out)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent),
              "CNNCOMPARE_TEST_EVALUATING": str(evaluating),
@@ -180,6 +181,39 @@ def test_compare_resume_keeps_the_parity_check_and_finished_runs(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert sorted(r["status"] for r in summary["runs"]) == ["completed", "completed"]
     assert os.path.exists(out / "report.html")
+
+
+@pytest.mark.machine_sensitive  # a signal in a run
+@pytest.mark.slow
+def test_a_pair_stopped_while_taking_turns_resumes_both_from_their_checkpoints(tmp_path):
+    """SIGTERM while PyTorch's run evaluates its second epoch, TensorFlow's run beside it
+    waiting for its third turn: both stop with their finished epochs written (TensorFlow two,
+    PyTorch one), and `compare --resume` finishes both."""
+    out, evaluating = tmp_path / "cmp", tmp_path / "evaluating"
+    code = f"import compare.process.runner as r; r.MODULES['torch'] = 'slow_evaluation'; {CLI}"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, "compare", "--dataset", "synthetic", "--synthetic-size",
+         "320", "--epochs", "4", "--precision", "fp32", "--device", "cpu", "--pipeline",
+         "naive", "--no-own-loops", "--quiet", "--out", str(out)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent),
+             "CNNCOMPARE_TEST_EVALUATING": str(evaluating),
+             "CNNCOMPARE_TEST_SLOW_EVALUATION": "2"})
+    wait_for(evaluating.exists, process)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=patience(120))
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    stopped = {fw: schema.read_result(out / "runs" / f"{fw}-seed0" / "result.json")
+               for fw in ("tf", "torch")}
+    assert {fw: (r["summary"].status, len(r["epochs"])) for fw, r in stopped.items()} == {
+        "tf": ("interrupted", 2), "torch": ("interrupted", 1)}
+    outcome = subprocess.run(_cli("compare", "--resume", str(out), "--quiet"), cwd=REPO,
+                             capture_output=True, text=True, timeout=patience(600))
+    assert outcome.returncode == 0, outcome.stderr
+    for fw in ("tf", "torch"):
+        resumed = schema.read_result(out / "runs" / f"{fw}-seed0" / "result.json")
+        assert resumed["summary"].status == "completed" and len(resumed["epochs"]) == 4
+        assert len(resumed["sessions"]) == 2
 
 
 @pytest.mark.slow  # a comparison in two commands (19 s under pytest -n 2)

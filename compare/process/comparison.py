@@ -312,6 +312,6 @@ def _not_run(queued: QueuedRun, reason: str) -> dict:
 
 
 def _why_no_result(outcome: runner.Outcome | None) -> str:
-    if outcome is None:
+    if outcome is None or outcome.status == "interrupted":  # e.g. waiting for its first turn
         return "interrupted"
     return outcome.error or f"exit code {outcome.code}, no result written"
