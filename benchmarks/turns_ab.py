@@ -78,6 +78,9 @@ def table(rows: list[dict]) -> str:
         widths = [[r[key]["width"] for r in chosen if r[key]] for key in keys]
         lines.append(f"| median width, {len(chosen)} comparisons {form} | | " + " | ".join(
             f"{statistics.median(w):.2f}x" if w else "-" for w in widths) + " |")
+        centres = [[r[key]["ratio"] for r in chosen if r[key]] for key in keys]
+        lines.append(f"| geometric mean of the centres, {form} | | " + " | ".join(
+            f"{statistics.geometric_mean(c):.3f}" if c else "-" for c in centres) + " |")
     return "\n".join(lines)
 
 
