@@ -89,6 +89,8 @@ def main() -> None:
     parser.add_argument("--batch", action="append", default=[], metavar="B:IMAGES",
                         help="a batch size and the synthetic images it trains on")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--first-round", type=int, default=1,
+                        help="the first round's number (more rounds into a folder that has some)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path, help="where the comparisons go")
     parser.add_argument("--summarise", type=Path, metavar="DIR",
@@ -98,7 +100,7 @@ def main() -> None:
     if directory is None:
         parser.error("--out or --summarise is needed")
     if args.summarise is None:
-        for round_ in range(1, args.rounds + 1):
+        for round_ in range(args.first_round, args.first_round + args.rounds):
             for batch_images in args.batch:
                 batch, images = (int(x) for x in batch_images.split(":"))
                 forms = FORMS if round_ % 2 else FORMS[::-1]
