@@ -35,8 +35,6 @@ if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(REPO))
 
 EPOCHS = 3
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262}  # two-sided 95% t quantiles by degrees of freedom
 
 
 def _images(count: int, seed: int = 0):
@@ -114,13 +112,14 @@ def spread(values: list[float]) -> dict:
 
 
 def ratio_interval(ratios: list[float]) -> dict | None:
-    if len(ratios) < 3:
+    """The geometric mean of the ratios and its 95% t interval on the logs, as the report
+    computes a paired ratio (compare.report.stats); None below 3 ratios."""
+    from compare.report import stats
+    entry = stats.positive_interval(ratios)
+    if entry["interval"] != "ci95":
         return None
-    logs = [math.log(r) for r in ratios]
-    half = T975[len(logs) - 1] * statistics.stdev(logs) / math.sqrt(len(logs))
-    centre = statistics.fmean(logs)
-    return {"ratio": math.exp(centre), "low": math.exp(centre - half),
-            "high": math.exp(centre + half), "width": math.exp(2 * half), "n": len(ratios)}
+    return {"ratio": entry["centre"], "low": entry["low"], "high": entry["high"],
+            "width": entry["high"] / entry["low"], "n": entry["n"]}
 
 
 def tool_steps(directory: Path) -> dict[str, dict[int, float]]:
@@ -191,7 +190,7 @@ def markdown(record: dict) -> str:
         return ("-" if entry is None else f"{entry['ratio']:.3f} [{entry['low']:.3f}, "
                 f"{entry['high']:.3f}] ({entry['width']:.2f}x, n={entry['n']})")
 
-    lines = [f"# Run-to-run spread: bare scripts against cnncompare's shared loop\n",
+    lines = ["# Run-to-run spread: bare scripts against cnncompare's shared loop\n",
              f"{record['machine']}; LeNet, batch {record['batch']}, {record['images']} "
              f"synthetic images, {record['epochs']} epochs\n", f"    {record['command']}\n",
              "| runs | TensorFlow/Keras: step time (range), log sd | PyTorch: step time (range), "

@@ -36,7 +36,7 @@ class Arbiter:
         self._lock = threading.Lock()
         self._ended: set[str] = set()  # told by the caller: these processes are gone
         self._stop = threading.Event()
-        self.turns: list[str] = []  # each turn given, in order: what the report can rely on
+        self.turns: list[str] = []  # each framework given the turn, in order
         self._thread = threading.Thread(target=self._serve, name="turns", daemon=True)
 
     def __enter__(self) -> Self:

@@ -1,7 +1,7 @@
 """A framework process's side of taking turns with the other framework's run of the same seed
 (RunConfig.turns): the two processes live side by side, but only the one holding the turn
-works; it passes the turn after each epoch. Both runs then meet the host's slow spells of
-tens of seconds alike, which sequential runs meet at different times
+works; it passes the turn after each epoch. Both runs then meet the host's slow spells
+within seconds of each other, where runs one after the other meet them minutes apart
 (docs/measurement.md, "On a busy host").
 
 The parent arbitrates (compare.process.turns) over a Unix socket: a process says its
