@@ -32,7 +32,7 @@ def test_the_plan_fits_a_rental_with_pytorch_first_and_says_how_each_estimate_wa
     assert all(0 < r["estimate_s"] < r["limit_s"] <= maxima[r["stage"]] and r["estimated_how"]
                and r["commands"] for r in rows)
     assert {n for n, m in maxima.items() if m > 570} == {"resnet9-verdict", "resnet9-own-best",
-                                                         "resnet9-eager"}
+                                                         "resnet9-eager", "resnet9-own"}
     core = [r for r in rows if r["core"]]
     assert [r["framework"] for r in core] == ["torch"] * 5 + ["tf"] * 6  # PyTorch's first
     assert [r["stage"] for r in core][5:7] == ["tf-smoke", "doctor"]  # TF's first GPU op first
@@ -319,7 +319,7 @@ def test_the_whole_plan_runs_tiny_on_the_cpu_and_packs_at_most_eight_files(tmp_p
     assert skipped == {**{name: TINY_SKIPPED for name in (
                            "resnet18-mixed", "mobilenetv2-mixed", "resnet9-long",
                            "resnet9-verdict", "resnet9-own-best", "resnet9-eager",
-                           "resnet9-page")},
+                           "resnet9-own", "resnet9-page")},
                        "reference": "--tiny: airbench trains on a CUDA GPU only",
                        "warm": "--tiny: no GPU kernel cache to warm",
                        "kernels": "--tiny: no GPU kernels to read",
