@@ -79,6 +79,7 @@ if not __package__:  # run by path (python benchmarks/gpu_battery.py): the check
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402 - after STARTED: its time counts
+from benchmarks.battery import bundle  # noqa: E402
 from benchmarks.battery.calls import device_calls, plan, rental_calls  # noqa: E402
 from benchmarks.battery.commands import (  # noqa: E402
     CLI,
@@ -145,6 +146,10 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bundle", type=Path,
                         help="with --plan: TensorFlow's bundle in the checkout (c00/, c01/, "
                              "..., SHA256SUMS), one part carried per device call")
+    parser.add_argument("--split-parts", type=int, metavar="MIB",
+                        help="with --bundle: cut the bundle's parts again into parts of MIB "
+                             "MiB (SHA256SUMS rewritten), so each fits a device call beside "
+                             "the checkout, then exit")
     parser.add_argument("--carry-data", type=Path,
                         help="with --plan: the data in the checkout (the official "
                              "cifar-10-python.tar.gz, or an image folder's tar.gz), carried "
@@ -217,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     if argv is None:  # as a script
         stop_stages_with_the_battery()
+    if args.split_parts is not None:
+        if args.bundle is None or args.split_parts < 1:
+            sys.exit("gpu_battery.py: --split-parts takes a size of at least 1 MiB and --bundle")
+        count = bundle.split(args.bundle, args.split_parts * 2**20)
+        print(f"{args.bundle}: {count} parts of at most {args.split_parts} MiB")
+        return 0
     if args.calibrate:
         print(json.dumps(calibrate(), indent=2))
         return 0

@@ -126,8 +126,8 @@ def test_a_bad_part_is_refused_and_never_unpacked(tmp_path):
 def test_a_queue_in_a_given_order_brings_tensorflow_in_before_a_comparison_of_both(tmp_path):
     """RENTAL_ORDER naming a comparison of both frameworks: the queue activates TensorFlow
     and runs its smoke test before the comparison, as it does before a TensorFlow stage;
-    PyTorch's stages need neither. The bundle is in place already, so the untimed fill waits
-    for the end."""
+    PyTorch's stages need neither. PyTorch's warm-up comes first, once a machine. The bundle
+    is in place already, so the untimed fill waits for the end."""
     rental, fake_bin = tmp_path / "rental", tmp_path / "bin"
     (rental / "repo").mkdir(parents=True)
     (rental / "tfgpu" / "site").mkdir(parents=True)
@@ -148,5 +148,14 @@ def test_a_queue_in_a_given_order_brings_tensorflow_in_before_a_comparison_of_bo
                           check=False)
     assert done.returncode == 0, done.stderr
     assert calls.read_text().split("\n")[:-1] == [
-        "cuda-graphs none", "tf-smoke active", "resnet9-own-best active", "kernels active"]
-    assert (rental / "queue-done").exists()
+        "warm none", "cuda-graphs none", "tf-smoke active", "resnet9-own-best active",
+        "kernels active"]
+    assert (rental / "queue-done").exists() and (rental / "warmed").exists()
+    # the queue started again (rental.sh reorder) finds the machine warmed: no second warm-up
+    calls.unlink()
+    done = subprocess.run(["bash", str(REPO / "benchmarks/battery/rental.sh"), "queue"],
+                          cwd=REPO, env={**env, "RENTAL_FILL": ""}, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().split("\n")[:-1] == [
+        "cuda-graphs none", "tf-smoke active", "resnet9-own-best active"]

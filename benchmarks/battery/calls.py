@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from benchmarks.battery.bundle import CARRY_BYTES, part_bytes_that_fit, travelling_bytes
 from benchmarks.battery.commands import FRAMEWORKS, STAGE_FRAMEWORKS, STAGE_LIMIT_S, shown
 from benchmarks.battery.estimates import Context
 from benchmarks.battery.running import CUDNN_CHOICE
@@ -77,14 +78,14 @@ def _append_part(call: dict, bundle: Path, root: Path, part: Path, archive: str)
 
 
 CALL_CHARS = 2000  # one device command's length
-CARRY_BYTES = 64 * 2**20  # what one device command may carry from the checkout
 
 
 def rental_calls(calls: list[dict], root: Path, bundle: Path | None, data: Path | None,
                  scratch: str = "/tmp") -> list[dict]:
     """The device calls as a rental without a package index runs them, back to back, each one
     bash line (`bash`, of which `setup` comes first) with the checkout paths it carries
-    (`carry`, relative to `root`, at most CARRY_BYTES): the first call carries the data and
+    (`carry`, relative to `root`, at most CARRY_BYTES with the checkout, which every call
+    brings): the first call carries the data and
     unpacks it under `scratch`; the next ones each carry one part of TensorFlow's bundle
     (`bundle`: c00/c.00, c01/c.01, ... and SHA256SUMS), check it and append it to one file
     while a PyTorch stage runs (calls that only carry where PyTorch has no stage left); the
@@ -141,6 +142,7 @@ def rental_calls(calls: list[dict], root: Path, bundle: Path | None, data: Path 
             extra[-1]["setup"] += [f"tar xJf {scratch}/tf-fallback.tar.xz -C {scratch}/tfgpu",
                                    activate]
             out[first_tf + 1:first_tf + 1] = extra
+    tree = travelling_bytes(root)
     for call in out:
         # the checkout first, before the bundle's folder that activate.sh put on PYTHONPATH
         run = (("PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} python -m benchmarks.gpu_battery "
@@ -155,9 +157,16 @@ def rental_calls(calls: list[dict], root: Path, bundle: Path | None, data: Path 
         call["carry_bytes"] = sum(f.stat().st_size for c in call["carry"]
                                   for f in ([root / c] if (root / c).is_file()
                                             else (root / c).rglob("*")) if f.is_file())
-        if len(call["bash"]) > CALL_CHARS or call["carry_bytes"] > CARRY_BYTES:
-            raise SystemExit(f"gpu_battery.py: a device call would carry "
-                             f"{call['carry_bytes'] / 2**20:.0f} MiB or hold "
-                             f"{len(call['bash'])} characters, over {CARRY_BYTES / 2**20:.0f} MiB "
-                             f"/ {CALL_CHARS}")
+        if len(call["bash"]) > CALL_CHARS:
+            raise SystemExit(f"gpu_battery.py: a device call would hold {len(call['bash'])} "
+                             f"characters, over {CALL_CHARS}")
+        if tree + call["carry_bytes"] > CARRY_BYTES:
+            fits = part_bytes_that_fit(tree) // 2**20
+            raise SystemExit(
+                f"gpu_battery.py: a device call would bring {call['carry_bytes'] / 2**20:.1f} "
+                f"MiB beside the checkout's {tree / 2**20:.1f} MiB, over "
+                f"{CARRY_BYTES / 2**20:.0f} MiB" + (
+                    f"; split the bundle's parts smaller: python -m benchmarks.gpu_battery "
+                    f"--bundle {bundle.relative_to(root)} --split-parts {fits}"
+                    if bundle is not None and fits > 0 else ""))
     return out

@@ -1,0 +1,90 @@
+"""TensorFlow's bundle as a rental carries it: its parts (c00/c.00, c01/c.01, ... and the
+fallback f00/f.00, ...) one a device call, each beside the checkout, which travels with
+every call; what fits, and the parts split again smaller when the checkout has grown."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+CARRY_BYTES = 64 * 2**20  # what one device call may bring: the checkout and what it carries
+PART = re.compile(r"^([0-9a-f]{64})  (([a-z])(\d\d)/\3\.\4)$")
+
+
+def travelling_bytes(root: Path) -> int:
+    """Bytes of the checkout that every device call brings: tracked files and untracked ones
+    git does not ignore (0 outside a git checkout)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=root,
+                            capture_output=True, check=False)
+    if listed.returncode != 0:
+        return 0
+    paths = (root / name for name in listed.stdout.decode().split("\0") if name)
+    return sum(path.stat().st_size for path in paths if path.is_file())
+
+
+def parts(bundle: Path) -> dict[str, list[tuple[str, str]]]:
+    """SHA256SUMS' parts by family ("c": the core, "f": the fallback cuDNN), in its order:
+    (sha256, path relative to the bundle)."""
+    families: dict[str, list[tuple[str, str]]] = {}
+    for line in (bundle / "SHA256SUMS").read_text().splitlines():
+        match = PART.match(line)
+        if match is None:
+            raise SystemExit(f"gpu_battery.py: {bundle / 'SHA256SUMS'}: not a part's line: "
+                             f"{line!r}")
+        families.setdefault(match.group(3), []).append((match.group(1), match.group(2)))
+    return families
+
+
+def largest_part(bundle: Path) -> int:
+    return max((bundle / path).stat().st_size for family in parts(bundle).values()
+               for _, path in family)
+
+
+def part_bytes_that_fit(tree_bytes: int) -> int:
+    """The largest part, in whole MiB, that a call carries beside the checkout and the sums
+    (4 KiB at most), with 1 MiB to spare for the checkout's growth before the rental."""
+    return (CARRY_BYTES - tree_bytes - 2**20 - 4096) // 2**20 * 2**20
+
+
+def split(bundle: Path, part_bytes: int) -> int:
+    """Each family of the bundle's parts cut again into parts of `part_bytes` (the last
+    smaller), their concatenation unchanged, SHA256SUMS rewritten; the number of parts.
+    Written beside the bundle, then moved in, so a failure leaves the old parts whole."""
+    families = parts(bundle)
+    staging = bundle.with_name(bundle.name + ".split")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    sums = []
+    for family, listed in families.items():
+        index, written, out, digest = 0, 0, None, None
+        for expected, path in listed:
+            data = (bundle / path).read_bytes()
+            if hashlib.sha256(data).hexdigest() != expected:
+                raise SystemExit(f"gpu_battery.py: {bundle / path}: its sum differs from "
+                                 f"SHA256SUMS'; not split")
+            while data:
+                if out is None:
+                    name = f"{family}{index:02d}/{family}.{index:02d}"
+                    (staging / name).parent.mkdir()
+                    out, digest, written = open(staging / name, "wb"), hashlib.sha256(), 0
+                piece, data = data[:part_bytes - written], data[part_bytes - written:]
+                out.write(piece)
+                digest.update(piece)
+                written += len(piece)
+                if written == part_bytes:
+                    out.close()
+                    sums.append(f"{digest.hexdigest()}  {name}\n")
+                    out, index = None, index + 1
+        if out is not None:
+            out.close()
+            sums.append(f"{digest.hexdigest()}  {name}\n")
+    (staging / "SHA256SUMS").write_text("".join(sums))
+    old = bundle.with_name(bundle.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    bundle.rename(old)
+    staging.rename(bundle)
+    shutil.rmtree(old)
+    return len(sums)
