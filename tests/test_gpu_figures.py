@@ -42,7 +42,8 @@ DIRS = {  # the folders under benchmarks/results/ that TABLE's file names start 
     "H1": "gpu-h100", "H1B": "gpu-h100-rental2", "H2": "gpu-h200", "H2B": "gpu-h200-rental2",
     "H3": "gpu-h100-rental3", "H4": "gpu-h100-rental4", "V": "gpu-h100-resnet9-verdict",
     "VD": "gpu-h100-resnet9-verdict/defaults", "OB": "gpu-h100-resnet9-own-best",
-    "OBB": "gpu-h100-resnet9-own-best/best", "H5": "gpu-h100-rental5"}
+    "OBB": "gpu-h100-resnet9-own-best/best", "H5": "gpu-h100-rental5",
+    "OWN": "gpu-h100-resnet9-own", "H6": "gpu-h100-rental6"}
 RUNS = {"tf": "tf-seed0", "pt": "torch-seed0", "tf1": "tf-seed1", "pt1": "torch-seed1",  # NAME.RUN
         "tf2": "tf-seed2", "pt2": "torch-seed2",
         "none": "tf-strategy_none", "mirrored": "tf-strategy_mirrored", "one": "tf-devices_1",
@@ -208,7 +209,7 @@ READERS: dict[str, Callable[..., Any]] = {  # @name in TABLE: a function of the 
         r"([\d,]+) img/s", log)],
     "xla_off": lambda _: "XLA was off in TensorFlow/Keras" if len(runs := [  # and torch.compile
         json.loads(p.read_text()) for p in RESULTS.glob("gpu-*/**/result.json")  # before the
-        if not {DIRS[d] for d in ("V", "H4", "OB", "H5")} & set(p.parts)]) >= 20 and all(
+        if not {DIRS[d] for d in ("V", "H4", "OB", "H5", "OWN")} & set(p.parts)]) >= 20 and all(
         (r["fairness"]["compile"], r["config"]["compile"], r["compilation"]["compiled"])
         == ("off", False, False) for r in runs) else "a GPU run compiled"}  # in every GPU run
 
