@@ -54,6 +54,7 @@ def test_a_part_whose_sum_differs_is_not_split_and_the_bundle_stays_whole(tmp_pa
         bundle.split(folder, 30)
     assert (folder / "c00" / "c.00").read_bytes() == b"a" * 100
     assert len(bundle.parts(folder)["c"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tfgpu"]  # no staging left
 
 
 def test_what_travels_is_the_checkout_git_keeps_not_what_it_ignores(tmp_path):

@@ -8,6 +8,7 @@ import hashlib
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 CARRY_BYTES = 64 * 2**20  # what one device call may bring: the checkout and what it carries
@@ -49,38 +50,41 @@ def part_bytes_that_fit(tree_bytes: int) -> int:
     return (CARRY_BYTES - tree_bytes - 2**20 - 4096) // 2**20 * 2**20
 
 
+def _pieces(bundle: Path, listed: list[tuple[str, str]], part_bytes: int) -> Iterator[bytes]:
+    """The family's bytes, each part checked against its sum, in pieces of `part_bytes` (the
+    last smaller)."""
+    pending = bytearray()
+    for expected, path in listed:
+        data = (bundle / path).read_bytes()
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise SystemExit(f"gpu_battery.py: {bundle / path}: its sum differs from "
+                             f"SHA256SUMS'; not split")
+        pending += data
+        while len(pending) >= part_bytes:
+            yield bytes(pending[:part_bytes])
+            del pending[:part_bytes]
+    if pending:
+        yield bytes(pending)
+
+
 def split(bundle: Path, part_bytes: int) -> int:
     """Each family of the bundle's parts cut again into parts of `part_bytes` (the last
     smaller), their concatenation unchanged, SHA256SUMS rewritten; the number of parts.
     Written beside the bundle, then moved in, so a failure leaves the old parts whole."""
-    families = parts(bundle)
     staging = bundle.with_name(bundle.name + ".split")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     sums = []
-    for family, listed in families.items():
-        index, written, out, digest = 0, 0, None, None
-        for expected, path in listed:
-            data = (bundle / path).read_bytes()
-            if hashlib.sha256(data).hexdigest() != expected:
-                raise SystemExit(f"gpu_battery.py: {bundle / path}: its sum differs from "
-                                 f"SHA256SUMS'; not split")
-            while data:
-                if out is None:
-                    name = f"{family}{index:02d}/{family}.{index:02d}"
-                    (staging / name).parent.mkdir()
-                    out, digest, written = open(staging / name, "wb"), hashlib.sha256(), 0
-                piece, data = data[:part_bytes - written], data[part_bytes - written:]
-                out.write(piece)
-                digest.update(piece)
-                written += len(piece)
-                if written == part_bytes:
-                    out.close()
-                    sums.append(f"{digest.hexdigest()}  {name}\n")
-                    out, index = None, index + 1
-        if out is not None:
-            out.close()
-            sums.append(f"{digest.hexdigest()}  {name}\n")
+    try:
+        for family, listed in parts(bundle).items():
+            for index, piece in enumerate(_pieces(bundle, listed, part_bytes)):
+                name = f"{family}{index:02d}/{family}.{index:02d}"
+                (staging / name).parent.mkdir()
+                (staging / name).write_bytes(piece)
+                sums.append(f"{hashlib.sha256(piece).hexdigest()}  {name}\n")
+    except BaseException:
+        shutil.rmtree(staging)
+        raise
     (staging / "SHA256SUMS").write_text("".join(sums))
     old = bundle.with_name(bundle.name + ".old")
     shutil.rmtree(old, ignore_errors=True)

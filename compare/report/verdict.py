@@ -23,7 +23,7 @@ def verdict_sentences(summary: schema.Summary) -> list[str]:
         setup = setup_sentence(summary) if summary.get("seeds") else ""
         return [s for s in (nothing, setup, _caveat_sentence(summary)) if s]
     return [s for s in (_timing_sentence(summary), _speed_sentence(summary),
-                        defaults.sentence(summary),
+                        _spread_sentence(summary), defaults.sentence(summary),
                         _accuracy_sentence(summary),
                         setup_sentence(summary),
                         own_loops.sentence(summary, ", too short to time" if timing(summary)
@@ -107,6 +107,45 @@ def _speed_sentence(summary: schema.Summary) -> str:
             f"{words.time_ratio(ratios.get(WARMUP_TIME.key) or {}, 'first epoch')}; steady "
             f"training, {words.time_ratio(steady, 'epochs after the first', mark)}. The "
             f"headline is training time, first epoch included.")
+
+
+# A framework whose training time varies from seed to seed by under this share (standard
+# deviation over the mean) does not keep a ratio unresolved; one that varies by this factor
+# more than the other holds most of the spread.
+QUIET_SPREAD = 0.03
+WHOSE_SPREAD = 1.5
+
+
+def seed_spread(summary: schema.Summary) -> dict[str, float]:
+    """Each framework's seed-to-seed spread of training time: its standard deviation over
+    its mean (2 or more seeds)."""
+    spreads = {}
+    for fw in FRAMEWORKS:
+        figure = ((summary.get("frameworks") or {}).get(fw) or {}).get(TRAIN_TIME.key) or {}
+        if figure.get("std") is not None and figure.get("mean"):
+            spreads[fw] = figure["std"] / figure["mean"]
+    return spreads
+
+
+def _spread_sentence(summary: schema.Summary) -> str:
+    """Whose seeds keep an unresolved training-time ratio unresolved: one framework's (a
+    noisy host widens one framework's times more than the other's; on a 2-core CPU bare Keras
+    scripts spread more than bare PyTorch ones, docs/benchmarks.md) or both alike."""
+    ratio = (summary.get("ratios") or {}).get(TRAIN_TIME.key) or {}
+    spreads = seed_spread(summary)
+    if stats.side(ratio) != 0 or len(spreads) < 2 or max(spreads.values()) < QUIET_SPREAD:
+        return ""
+    (noisy, most), (quiet, least) = sorted(spreads.items(), key=lambda kv: -kv[1])
+    said = (f"{FRAMEWORK_NAMES[noisy]} {100 * most:.1f}%, {FRAMEWORK_NAMES[quiet]} "
+            f"{100 * least:.1f}%")
+    if most < WHOSE_SPREAD * least:
+        return (f"Both frameworks' training times varied alike from seed to seed ({said}; "
+                f"standard deviation over the mean), so the spread that leaves the ratio "
+                f"unresolved is not one framework's.")
+    return (f"The spread that leaves the ratio unresolved is mostly "
+            f"{words.possessive(FRAMEWORK_NAMES[noisy])}: its training time varied "
+            f"{100 * most:.1f}% from seed to seed (standard deviation over the mean), "
+            f"{words.possessive(FRAMEWORK_NAMES[quiet])} {100 * least:.1f}%.")
 
 
 def _accuracy_sentence(summary: schema.Summary) -> str:

@@ -13,6 +13,11 @@ from compare.report import stats
 TF, TORCH = FRAMEWORK_NAMES["tf"], FRAMEWORK_NAMES["torch"]
 
 
+def possessive(name: str) -> str:
+    """"PyTorch's", "TensorFlow/Keras'"."""
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
 def spread(ratio: dict, invert: bool = False) -> str:
     """'95% CI 1.10x-1.35x over 5 seeds', 'range 0.95x-1.33x over 2 seeds' or 'one seed, no
     interval'; `invert` gives the interval of 1 / ratio."""
