@@ -323,6 +323,7 @@ def test_the_whole_plan_runs_tiny_on_the_cpu_and_packs_at_most_eight_files(tmp_p
                        "reference": "--tiny: airbench trains on a CUDA GPU only",
                        "warm": "--tiny: no GPU kernel cache to warm",
                        "kernels": "--tiny: no GPU kernels to read",
+                       "cudnn": "--tiny: no cuDNN builds to set side by side on a CPU",
                        "suite": "--tiny: the test suite, which runs the tiny battery itself",
                        # float32 on a CPU: their commands are lenet-fp32's and resnet9-fp32's
                        "lenet-mixed": "--tiny on a CPU trains float32: the commands of "

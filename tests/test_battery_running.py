@@ -146,3 +146,49 @@ def test_a_timed_stage_on_a_gpu_is_refused_beside_other_work(tmp_path, monkeypat
     untimed = {s.name for s in battery.STAGES if not s.timed}
     assert {"tf-smoke", "reference", "resnet9-page", "warm", "gpu-tests"} <= untimed
     assert "resnet9-verdict" not in untimed
+
+
+def test_a_stage_runs_its_later_commands_on_the_fallback_cudnn(tmp_path, monkeypatch):
+    """A stage with fallback_from (the cuDNN comparison): its first command on the machine's
+    cuDNN, the next on the bundle's fallback, each command's record saying which; with no
+    fallback unpacked the stage fails saying so, after the commands that could run. Its
+    figures read each build's kernels from its result.json."""
+    from benchmarks.battery.commands import CUDNN_BUILDS
+    from benchmarks.battery.stages import Stage
+    site = tmp_path / "tfgpu" / "site"
+    (site / "nvidia" / "cudnn_cu12_fallback" / "lib").mkdir(parents=True)
+    (site / "activate.sh").write_text(
+        'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\n'
+        'libs=/machine/nvidia/cudnn/lib\n'
+        '[ "${1:-}" = fallback ] && libs="$here/nvidia/cudnn_cu12_fallback/lib"\n'
+        'export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" '
+        'LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n')
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/machine/nvidia/cudnn/lib:/usr/lib")
+    ctx = battery.context(battery.arguments(["--device", "cpu", "--tiny", "--out",
+                                             str(tmp_path / "out")]))
+    write = ("import json, os, pathlib, sys; out = pathlib.Path(sys.argv[1]); "
+             "out.mkdir(parents=True); fallback = 'cudnn_cu12_fallback' in "
+             "os.environ['LD_LIBRARY_PATH']; conv = 2.0 if fallback else 1.5; "
+             "(out / 'result.json').write_text(json.dumps({'profile': {'kernels': {"
+             "'total_ms': conv + 3, 'families_ms': {'convolution': conv}}}, 'summary': {"
+             "'steady_step_time_ms': {'median': 9.0}}}))")
+    stage = Stage("cudnn", False, ("tf",), "both builds",
+                  lambda fw, c: [[sys.executable, "-c", write, str(c.out / "cudnn" / b)]
+                                 for b in CUDNN_BUILDS], lambda fw, c: (1.0, "-"),
+                  timed=False, fallback_from=1)
+    done = running.run_stage(stage, "tf", {"limit_s": 60, "estimate_s": 1}, ctx)
+    assert done["status"] == "ok", done
+    assert [c["cudnn"] for c in done["commands"]] == [
+        "the machine's cuDNN (beside its PyTorch)", "the bundle's CUDA 12 cuDNN (fallback)"]
+    assert done["figures"] == {
+        "machine": {"kernels_ms": 4.5, "convolution_ms": 1.5, "steady_step_time_ms": 9.0},
+        "fallback": {"kernels_ms": 5.0, "convolution_ms": 2.0, "steady_step_time_ms": 9.0}}
+    assert "/machine/" in os.environ["LD_LIBRARY_PATH"]  # the battery's own stays the machine's
+    (site / "nvidia" / "cudnn_cu12_fallback" / "lib").rmdir()
+    for build in CUDNN_BUILDS:
+        (ctx.out / "cudnn" / build / "result.json").unlink()
+        (ctx.out / "cudnn" / build).rmdir()
+    done = running.run_stage(stage, "tf", {"limit_s": 60, "estimate_s": 1}, ctx)
+    assert done["status"] == "failed" and len(done["commands"]) == 1
+    assert done["note"].startswith("no fallback cuDNN unpacked")

@@ -98,6 +98,45 @@ def test_the_bundle_is_unpacked_as_its_parts_arrive_in_any_order(tmp_path):
     assert not list((rental / "partdata").iterdir())  # each part removed once unpacked
 
 
+def test_the_fallback_cudnn_is_unpacked_into_the_bundle_once_all_its_parts_have_come(tmp_path):
+    """`part fNN` keeps the bundle's fallback cuDNN parts apart from the core's: none starts
+    the core's unpacking, and once the last has come they are unpacked beside the core (after
+    it), under the bundle's folder where activate.sh's `fallback` looks."""
+    rental, work, payload = _bundle(tmp_path)
+    fallback = tmp_path / "fallback" / "site" / "nvidia" / "cudnn_cu12_fallback" / "lib"
+    fallback.mkdir(parents=True)
+    library = os.urandom(200_000)
+    (fallback / "libcudnn.so.9").write_bytes(library)
+    archive = tmp_path / "fallback.tar.xz"
+    subprocess.run(["tar", "cJf", str(archive), "-C", str(tmp_path / "fallback"), "site"],
+                   check=True)
+    data, bundle = archive.read_bytes(), work / ".tfgpu"
+    sums = (bundle / "SHA256SUMS").read_text()
+    for i, piece in enumerate((data[:len(data) // 2], data[len(data) // 2:])):
+        part = bundle / f"f{i:02d}" / f"f.{i:02d}"
+        part.parent.mkdir()
+        part.write_bytes(piece)
+        digest = subprocess.run(["sha256sum", str(part)], capture_output=True, text=True,
+                                check=True).stdout.split()[0]
+        sums += f"{digest}  f{i:02d}/f.{i:02d}\n"
+    (bundle / "SHA256SUMS").write_text(sums)
+    _part(rental, work, "f01")
+    assert not (rental / "unpacking").exists() and not (rental / "unpacking-fallback").exists()
+    _part(rental, work, "f00")  # the last of the fallback's: unpacked once the core is
+    for name in ("c00", "c01", "c02"):
+        _part(rental, work, name)
+    assert _unpacked(rental)
+    end = time.time() + 30
+    while not (rental / "tf-fallback-unpacked").exists():
+        assert time.time() < end and not (rental / "tf-fallback-failed").exists(), (
+            rental / "unpack-fallback.log").read_text()
+        time.sleep(0.2)
+    site = rental / "tfgpu" / "site"
+    assert (site / "nvidia" / "cudnn_cu12_fallback" / "lib" / "libcudnn.so.9").read_bytes() \
+        == library and (site / "lib.so").read_bytes() == payload
+    assert not list((rental / "partdata").iterdir())
+
+
 def test_a_part_missing_when_the_transfers_end_fails_the_unpacking_at_once(tmp_path):
     """After `hold` no part comes: the unpacking gives up then, so its xz and tar do not keep
     the host busy for the timed stages until the deadline."""

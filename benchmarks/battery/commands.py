@@ -215,6 +215,19 @@ def kernels_commands(framework: str, ctx: Context) -> list[list[str]]:
              "--out", str(ctx.out / "kernels" / framework)]]
 
 
+CUDNN_BUILDS = ("machine", "fallback")  # the machine's CUDA 13 cuDNN, the bundle's CUDA 12 one
+
+
+def cudnn_commands(framework: str, ctx: Context) -> list[list[str]]:
+    """ResNet-9 at Keras' default (XLA), one epoch then KERNEL_STEPS profiled steps, once per
+    cuDNN build (CUDNN_BUILDS, in order; the battery runs the second on the bundle's fallback
+    cuDNN): the convolutions' kernel times on each, on the device's clock."""
+    return [[*CLI, "run", "--framework", framework, "--model", "resnet9", "--precision",
+             "mixed", "--batch-size", "512", "--epochs", "1", "--compile", *ctx.data,
+             "--profile", str(KERNEL_STEPS), "--device", ctx.device, "--quiet",
+             "--out", str(ctx.out / "cudnn" / build)] for build in CUDNN_BUILDS]
+
+
 def shown(arg: str) -> str:
     if arg == sys.executable:
         return "python"

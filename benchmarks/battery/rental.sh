@@ -12,6 +12,8 @@
 #   bash benchmarks/battery/rental.sh start SECONDS   # carry .data .pydeps: the queue may run
 #                                                     # SECONDS
 #   bash benchmarks/battery/rental.sh part c03        # carry .tfgpu/c03 and .tfgpu/SHA256SUMS
+#   bash benchmarks/battery/rental.sh part f00        # the fallback cuDNN's parts likewise, for
+#                                                     # the `cudnn` stage
 #   bash benchmarks/battery/rental.sh hold WAIT       # the last transfer: timed stages may
 #                                                     # start; wait up to WAIT s like poll
 #   bash benchmarks/battery/rental.sh poll WAIT       # wait up to WAIT s, bring back the pack
@@ -86,7 +88,7 @@ queue() {
   # while TensorFlow arrives (the reference trainer and Page's recipe ran on an H100:
   # benchmarks/results/gpu-h100-rental3/; RENTAL_ORDER runs them again)
   local untimed=(torch:warm: torch:kernels:)
-  local timed=(both:resnet9-verdict: torch:cuda-graphs: torch:resnet9-own: tf:kernels:
+  local timed=(both:resnet9-verdict: torch:cuda-graphs: torch:resnet9-own: tf:cudnn: tf:kernels:
                torch:steps-per-call: tf:steps-per-call: torch:strategy: tf:strategy:
                both:resnet9-eager: both:resnet9-own-best: torch:resnet9-fp32:1
                tf:resnet9-fp32:1 torch:cpu-vs-gpu: tf:cpu-vs-gpu: torch:gpu-tests:
@@ -97,6 +99,11 @@ queue() {
     IFS=: read -r fw stage seeds <<< "$1"
     [ -n "${ran[$fw:$stage]:-}" ] && return 0
     ran[$fw:$stage]=1
+    if [ "$stage" = cudnn ]; then  # the fallback cuDNN whole, if its parts came
+      while [ -f $S/unpacking-fallback/order ] && [ ! -f $S/tf-fallback-unpacked ] \
+            && [ ! -f $S/tf-fallback-failed ] \
+            && [ $(( $(cat $S/deadline) - $(date +%s) )) -gt 60 ]; do sleep 2; done
+    fi
     battery "$fw" "$stage" "$seeds"
   }
   if [ -n "${RENTAL_ORDER:-}" ]; then  # a queue started again mid-rental: this order only
@@ -173,14 +180,25 @@ case ${1:-} in
     sleep "${3:-15}"; report ;;
   part)  # part cNN: check one bundle part and keep it; the first part starts the unpacking,
     # which streams each part into xz and tar as it arrives, in SHA256SUMS' order, so the
-    # bundle is unpacked seconds after its last part, not a minute later
+    # bundle is unpacked seconds after its last part, not a minute later. part fNN: a part of
+    # the bundle's fallback cuDNN (CUDA 12), unpacked beside the bundle once all have come
     name="$2/${2:0:1}.${2:1}"
     (cd $BUNDLE && grep " $name\$" SHA256SUMS | sha256sum -c --quiet -) || { say "part $2: bad sum"; exit 1; }
     # a part sent again is kept once (the unpacking may be reading it); each arrives whole
     [ -f $S/parts/"$2" ] || { mkdir -p $S/partdata && cp $BUNDLE/"$name" $S/partdata/"$2".new \
       && mv $S/partdata/"$2".new $S/partdata/"$2" && touch $S/parts/"$2"; }
-    total=$(grep -c ' c[0-9][0-9]/' $BUNDLE/SHA256SUMS)
-    say "part $2: $(ls $S/parts | wc -l) of $total"
+    family=${2:0:1}
+    total=$(grep -c " $family[0-9][0-9]/" $BUNDLE/SHA256SUMS)
+    say "part $2: $(ls $S/parts | grep -c "^$family") of $total"
+    if [ "$family" = f ]; then
+      if [ "$(ls $S/parts | grep -c '^f')" = "$total" ] && mkdir $S/unpacking-fallback 2>/dev/null; then
+        grep -o ' f[0-9][0-9]/' $BUNDLE/SHA256SUMS | tr -d ' /' > $S/unpacking-fallback/order
+        cp "$0" $S/unpack-fallback.sh
+        setsid nohup bash $S/unpack-fallback.sh unpack-fallback > $S/unpack-fallback.log 2>&1 \
+          < /dev/null &
+      fi
+      report; exit 0
+    fi
     if mkdir $S/unpacking 2>/dev/null; then  # once: the first part's call
       grep -o ' c[0-9][0-9]/' $BUNDLE/SHA256SUMS | tr -d ' /' > $S/unpacking/order
       cp "$0" $S/unpack.sh  # its own copy, like the queue's: later calls rewrite the checkout
@@ -216,8 +234,14 @@ case ${1:-} in
       done
       cat $S/partdata/$p && rm $S/partdata/$p
     done | xz -dc -T0 | tar xf - -C $S/tfgpu && touch $S/tf-unpacked || touch $S/tf-failed ;;
+  unpack-fallback)  # (started by the last fallback part) the fallback cuDNN into the bundle,
+    # once the core is unpacked (both write under its folder)
+    while [ ! -f $S/tf-unpacked ] && [ ! -f $S/tf-failed ]; do sleep 0.5; done
+    for p in $(cat $S/unpacking-fallback/order); do cat $S/partdata/$p && rm $S/partdata/$p; done \
+      | xz -dc -T0 | tar xf - -C $S/tfgpu && touch $S/tf-fallback-unpacked \
+      || touch $S/tf-fallback-failed ;;
   queue) queue ;;
-  *) echo "usage: rental.sh start SECONDS | part cNN | hold WAIT | reorder ORDER | skip |" \
+  *) echo "usage: rental.sh start SECONDS | part cNN | part fNN | hold WAIT | reorder ORDER | skip |" \
           "poll WAIT" >&2
      exit 2 ;;
 esac

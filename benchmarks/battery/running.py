@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.battery.commands import REPO, shown
+from benchmarks.battery.commands import CUDNN_BUILDS, REPO, shown
 from benchmarks.battery.estimates import Context
 from benchmarks.battery.stages import Stage
 
@@ -213,11 +213,20 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
             "limit_s": row["limit_s"], "estimate_s": row["estimate_s"],
             "log": str(log.relative_to(ctx.out)), "commands": []}
     deadline = time.perf_counter() + row["limit_s"]
-    for argv in stage.commands(framework, ctx):
+    for index, argv in enumerate(stage.commands(framework, ctx)):
         left = deadline - time.perf_counter()
         stdout = ctx.out / f"{stage.name}-{framework}.json" if stage.json_out else None
-        outcome = run_command(argv, log, max(1.0, left), stdout)
-        done["commands"].append({"argv": " ".join(shown(a) for a in argv), **outcome})
+        env = None
+        if stage.fallback_from is not None and index >= stage.fallback_from:
+            env = fallback_environment(dict(os.environ))
+            if env is None:
+                done["note"] = ("no fallback cuDNN unpacked (rental.sh part fNN): the "
+                                "fallback's commands did not run")
+                break
+        outcome = run_command(argv, log, max(1.0, left), stdout, env=env)
+        done["commands"].append({"argv": " ".join(shown(a) for a in argv), **outcome,
+                                 **({"cudnn": cudnn_in_use(env or dict(os.environ))}
+                                    if stage.fallback_from is not None else {})})
         if outcome["timed_out"]:
             break
         if (stage.name == "tf-smoke" and outcome["exit_code"] != 0
@@ -230,9 +239,11 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
         c["exit_code"] for c in done["commands"]]
     done["seconds"] = sum(c["seconds"] for c in done["commands"])
     done["status"] = ("timed out" if any(c["timed_out"] for c in done["commands"])
-                      else "ok" if all(code == 0 for code in codes) else "failed")
+                      else "failed" if "note" in done or not all(code == 0 for code in codes)
+                      else "ok")
     done["figures"] = figures(stage, framework, ctx)
-    if done["status"] != "ok":  # doctor says why in its verdict, the rest in a last line
+    if done["status"] != "ok" and "note" not in done:  # doctor: why in its verdict, else a
+        # last line
         said = [line.strip() for line in log.read_text(errors="replace").splitlines()
                 if line.strip() and not line.startswith("$ ")] if log.exists() else []
         verdict = done["figures"].get("verdict") if stage.name == "doctor" else None
@@ -318,6 +329,17 @@ def figures(stage: Stage, framework: str, ctx: Context) -> dict:
                             f"accuracy, {found['accuracy_tta']['mean']:.2%} with its TTA, "
                             f"{found['accuracy']['runs']} runs") if found.get("accuracy")
                 else "no reference.json written"}
+    if stage.name == "cudnn":  # each build's kernels, read on the device's clock
+        built = {}
+        for build in CUDNN_BUILDS:
+            result = read_json(ctx.out / "cudnn" / build / "result.json")
+            kernels = ((result.get("profile") or {}).get("kernels") or {})
+            built[build] = {"kernels_ms": kernels.get("total_ms"),
+                            "convolution_ms": (kernels.get("families_ms") or {}).get(
+                                "convolution"),
+                            "steady_step_time_ms": ((result.get("summary") or {}).get(
+                                "steady_step_time_ms") or {}).get("median")}
+        return built
     if stage.name in ("resnet9-page", "warm"):
         results = sorted((ctx.out / stage.name).rglob("result.json"))
         accuracies = [(read_json(r).get("summary") or {}).get("final_test_accuracy")

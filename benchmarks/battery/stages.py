@@ -17,6 +17,7 @@ from benchmarks.battery.commands import (
     STAGE_LIMIT_S,
     TINY_SKIPPED,
     compare_commands,
+    cudnn_commands,
     doctor_commands,
     kernels_commands,
     overhead_commands,
@@ -80,6 +81,9 @@ class Stage:
     # The share of its estimate that leaves a usable result: a stage runs when that much
     # time is left (a comparison over 3 seeds: its first seed of each framework)
     least_fraction: float = 1.0
+    # Its commands from this index on run on the TensorFlow bundle's fallback cuDNN (CUDA 12)
+    # instead of the machine's (running.fallback_environment); None: all on the machine's
+    fallback_from: int | None = None
 
     def tiny_skip(self, ctx: Context) -> str | None:
         """Why --tiny skips this stage in `ctx`, or None where it runs."""
@@ -312,6 +316,17 @@ STAGES: list[Stage] = [
             comparison_estimate(recipe), comparison=True, tiny=False)
       for model, title in (("resnet18", "ResNet-18"), ("mobilenetv2", "MobileNetV2"))
       for recipe in [Recipe(model, "mixed", 128, 8, 1)]],
+    # Kernel durations on the device's clock: untimed, like `kernels`. Needs the bundle's
+    # fallback parts (rental.sh part fNN) beside its core.
+    Stage("cudnn", False, ("tf",), "ResNet-9 at Keras' default (XLA), one epoch then "
+          f"{KERNEL_STEPS} profiled steps, on the machine's CUDA 13 cuDNN and on the "
+          "bundle's own CUDA 12 cuDNN: each build's convolution kernels",
+          cudnn_commands,
+          lambda fw, ctx: (2 * (fixed_seconds(fw, "resnet9", ctx) + 50.0), "twice: a "
+                           "process's fixed cost + XLA's compile (about 40 s on an H100) + "
+                           "an epoch + the profiled steps"),
+          tiny=False, timed=False, fallback_from=1,
+          tiny_reason="--tiny: no cuDNN builds to set side by side on a CPU"),
     Stage("gpu-tests", False, FRAMEWORKS, "pytest -m gpu: each GPU claim of the README",
           test_commands, lambda fw, ctx: ((490.0, "on an H100: 11 of its 19 took 278 s, "
                                                   "the other 8 and one again 209 s")
