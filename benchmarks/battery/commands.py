@@ -215,6 +215,14 @@ def kernels_commands(framework: str, ctx: Context) -> list[list[str]]:
              "--out", str(ctx.out / "kernels" / framework)]]
 
 
+def batchnorm_commands(framework: str, ctx: Context) -> list[list[str]]:
+    """BatchNorm alone on ResNet-9's shapes, each of the framework's variants
+    (benchmarks/batchnorm.py)."""
+    return [[sys.executable, "-m", "benchmarks.batchnorm", "--framework", framework,
+             "--device", ctx.device, *(["--tiny"] if ctx.tiny else []),
+             "--out", str(ctx.out / "batchnorm")]]
+
+
 CUDNN_BUILDS = ("machine", "fallback")  # the machine's CUDA 13 cuDNN, the bundle's CUDA 12 one
 
 

@@ -88,7 +88,8 @@ queue() {
   # while TensorFlow arrives (the reference trainer and Page's recipe ran on an H100:
   # benchmarks/results/gpu-h100-rental3/; RENTAL_ORDER runs them again)
   local untimed=(torch:warm: torch:kernels:)
-  local timed=(both:resnet9-verdict: torch:cuda-graphs: torch:resnet9-own: tf:cudnn: tf:kernels:
+  local timed=(both:resnet9-verdict: torch:cuda-graphs: torch:resnet9-own: torch:batchnorm:
+               tf:batchnorm: tf:cudnn: tf:kernels:
                torch:steps-per-call: tf:steps-per-call: torch:strategy: tf:strategy:
                both:resnet9-eager: both:resnet9-own-best: torch:resnet9-fp32:1
                tf:resnet9-fp32:1 torch:cpu-vs-gpu: tf:cpu-vs-gpu: torch:gpu-tests:

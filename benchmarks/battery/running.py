@@ -329,6 +329,10 @@ def figures(stage: Stage, framework: str, ctx: Context) -> dict:
                             f"accuracy, {found['accuracy_tta']['mean']:.2%} with its TTA, "
                             f"{found['accuracy']['runs']} runs") if found.get("accuracy")
                 else "no reference.json written"}
+    if stage.name == "batchnorm":
+        found = read_json(ctx.out / "batchnorm" / f"batchnorm-{framework}.json")
+        return {"step_ms": {variant: entry.get("step_ms") for variant, entry in
+                            (found.get("variants") or {}).items()}}
     if stage.name == "cudnn":  # each build's kernels, read on the device's clock
         built = {}
         for build in CUDNN_BUILDS:

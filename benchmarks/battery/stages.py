@@ -16,6 +16,7 @@ from benchmarks.battery.commands import (
     REPO,
     STAGE_LIMIT_S,
     TINY_SKIPPED,
+    batchnorm_commands,
     compare_commands,
     cudnn_commands,
     doctor_commands,
@@ -316,6 +317,15 @@ STAGES: list[Stage] = [
             comparison_estimate(recipe), comparison=True, tiny=False)
       for model, title in (("resnet18", "ResNet-18"), ("mobilenetv2", "MobileNetV2"))
       for recipe in [Recipe(model, "mixed", 128, 8, 1)]],
+    # BatchNorm alone: Keras' unfused layer (with and without XLA) against TensorFlow's fused
+    # kernel, PyTorch's cuDNN kernel eager and compiled; timed between synchronisations
+    Stage("batchnorm", False, FRAMEWORKS, "BatchNorm alone on ResNet-9's shapes at batch 512, "
+          "forward and backward, float16: Keras' layer (with and without XLA) against "
+          "TensorFlow's fused kernel; PyTorch's eager and compiled",
+          batchnorm_commands,
+          lambda fw, ctx: (fixed_seconds(fw, "resnet9", ctx) + 50.0, "a process's fixed cost "
+                           "+ a trace or compile of 8 layers per variant (XLA; torch.compile) "
+                           "+ 150 steps of each")),
     # Kernel durations on the device's clock: untimed, like `kernels`. Needs the bundle's
     # fallback parts (rental.sh part fNN) beside its core.
     Stage("cudnn", False, ("tf",), "ResNet-9 at Keras' default (XLA), one epoch then "
