@@ -115,13 +115,16 @@ def torch_steps(variant: str, batch: int, channels: int, size: int, device: str
     bias = torch.zeros(channels, device=where, requires_grad=True)
     mean, var = torch.zeros(channels, device=where), torch.ones(channels, device=where)
 
+    def forward(inputs):
+        return torch.nn.functional.batch_norm(inputs, mean, var, weight, bias, training=True,
+                                              momentum=MOMENTUM, eps=EPSILON)
+    # compiled as a training step compiles it: the forward, whose backward AOTAutograd builds
+    chosen = torch.compile(forward) if variant == "compiled" else forward
+
     def step():
-        y = torch.nn.functional.batch_norm(x, mean, var, weight, bias, training=True,
-                                           momentum=MOMENTUM, eps=EPSILON)
-        return torch.autograd.grad(y, [x, weight, bias], upstream)
-    chosen = torch.compile(step) if variant == "compiled" else step
+        return torch.autograd.grad(chosen(x), [x, weight, bias], upstream)
     sync = torch.cuda.synchronize if where == "cuda" else (lambda: None)
-    return chosen, sync
+    return step, sync
 
 
 def measure(framework: str, device: str, tiny: bool, variants: tuple[str, ...]) -> dict:
