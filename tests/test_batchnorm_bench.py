@@ -70,3 +70,18 @@ def test_the_file_gives_each_layer_and_their_sum(tmp_path, capsys):
     with pytest.raises(SystemExit) as stopped:
         batchnorm.main(["--framework", "tf", "--variant", "eager", "--out", str(tmp_path)])
     assert stopped.value.code == 2
+
+
+def test_a_step_is_timed_per_step_over_blocks_after_the_warm_up(monkeypatch):
+    """On a clock that moves 2 ms a step (and 1 s more in the first block, a burst), the
+    figure is 2 ms: a block's time over its steps, the median of the blocks, the warm-up
+    steps untimed and each block closed by a synchronisation."""
+    clock, calls = [0.0], []
+
+    def step():
+        calls.append("step")
+        clock[0] += 0.002 + (1.0 if calls.count("sync") == 1 and calls.count("step") == 4
+                             else 0.0)
+    monkeypatch.setattr(batchnorm.time, "perf_counter", lambda: clock[0])
+    assert batchnorm.timed(step, lambda: calls.append("sync"), (3, 5, 3)) == pytest.approx(2.0)
+    assert calls == ["step"] * 3 + ["sync"] + (["step"] * 5 + ["sync"]) * 3

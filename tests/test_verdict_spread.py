@@ -37,7 +37,16 @@ def test_an_unresolved_ratio_names_whose_seeds_spread():
         "Both frameworks' training times varied alike from seed to seed (TensorFlow/Keras "
         "12.4%, PyTorch 10.9%; standard deviation over the mean), so the spread that leaves "
         "the ratio unresolved is not one framework's.")
+    # 1.6x as much as the other's: that framework's, named (1.5x is the line)
+    summary = _with_times(_summary(), {0: 9.2, 1: 10.8, 2: 10.0}, {0: 9.5, 1: 10.5, 2: 10.0})
+    spread = verdict.seed_spread(summary)
+    assert 1.5 < spread["tf"] / spread["torch"] < 1.7
+    assert verdict._spread_sentence(summary).startswith(
+        "The spread that leaves the ratio unresolved is mostly TensorFlow/Keras'")
     assert verdict._spread_sentence(_summary()) == ""  # resolved: 1.26x faster
+    faster = _with_times(_summary(), {0: 8.0, 1: 10.5, 2: 9.0}, {0: 10.0, 1: 12.0, 2: 11.0})
+    assert stats.side(faster["ratios"]["train_time_s"]) == -1  # resolved the other way
+    assert verdict._spread_sentence(faster) == ""
     quiet = _with_times(_summary(), {0: 10.0, 1: 10.2, 2: 9.9}, {0: 10.1, 1: 9.9, 2: 10.0})
     assert stats.side(quiet["ratios"]["train_time_s"]) == 0  # unresolved, but no one's spread
     assert verdict._spread_sentence(quiet) == ""
