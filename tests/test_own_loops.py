@@ -113,6 +113,11 @@ def test_the_verdict_says_how_close_the_shared_loop_ran_in_the_words_its_range_s
     assert ("1.12x the time of Keras fit, not resolved at n=2 (range 0.95x-1.33x over 2 seeds)"
             in own_loops.sentence(unresolved))
     assert own_loops.caveats(unresolved) == []
+    # each framework's seeds, where they differ (a comparison cut short in one framework)
+    cut = _summary(tf=(0.95, 0.96, 0.955), torch=(0.996, 0.998))
+    assert own_loops.sentence(cut).endswith(
+        "(training time after the first epoch, n=3 for TensorFlow/Keras, n=2 for PyTorch).")
+    assert "0.3% faster than a plain PyTorch loop" in own_loops.sentence(cut)
 
 
 def test_a_run_too_short_to_time_raises_no_harness_caveat_and_marks_the_sentence():

@@ -94,6 +94,12 @@ def test_time_ratio_words_for_each_side_of_its_interval():
      "60% slower than Keras fit"),
     ({"ratio": 0.4, "low": 0.3, "high": 0.9, "n": 3, "interval": "ci95"},
      "60% faster than Keras fit"),
+    ({"ratio": 0.997, "low": 0.996, "high": 0.998, "n": 2, "interval": "range"},
+     "0.3% faster than Keras fit"),  # resolved, but under 1%: never "0% faster"
+    ({"ratio": 1.009, "low": 1.002, "high": 1.016, "n": 3, "interval": "ci95"},
+     "0.9% slower than Keras fit"),
+    ({"ratio": 1.0096, "low": 1.002, "high": 1.016, "n": 3, "interval": "ci95"},
+     "1% slower than Keras fit"),
     ({"ratio": 1.01, "low": 0.98, "high": 1.03, "n": 3, "interval": "ci95"},
      "within 3% of Keras fit (95% CI 0.98x-1.03x over 3 seeds)"),
     ({"ratio": 1.0, "low": 0.999, "high": 1.002, "n": 2, "interval": "range"},

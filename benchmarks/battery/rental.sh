@@ -55,11 +55,12 @@ report() {  # what the queue is doing and has done; the pack into $OUT
   local skip=(--exclude='*.pt' --exclude='*.keras' --exclude='*.npz' --exclude='*.pb'
               --exclude=checkpoint --exclude=tensorboard --exclude=profile --exclude=parity
               --exclude=report)
-  (cd $S && tar czf "$OUT"/live.tar.gz "${skip[@]}" queue.log $(ls -d battery 2>/dev/null))
+  # at the lowest priority: a timed stage may be running (a call after `hold`)
+  (cd $S && nice -n 19 tar czf "$OUT"/live.tar.gz "${skip[@]}" queue.log $(ls -d battery 2>/dev/null))
   if [ "$(stat -c %s "$OUT"/live.tar.gz)" -gt $(( 15 * 1024 * 1024 )) ]; then  # the summaries
     (cd $S && find queue.log battery -name '*.json' -o -name '*.md' -o -name '*.log' \
        -o -name queue.log | grep -v -e /checkpoint/ -e /profile/ -e /tensorboard/ \
-       | tar czf "$OUT"/live.tar.gz -T -)
+       | nice -n 19 tar czf "$OUT"/live.tar.gz -T -)
   fi
 }
 
@@ -219,6 +220,11 @@ case ${1:-} in
   hold)  # hold WAIT: the rental's last transfer is over; timed stages may start; then poll
     touch $S/quiet; say "transfers over: timed stages may start"
     end=$(( $(date +%s) + ${2:-0} ))
+    # a call after this one reaches the host while timed stages run (it copies the checkout):
+    # say so now, when the deadline lies past this call's wait
+    late=$(( $(cat $S/deadline) - end ))
+    [ $late -gt 0 ] && say "the queue's deadline is ${late} s past this call's wait: a later" \
+      "call will reach the host while a timed stage may run"
     while [ ! -f $S/queue-done ] && [ "$(date +%s)" -lt $end ]; do sleep 2; done
     report ;;
   poll)  # poll WAIT: wait until the queue is done or WAIT s have passed

@@ -128,9 +128,12 @@ def sentence(summary: schema.Summary, mark: str = "") -> str | None:
         (own.get(fw) or {}).get("time_ratio") or {}, OWN_LOOP_NAMES[fw], CAVEAT_RATIO))]
     if not parts:
         return None
-    n = min(len((own.get(fw) or {}).get("seeds") or []) for fw in FRAMEWORKS if own.get(fw))
+    seeds = {fw: len((own.get(fw) or {}).get("seeds") or []) for fw in FRAMEWORKS
+             if ((own.get(fw) or {}).get("time_ratio") or {}).get("ratio") is not None}
+    n = (f"n={next(iter(seeds.values()))}" if len(set(seeds.values())) == 1 else
+         ", ".join(f"n={count} for {FRAMEWORK_NAMES[fw]}" for fw, count in seeds.items()))
     return (f"The shared loop ran {' and '.join(parts)} on the same recipe "
-            f"({measure(summary)}{mark}, n={n}).")
+            f"({measure(summary)}{mark}, {n}).")
 
 
 def caveats(summary: schema.Summary) -> list[str]:

@@ -66,6 +66,11 @@ def time_ratio(ratio: dict, measure: str, mark: str = "") -> str:
             f"{spread(ratio, invert)})")
 
 
+def _percent(share: float) -> str:
+    """A share as a percentage, a decimal under 1% (a resolved 0.3% is not "0%")."""
+    return f"{100 * share:.0f}%" if 100 * share >= 0.95 else f"{100 * share:.1f}%"
+
+
 def loop_ratio(ratio: dict, other: str, close: float) -> str | None:
     """A loop's time over `other`'s in the words its interval supports: "12% slower than
     Keras fit", "within 3% of ...", or "1.12x the time of ..., not resolved at n=2 (...)".
@@ -75,9 +80,9 @@ def loop_ratio(ratio: dict, other: str, close: float) -> str | None:
         return None
     where = stats.side(ratio)
     if where == 1:
-        return f"{100 * (r - 1):.0f}% slower than {other}"
+        return f"{_percent(r - 1)} slower than {other}"
     if where == -1:
-        return f"{100 * (1 - r):.0f}% faster than {other}"
+        return f"{_percent(1 - r)} faster than {other}"
     if where == 0:
         widest = max(ratio["high"] - 1, 1 - ratio["low"])
         if widest <= close - 1:
