@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from bundles import activated_bundle
 from conftest import battery_plan, patience
 
 from benchmarks import gpu_battery as battery
@@ -355,16 +356,7 @@ def test_the_smoke_test_retries_on_the_bundles_fallback_cudnn(tmp_path, monkeypa
     """The smoke test fails on the machine's cuDNN: run again with the bundle re-activated on
     its fallback cuDNN (the machine's taken off the path), it passes; the record says which
     cuDNN ran, later stages run on it, and later calls are told so (cudnn-choice)."""
-    site = tmp_path / "tfgpu" / "site"
-    (site / "nvidia" / "cudnn_cu12_fallback" / "lib").mkdir(parents=True)
-    (site / "activate.sh").write_text(  # as the bundle's: its cuDNN, or the machine's
-        'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\n'
-        'libs=/machine/nvidia/cudnn/lib\n'
-        '[ "${1:-}" = fallback ] && libs="$here/nvidia/cudnn_cu12_fallback/lib"\n'
-        'export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" '
-        'LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n')
-    monkeypatch.setenv("PYTHONPATH", str(site))
-    monkeypatch.setenv("LD_LIBRARY_PATH", "/machine/nvidia/cudnn/lib:/usr/lib")
+    site = activated_bundle(tmp_path, monkeypatch)
     # passes only on the fallback cuDNN, and only without the machine's beside it
     smoke = ("import os, sys; p = os.environ['LD_LIBRARY_PATH']; print(p); "
              "sys.exit(0 if 'cudnn_cu12_fallback' in p and '/machine/' not in p else 1)")

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bundles import activated_bundle
 from conftest import patience
 
 from benchmarks import gpu_battery as battery
@@ -155,16 +156,7 @@ def test_a_stage_runs_its_later_commands_on_the_fallback_cudnn(tmp_path, monkeyp
     figures read each build's kernels from its result.json."""
     from benchmarks.battery.commands import CUDNN_BUILDS
     from benchmarks.battery.stages import Stage
-    site = tmp_path / "tfgpu" / "site"
-    (site / "nvidia" / "cudnn_cu12_fallback" / "lib").mkdir(parents=True)
-    (site / "activate.sh").write_text(
-        'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\n'
-        'libs=/machine/nvidia/cudnn/lib\n'
-        '[ "${1:-}" = fallback ] && libs="$here/nvidia/cudnn_cu12_fallback/lib"\n'
-        'export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" '
-        'LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n')
-    monkeypatch.setenv("PYTHONPATH", str(site))
-    monkeypatch.setenv("LD_LIBRARY_PATH", "/machine/nvidia/cudnn/lib:/usr/lib")
+    site = activated_bundle(tmp_path, monkeypatch)
     ctx = battery.context(battery.arguments(["--device", "cpu", "--tiny", "--out",
                                              str(tmp_path / "out")]))
     write = ("import json, os, pathlib, sys; out = pathlib.Path(sys.argv[1]); "

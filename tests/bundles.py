@@ -1,0 +1,22 @@
+"""A TensorFlow bundle as the GPU battery finds one activated, for tests of its cuDNN choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def activated_bundle(tmp_path: Path, monkeypatch) -> Path:
+    """A TensorFlow bundle's site folder with a fallback cuDNN unpacked, activated on the
+    machine's cuDNN as the rental activates it: its activate.sh puts the machine's cuDNN, or
+    with `fallback` its own, on LD_LIBRARY_PATH."""
+    site = tmp_path / "tfgpu" / "site"
+    (site / "nvidia" / "cudnn_cu12_fallback" / "lib").mkdir(parents=True)
+    (site / "activate.sh").write_text(
+        'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\n'
+        'libs=/machine/nvidia/cudnn/lib\n'
+        '[ "${1:-}" = fallback ] && libs="$here/nvidia/cudnn_cu12_fallback/lib"\n'
+        'export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" '
+        'LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n')
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/machine/nvidia/cudnn/lib:/usr/lib")
+    return site
