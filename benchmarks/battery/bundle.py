@@ -39,11 +39,6 @@ def parts(bundle: Path) -> dict[str, list[tuple[str, str]]]:
     return families
 
 
-def largest_part(bundle: Path) -> int:
-    return max((bundle / path).stat().st_size for family in parts(bundle).values()
-               for _, path in family)
-
-
 def part_bytes_that_fit(tree_bytes: int) -> int:
     """The largest part, in whole MiB, that a call carries beside the checkout and the sums
     (4 KiB at most), with 1 MiB to spare for the checkout's growth before the rental."""

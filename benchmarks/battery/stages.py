@@ -274,7 +274,7 @@ STAGES: list[Stage] = [
           "epochs, 3 seeds, matched compiled, beside each run the framework's own loop (Keras "
           "fit; a plain PyTorch loop): the shared loop against it with an interval",
           compare_commands("resnet9-own", OWN_LOOPS, own_loops=True),
-          lambda fw, ctx: own_loops_estimate(fw, ctx), comparison=True, tiny=False,
+          own_loops_estimate, comparison=True, tiny=False,
           max_limit_s=QUEUE_LIMIT_S, least_fraction=1 / OWN_LOOPS.seeds),
     # Untimed: what the minutes while TensorFlow's bundle arrives can hold. The data's ceiling
     # (a public reference trainer on the same images) and our ResNet-9 at Page's dawn.py
