@@ -27,7 +27,7 @@ text_of = functools.cache(  # a document, every run of whitespace one space (tex
     lambda doc: re.sub(r"\s+", " ", (ROOT / doc).read_text()))
 SECTIONS = {README: [("**Status:**", "## Why the comparison"),  # (from, up to this text)
                       ("## Measured so far", "On a 2-core Intel Xeon CPU")],
-            GPU: [("## The verdict: ResNet-9 on an NVIDIA H100", "## What is claimed on a GPU")]}
+            GPU: [("## The verdict: ResNet-9 on an NVIDIA H200", "## What is claimed on a GPU")]}
 _N = r"\d+(?:,\d{3})*(?:\.\d+)?"
 UNIT_FIGURE = re.compile(  # a number with a unit ("8x8" is a shape; "2 seeds" has no unit)
     rf"(?<![\w.,])[+-]?{_N}(?:\s?(?:-|to)\s?{_N})?\s?(?:img/s|ms|s|MiB|mJ|J|%|x|pts|points)"
@@ -43,7 +43,8 @@ DIRS = {  # the folders under benchmarks/results/ that TABLE's file names start 
     "H3": "gpu-h100-rental3", "H4": "gpu-h100-rental4", "V": "gpu-h100-resnet9-verdict",
     "VD": "gpu-h100-resnet9-verdict/defaults", "OB": "gpu-h100-resnet9-own-best",
     "OBB": "gpu-h100-resnet9-own-best/best", "H5": "gpu-h100-rental5",
-    "OWN": "gpu-h100-resnet9-own", "H6": "gpu-h100-rental6"}
+    "OWN": "gpu-h100-resnet9-own", "H6": "gpu-h100-rental6", "V2": "gpu-h200-resnet9-verdict",
+    "V2D": "gpu-h200-resnet9-verdict/defaults", "H7": "gpu-h200-rental3"}
 RUNS = {"tf": "tf-seed0", "pt": "torch-seed0", "tf1": "tf-seed1", "pt1": "torch-seed1",  # NAME.RUN
         "tf2": "tf-seed2", "pt2": "torch-seed2",
         "none": "tf-strategy_none", "mirrored": "tf-strategy_mirrored", "one": "tf-devices_1",
@@ -192,6 +193,15 @@ READERS: dict[str, Callable[..., Any]] = {  # @name in TABLE: a function of the 
     "addv2_ms": lambda r: _kernel(r, "AddV2_GPU_DT_FLOAT_DT_FLOAT_kernel")["ms"],
     "update_calls": lambda r: "{:g} `Mul` and {:g} `AddV2`".format(*(_kernel(r, name)["calls"]
         for name in ("Mul_GPU_DT_FLOAT_DT_FLOAT_kernel", "AddV2_GPU_DT_FLOAT_DT_FLOAT_kernel"))),
+    "update_ms": lambda r: READERS["mul_ms"](r) + READERS["addv2_ms"](r),
+    "catch_up": lambda tf, pt: 1 + (  # epochs until TF's faster steady epochs make up its
+        read_path(tf, "tf.warmup") - read_path(pt, "torch.warmup")) / ((  # longer first one
+        read_path(pt, "torch.steady_train_time_s") - read_path(tf, "tf.steady_train_time_s"))
+        / (tf["config"]["epochs"] - 1)),
+    "graphs_catch_up": lambda sweep: (lambda off, on: 1 + (on["warmup_time_s"] - off[
+        "warmup_time_s"]) / ((off["train_time_s"] - off["warmup_time_s"]) - (on[
+            "train_time_s"] - on["warmup_time_s"])) * (off["epochs_completed"] - 1))(
+        *(row["summary"] for row in sweep["rows"])),  # the rows: off, on
     "h2d_calls": lambda r: _kernel(r, "MemcpyH2D")["calls"],  # TensorFlow's name, PyTorch's:
     "pinned_h2d_calls": lambda r: _kernel(r, "Memcpy HtoD (Pinned -> Device)")["calls"],
     "conv_spread": lambda *rs: (lambda v: max(v) - min(v))(
@@ -209,7 +219,8 @@ READERS: dict[str, Callable[..., Any]] = {  # @name in TABLE: a function of the 
         r"([\d,]+) img/s", log)],
     "xla_off": lambda _: "XLA was off in TensorFlow/Keras" if len(runs := [  # and torch.compile
         json.loads(p.read_text()) for p in RESULTS.glob("gpu-*/**/result.json")  # before the
-        if not {DIRS[d] for d in ("V", "H4", "OB", "H5", "OWN")} & set(p.parts)]) >= 20 and all(
+        if not {DIRS[d] for d in ("V", "H4", "OB", "H5", "OWN", "V2", "H7")}  # the verdicts'
+        & set(p.parts)]) >= 20 and all(
         (r["fairness"]["compile"], r["config"]["compile"], r["compilation"]["compiled"])
         == ("off", False, False) for r in runs) else "a GPU run compiled"}  # in every GPU run
 
