@@ -183,8 +183,16 @@ def test_the_gpu_path_of_compare_reports_the_defaults_row_and_its_words(tmp_path
     assert "[the defaults report](defaults/report.html)" in page
     assert ("TensorFlow/Keras ran below its own default: without XLA, which Keras uses by "
             "default on this GPU (the compile states below") in page  # under the headline table
-    assert files.read_json(files.ComparisonDir(directory.defaults).summary)["compile_states"][
+    defaults_dir = files.ComparisonDir(directory.defaults)
+    assert files.read_json(defaults_dir.summary)["compile_states"][
         "tf"]["compiled"] is True  # its own comparison, beside the matched one
+    # the comparison's parity check, run once on the matched runs' settings, goes with it
+    defaults_page = " ".join(defaults_dir.pages[0].read_text().split())
+    assert "no parity check was recorded" not in defaults_page
+    assert files.read_json(defaults_dir.summary)["parity"]["passed"] is True
+    assert ("It ran once, for the comparison's matched runs; these are each framework at its "
+            "defaults.") in defaults_page
+    assert "It ran once" not in page  # the matched report's own check
 
 
 def test_the_defaults_comparison_joins_the_runs_of_separate_invocations(tmp_path):

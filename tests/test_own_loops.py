@@ -258,6 +258,9 @@ def test_compare_best_adds_best_against_best(tmp_path):
     assert any(s.startswith("Each at its own guide's best settings") for s in summary["verdict"])
     best_summary = json.loads((out / "best" / "summary.json").read_text())
     assert best_summary["fairness"]["torch"]["channels_last"] is True
+    # the comparison's parity check goes with the best runs, said to be the matched runs'
+    assert best_summary["parity"]["passed"] is True
+    assert best_summary["parity"]["runs"] == "each framework at its best"
     assert "Each framework at its own best" in (out / "report.md").read_text()
     assert summary["frameworks"]["tf"]["completed"] == 1  # the matched runs stay apart
 

@@ -290,6 +290,15 @@ def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.nd
                       f"updates and BatchNorm's running statistics"}
 
 
+def for_runs_beside(record: dict | None, runs: str) -> dict | None:
+    """The comparison's parity record, for a report of its `runs` other than the matched ones
+    (each framework at its defaults; at its best): the check ran once, on the matched runs'
+    settings. Its float64 gate checks the model, the loss and the update, which the compile
+    state and the other settings a run changes leave as they are; its timed configuration is
+    the matched runs' (the record says which)."""
+    return None if record is None else {**record, "checked_on": "matched", "runs": runs}
+
+
 def describe(record: dict) -> str:
     """One line for the terminal: the verdict and every gated figure, and beside it the
     float32 drift of the timed configuration against its noise floor."""

@@ -229,19 +229,22 @@ def write_reports(directory: files.ComparisonDir,
     best_runs = [o.result_path for q, o in outcomes if q.config.variant == "best"
                  and o is not None and o.result_path.exists()]
     if best_runs:
-        report.write(directory.best, report.load_runs(best_runs), None, command,
-                     order_note=order)
+        report.write(directory.best, report.load_runs(best_runs),
+                     parity_module.for_runs_beside(parity, "each framework at its best"),
+                     command, order_note=order)
     runs = [(q, o) for q, o in outcomes if not q.own_loop and q.config.variant == "matched"]
     finished = [o.result_path for _, o in runs if o is not None and o.result_path.exists()]
-    _write_defaults(directory, finished + earlier, command, order)
+    _write_defaults(directory, finished + earlier,
+                    parity_module.for_runs_beside(parity, "each framework at its defaults"),
+                    command, order)
     not_run = [_not_run(q, _why_no_result(o)) for q, o in runs
                if o is None or not o.result_path.exists()] + waiting
     return report.write(directory.path, report.load_runs(finished + earlier), parity, command,
                         not_run, order_note=order)
 
 
-def _write_defaults(directory: files.ComparisonDir, matched: list[Path], command: str,
-                    order: str | None) -> None:
+def _write_defaults(directory: files.ComparisonDir, matched: list[Path], parity: dict | None,
+                    command: str, order: str | None) -> None:
     """The defaults comparison (DIR/defaults): the runs of each framework that trained at its
     own defaults, in this invocation or an earlier one (compare --framework), beside the other
     framework's matched runs, which ran at its defaults."""
@@ -250,7 +253,7 @@ def _write_defaults(directory: files.ComparisonDir, matched: list[Path], command
         return
     moved = {r.get("framework") for r in ran}
     beside = [r for r in report.load_runs(matched) if r.get("framework") not in moved]
-    report.write(directory.defaults, ran + beside, None, command, order_note=order)
+    report.write(directory.defaults, ran + beside, parity, command, order_note=order)
 
 
 def order_note(invocations: list[dict]) -> str | None:

@@ -323,10 +323,14 @@ def parity(g: Group) -> Section:
                   f" The timed configuration ({drift}) drifts "
                   f"{'within' if timed.get('agrees') else 'OUTSIDE'} the frameworks' own "
                   f"run-to-run drift (measured, not gated).")
+    beside = (f" It ran once, for the comparison's matched runs; these are {record['runs']}. "
+              f"Its {compute} gate checks the model, the loss and the update, which these "
+              f"runs' settings leave as they are; its timed configuration is the matched "
+              f"runs'." if record.get("checked_on") == "matched" else "")
     return Section(
         "parity", "Parity check",
-        f"**{verdict}** (the {compute} gate).{fallback} How: {record.get('method', '')}."
-        f"{said_drift}",
+        f"**{verdict}** (the {compute} gate).{fallback}{beside} How: "
+        f"{record.get('method', '')}.{said_drift}",
         ("Check", f"Gate ({compute})", "Limit", "Timed: TF vs PyTorch", "Own drift (floor)"),
         rows, items=list(record.get("conventions") or []),
         notes=PARITY_NOTES + (" Conventions that differ by design:"
