@@ -31,9 +31,10 @@
 #
 # The queue, in the order of its stages' worth: untimed work while TensorFlow arrives (PyTorch's
 # warm-up, which decodes the images, and its eager kernels), TensorFlow's smoke test, then the
-# timed stages: the ResNet-9 verdict (matched compiled over 3 seeds, PyTorch also eager), the
-# short sweeps with PyTorch's shared loop against its own over 3 seeds, the verdict matched
-# eager, each framework's best, then what time is left for.
+# timed stages: what the verdict (measured on an H200: benchmarks/results/gpu-h200-rental3/)
+# leaves: PyTorch's shared loop against its own over 3 seeds, TensorFlow's BatchNorm alone and
+# its two cuDNN builds, the short sweeps, the verdict matched eager, each framework's best, then
+# what time is left for; the verdict itself last (RENTAL_ORDER names it for another GPU kind).
 set -uo pipefail
 S=${RENTAL_DIR:-/tmp/rental}        # everything on the device lives here
 DATA=.data/cifar10-jpeg.tar.gz      # the real CIFAR-10 image folder, carried by `start`
@@ -89,12 +90,12 @@ queue() {
   # while TensorFlow arrives (the reference trainer and Page's recipe ran on an H100:
   # benchmarks/results/gpu-h100-rental3/; RENTAL_ORDER runs them again)
   local untimed=(torch:warm: torch:kernels:)
-  local timed=(both:resnet9-verdict: torch:cuda-graphs: torch:resnet9-own: torch:batchnorm:
-               tf:batchnorm: tf:cudnn: tf:kernels:
+  local timed=(torch:resnet9-own: tf:batchnorm: tf:cudnn: tf:kernels:
                torch:steps-per-call: tf:steps-per-call: torch:strategy: tf:strategy:
                both:resnet9-eager: both:resnet9-own-best: torch:resnet9-fp32:1
                tf:resnet9-fp32:1 torch:cpu-vs-gpu: tf:cpu-vs-gpu: torch:gpu-tests:
-               tf:gpu-tests: tf:suite: torch:tool-overhead: tf:tool-overhead:)
+               tf:gpu-tests: tf:suite: torch:tool-overhead: tf:tool-overhead:
+               torch:cuda-graphs: torch:batchnorm: both:resnet9-verdict:)
   local -A ran=()
   local item fw stage seeds tf_ok=0
   run() {  # run framework:stage:seeds once; 2 when the deadline is near
