@@ -295,8 +295,8 @@ def for_runs_beside(record: dict | None, runs: str) -> dict | None:
     (each framework at its defaults; at its best): the check ran once, on the matched runs'
     settings. Its float64 gate checks the model, the loss and the update, which the compile
     state and the other settings a run changes leave as they are; its timed configuration is
-    the matched runs' (the record says which)."""
-    return None if record is None else {**record, "checked_on": "matched", "runs": runs}
+    the matched runs'. `runs` in the record says whose report holds it."""
+    return None if record is None else {**record, "runs": runs}
 
 
 def describe(record: dict) -> str:

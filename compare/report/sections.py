@@ -326,7 +326,7 @@ def parity(g: Group) -> Section:
     beside = (f" It ran once, for the comparison's matched runs; these are {record['runs']}. "
               f"Its {compute} gate checks the model, the loss and the update, which these "
               f"runs' settings leave as they are; its timed configuration is the matched "
-              f"runs'." if record.get("checked_on") == "matched" else "")
+              f"runs'." if record.get("runs") else "")
     return Section(
         "parity", "Parity check",
         f"**{verdict}** (the {compute} gate).{fallback}{beside} How: "
