@@ -1,5 +1,6 @@
 """What the A/B benchmark scripts share: the `cnncompare run` options each offers, one run in
-a fresh process read back, and the machine's name for the results' titles."""
+a fresh process read back, one comparison run and said, and the machine's name for the
+results' titles."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,6 +56,16 @@ def run(framework: str, args: argparse.Namespace, *options: str,
     from compare.run.own_loop import steady_seconds  # the report's rule
     return {"seconds": steady_seconds(times), "step_ms": step_ms,
             "test_accuracy": accuracy, "device": device, "fairness": fairness}
+
+
+def run_and_say(name: str, command: list[str], cwd: Path,
+                env: dict[str, str] | None = None) -> int:
+    """Run one arm's command (a comparison whose results it writes itself) and say its exit
+    status and wall seconds under `name`; its exit status."""
+    started = time.time()
+    done = subprocess.run(command, cwd=cwd, env=env, check=False)
+    print(f"{name}: exit {done.returncode}, {time.time() - started:.0f} s", flush=True)
+    return done.returncode
 
 
 def machine_label() -> str:

@@ -21,15 +21,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(REPO))
 
+from benchmarks.common import machine_label, run_and_say  # noqa: E402
 from benchmarks.turns_ab import summarise  # noqa: E402
 
 ARMS = ("first", "odd")  # this checkout's rule; the own loop's first epoch first on odd seeds
@@ -100,13 +99,9 @@ def main() -> None:
                 batch, images = (int(x) for x in batch_images.split(":"))
                 for arm in ARMS if round_ % 2 else ARMS[::-1]:
                     out = directory / f"batch{batch}-{arm}-r{round_}"
-                    started = time.time()
-                    done = subprocess.run(  # the checkout's code in every process it starts
-                        comparison_command(batch, images, out.resolve()), cwd=checkouts[arm],
-                        env={**os.environ, "PYTHONPATH": str(checkouts[arm])})
-                    print(f"{out.name}: exit {done.returncode}, {time.time() - started:.0f} s",
-                          flush=True)
-    from benchmarks.common import machine_label
+                    run_and_say(  # the checkout's code in every process it starts
+                        out.name, comparison_command(batch, images, out.resolve()),
+                        checkouts[arm], {**os.environ, "PYTHONPATH": str(checkouts[arm])})
     command = "python -m benchmarks.first_epoch_order " + " ".join(sys.argv[1:])
     (directory / "first_epoch_order.md").write_text(
         f"# The run's first epoch before its own loop's, against the own loop's first on odd "

@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(REPO))
+
+from benchmarks.common import machine_label, run_and_say  # noqa: E402
 
 FORMS = ("turns", "no-turns")
 
@@ -106,12 +106,8 @@ def main() -> None:
                 forms = FORMS if round_ % 2 else FORMS[::-1]
                 for form in forms:
                     out = directory / f"batch{batch}-{form}-r{round_}"
-                    started = time.time()
-                    done = subprocess.run(comparison_command(batch, images, form, out.resolve(),
-                                                             args.seeds), cwd=REPO)
-                    print(f"{out.name}: exit {done.returncode}, {time.time() - started:.0f} s",
-                          flush=True)
-    from benchmarks.common import machine_label
+                    run_and_say(out.name, comparison_command(batch, images, form,
+                                                             out.resolve(), args.seeds), REPO)
     rows = summarise(directory)
     command = "python -m benchmarks.turns_ab " + " ".join(sys.argv[1:])
     (directory / "turns_ab.json").write_text(json.dumps(
