@@ -100,7 +100,10 @@ def worker(framework: str, model: str, batch: int, epochs: int, images: int,
             shared_epoch()
         clock = WindowClock(config, own.steps_per_call, own.sync)
 
-        for epoch, _ in enumerate(impl.own_loop.own_loop(own, config, dataset, lrs, clock, [])):
+        epoch_ends = (seconds for seconds in impl.own_loop.own_loop(own, config, dataset, lrs,
+                                                                    clock, [])
+                      if seconds is not None)
+        for epoch, _ in enumerate(epoch_ends):
             if not shared_first or epoch + 1 < epochs:
                 shared_epoch()
         own_ms = [statistics.median(1000.0 * w["seconds"] / w["steps"] for w in clock.windows

@@ -126,6 +126,9 @@ class OwnLoopRecord(JsonRecord):
     # over the windows of the epochs after the first, as a run's summary figure of that name
     # (compare.run.summary.steady_step_times); None until done, and in version 1 files
     steady_step_time_ms: StepTimes | None = None
+    # trained beside its run: [shared, own] ms per step of each pair of adjacent windows
+    # after the first epoch (compare.run.own_loop.Beside); empty otherwise and in older files
+    window_pairs: list[list[float]] = field(default_factory=list)
     mean_losses: list[list[float]] = field(default_factory=list)  # first epoch: [steps, mean]
     final_test_accuracy: float | None = None
     final_test_loss: float | None = None

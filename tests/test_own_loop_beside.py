@@ -1,6 +1,6 @@
 """compare's own loops in their run's process: a second Trainer of the same run trains its
-framework's own loop an epoch at a time, beside each of the shared loop's epochs and outside
-their clocks (compare.run.own_loop.Beside)."""
+framework's own loop on a thread of its own, a timing window at a time, beside each of the
+shared loop's windows and outside their clocks (compare.run.own_loop.Beside)."""
 
 from __future__ import annotations
 
@@ -9,51 +9,69 @@ from conftest import tiny_config
 
 from compare import files, schema
 from compare.experiment import datasets
-from compare.run import loop, own_loop, worker
+from compare.run import own_loop, windows, worker
+from compare.run.recorder import Recorder
 
 
 def _train_beside(tmp_path, module, seed: int, events: list, monkeypatch):
-    """A run with its twin beside it, each shared epoch and own epoch logged in `events`."""
-    config = tiny_config(tmp_path, epochs=2, seed=seed, out=str(tmp_path / "run"),
-                         own_loop_beside=str(tmp_path / "own"))
-    shared_epoch, own_epoch = loop._train_epoch, own_loop.OwnLoopRun.epoch
+    """A run with its twin beside it, 3 epochs of 4 windows of 2 steps, each window of
+    either loop logged in `events` as it closes: (loop, epoch, ms per step)."""
+    config = tiny_config(tmp_path, epochs=3, seed=seed, out=str(tmp_path / "run"),
+                         own_loop_beside=str(tmp_path / "own"), timing_window=2)
+    shared_window, own_window = Recorder.add_window, windows.WindowClock._close
 
-    def shared(*args, **kwargs):
-        events.append(("shared", args[6]))  # the epoch, 1-based
-        return shared_epoch(*args, **kwargs)
+    def shared(self, epoch, first_step, steps, seconds, waited):
+        events.append(("shared", epoch, 1000.0 * seconds / steps))
+        return shared_window(self, epoch, first_step, steps, seconds, waited)
 
     def own(self):
-        trained = own_epoch(self)
-        if trained:
-            events.append(("own", len(self.record.epoch_times_s)))
-        return trained
-    monkeypatch.setattr(loop, "_train_epoch", shared)
-    monkeypatch.setattr(own_loop.OwnLoopRun, "epoch", own)
+        own_window(self)
+        last = self.windows[-1]
+        events.append(("own", last["epoch"], 1000.0 * last["seconds"] / last["steps"]))
+    monkeypatch.setattr(Recorder, "add_window", shared)
+    monkeypatch.setattr(windows.WindowClock, "_close", own)
     code = worker.train_process(module, config, datasets.config_dataset(config),
                                 module.select_device(config), resume=False)
     return code, schema.read_own_loop(files.RunDir(tmp_path / "own").own_loop)
 
 
 @pytest.mark.parametrize("framework", ["tf", "torch"], indirect=True)
-def test_the_own_loop_trains_in_the_runs_process_an_epoch_of_each_in_turn(
+def test_the_own_loop_trains_in_the_runs_process_a_window_of_each_in_turn(
         tmp_path, framework, monkeypatch):
-    """Even seeds: the shared loop's epoch first, then the own loop's; odd seeds the other
-    way round after the first epoch, which the shared loop always trains first (its
-    start-up as a run alone meets it). Both finish: the run's result and the twin's
-    own-loop.json, which says where it trained and times every epoch in whole windows."""
+    """The shared loop's first epoch first, whole (its start-up as a run alone meets it),
+    then the own loop's first epoch, whole; from the second epoch a window of each in turn,
+    the shared loop's first on even seeds, the own loop's on odd ones. Each adjacent pair
+    is in own-loop.json's window_pairs as [shared, own] ms per step. Both finish: the run's
+    result and the twin's record, which says where it trained and times every epoch."""
     name, module = framework
-    for seed, expected in ((0, [("shared", 1), ("own", 1), ("shared", 2), ("own", 2)]),
-                           (1, [("shared", 1), ("own", 1), ("own", 2), ("shared", 2)])):
+    for seed in (0, 1):
         events: list = []
         code, record = _train_beside(tmp_path / str(seed), module, seed, events, monkeypatch)
-        assert code == 0 and events == expected
+        assert code == 0
+        order = [(loop, epoch) for loop, epoch, _ in events]
+        first = [("shared", 1)] * 4 + [("own", 1)] * 4
+        pair = [("own", 0), ("shared", 0)] if seed % 2 else [("shared", 0), ("own", 0)]
+        steady = [(loop, epoch) for epoch in (2, 3) for _ in range(4)
+                  for loop, _ in pair]
+        assert order == first + steady
+        later = events[8:]
+        expected = [[a[2], b[2]] if a[0] == "shared" else [b[2], a[2]]
+                    for a, b in zip(later[::2], later[1::2])]
+        assert len(record.window_pairs) == len(expected) == 8
+        assert sum(record.window_pairs, []) == pytest.approx(sum(expected, []))
         result = schema.read_result(files.RunDir(tmp_path / str(seed) / "run").result)
         assert result["summary"].status == "completed" and result["config"]["seed"] == seed
         assert (record.status, record.framework, record.seed) == ("completed", name, seed)
-        assert record.trained == own_loop.BESIDE and len(record.epoch_times_s) == 2
-        assert all(seconds > 0 for seconds in record.epoch_times_s)
-        assert {w["epoch"] for w in record.windows} == {1, 2}
-        assert sum(w["steps"] for w in record.windows) == 2 * record.steps_per_epoch
+        assert record.trained == own_loop.BESIDE and len(record.epoch_times_s) == 3
+        # each epoch's time is its own windows' and no more: the run's windows between them
+        # are in no clock of the twin's
+        for epoch, seconds in enumerate(record.epoch_times_s, 1):
+            own_s = sum(ms * 2 / 1000 for loop, e, ms in events if (loop, e) == ("own", epoch))
+            assert own_s <= seconds < own_s + 0.05
+        for epoch in result["epochs"]:
+            shared_s = sum(ms * 2 / 1000 for loop, e, ms in events
+                           if (loop, e) == ("shared", epoch["epoch"]))
+            assert shared_s <= epoch["train_time_s"] < shared_s + 0.05
         assert 0 <= record.final_test_accuracy <= 1 and record.config["own_loop_beside"] is None
 
 
@@ -72,13 +90,9 @@ def _torch_run_beside(tmp_path, epochs: int):
 def test_a_twin_that_fails_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     """The own loop is extra: its failure is written in own-loop.json (failed, the error) and
     the run trains its epochs to the end."""
-    own_epoch = own_loop.OwnLoopRun.epoch
-
-    def failing(self):
-        if self.record.epoch_times_s:
-            raise RuntimeError("the twin broke")
-        return own_epoch(self)
-    monkeypatch.setattr(own_loop.OwnLoopRun, "epoch", failing)
+    def failing(self):  # its first window after its first epoch
+        raise RuntimeError("the twin broke")
+    monkeypatch.setattr(own_loop.OwnLoopRun, "window", failing)
     result, record = _torch_run_beside(tmp_path, epochs=3)
     assert result["summary"].status == "completed" and len(result["epochs"]) == 3
     assert (record.status, record.error, len(record.epoch_times_s)) == (

@@ -5,6 +5,7 @@ it measured). Its twin is torch_impl/own_loop.py.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
+from compare.run.baton import Baton, Closed
 from compare.run.interface import DeviceChoice
 from compare.run.windows import WindowClock
 from tf_impl import data as tf_data
@@ -38,15 +40,18 @@ LOOP = ("Keras Model.compile + Model.fit, one fit call per epoch (steps_per_exec
 
 
 def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[float],
-             clock: WindowClock, mean_losses: list[list[float]]) -> Iterator[float]:
-    """Train config.epochs epochs of the trainer's model with Keras' fit, an epoch each time
-    the caller asks: compiled in the trainer's strategy scope with the same SGD (PyTorch's
-    form, loss scaling as the run's), the per-step learning rates `lrs` as a Keras schedule,
-    the run's per-example loss, and the data plan's batches in a tf.data pipeline, timed by
+             clock: WindowClock, mean_losses: list[list[float]]) -> Iterator[float | None]:
+    """Train config.epochs epochs of the trainer's model with Keras' fit, as far as the
+    caller asks: compiled in the trainer's strategy scope with the same SGD (PyTorch's form,
+    loss scaling as the run's), the per-step learning rates `lrs` as a Keras schedule, the
+    run's per-example loss, and the data plan's batches in a tf.data pipeline, timed by
     `clock` from a callback (a synchronised window after each window's last call). Yields
-    each epoch's training seconds (the device synchronised at both ends); fills
+    None after each window (the caller's work until the next `next` is in no clock) and each
+    epoch's training seconds at its end (the device synchronised at both ends); fills
     `mean_losses`, over the first epoch, with Keras' running mean of the loss after each
-    call ([steps, mean] pairs)."""
+    call ([steps, mean] pairs). `fit` cannot be paused from outside, so it runs on a thread
+    of its own that works only while the caller waits (compare.run.baton), handing back
+    from its callback after each window."""
     with trainer.strategy.scope():  # compile where the variables live (the Keras guide)
         optimizer = make_optimizer(trainer.model, config, trainer.choice,
                                    learning_rate=_PlanSchedule(lrs))
@@ -60,17 +65,50 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
             loss=lambda labels, logits: trainer._loss(tf.cast(labels, tf.int64), logits,
                                                       config.label_smoothing),
             steps_per_execution=trainer.steps_per_call, jit_compile=config.compile)
-    timer = _EpochClock(clock, mean_losses, trainer.steps_per_epoch)
+    baton = Baton()
+    handed: list[float | None] = []  # what the fit thread handed back with, last first
+    failed: list[BaseException] = []
+    timer = _EpochClock(clock, mean_losses, trainer.steps_per_epoch, baton, handed)
     kept = _KeptIterators()
-    for epoch in range(config.epochs):
-        # One fit call per epoch, on that epoch's batches: fit given all epochs' batches
-        # and steps_per_epoch would run whole calls of steps_per_execution steps, crossing
-        # into the next epoch's batches when the epoch is not a multiple of it; a finite
-        # epoch ends its last call early, as the shared loop's shorter last call does.
-        trainer.model.fit(_fit_batches(trainer, config, dataset, epoch), initial_epoch=epoch,
-                          epochs=epoch + 1, callbacks=[timer, kept], shuffle=False, verbose=0)
-        yield timer.times[-1]
+
+    def fit_epochs() -> None:
+        try:
+            baton.wait_for_turn()
+            for epoch in range(config.epochs):
+                # One fit call per epoch, on that epoch's batches: fit given all epochs'
+                # batches and steps_per_epoch would run whole calls of steps_per_execution
+                # steps, crossing into the next epoch's batches when the epoch is not a
+                # multiple of it; a finite epoch ends its last call early, as the shared
+                # loop's shorter last call does.
+                trainer.model.fit(_fit_batches(trainer, config, dataset, epoch),
+                                  initial_epoch=epoch, epochs=epoch + 1,
+                                  callbacks=[timer, kept], shuffle=False, verbose=0)
+                handed.append(timer.times[-1])
+                baton.back_to_caller()
+        except Closed:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            failed.append(exc)
+        finally:
+            baton.end()
+
+    fitting = threading.Thread(target=fit_epochs, name="keras-fit", daemon=True)
+    fitting.start()
+    try:
+        while True:
+            baton.to_worker()
+            if failed:
+                raise failed[0]
+            if baton.ended:
+                break
+            yield handed.pop()
+    finally:
+        baton.close()
+        fitting.join(CLOSE_WAIT_S)
     kept.release()
+
+
+CLOSE_WAIT_S = 60.0  # s: for fit's thread to reach its next hand-back (a window's end)
 
 
 class _PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -120,14 +158,16 @@ class _KeptIterators(keras.callbacks.Callback):
 
 class _EpochClock(keras.callbacks.Callback):
     """Tells `clock` where fit's epochs and calls begin and end (it synchronises the device
-    at both ends of each epoch and after each window's last call), and keeps the first
+    at both ends of each epoch and after each window's last call), hands the turn back to
+    the caller after each window (`baton`, with None in `handed`), and keeps the first
     epoch's running mean loss after each call of the step function (read there only: a
     read waits for the device, and the first epoch is not in the steady figures)."""
 
     def __init__(self, clock: WindowClock, mean_losses: list[list[float]],
-                 steps_per_epoch: int):
+                 steps_per_epoch: int, baton: Baton, handed: list[float | None]):
         super().__init__()
         self.clock, self.mean_losses, self.steps_per_epoch = clock, mean_losses, steps_per_epoch
+        self.baton, self.handed = baton, handed
         self.times: list[float] = []
         self.epoch, self.steps = 0, 0
 
@@ -139,10 +179,14 @@ class _EpochClock(keras.callbacks.Callback):
         # fit names a call by its last step as if it were whole; an epoch's last call
         # ends with the epoch's batches
         steps = min(batch + 1, self.steps_per_epoch)
-        self.clock.steps_done(steps - self.steps)
+        closed = self.clock.steps_done(steps - self.steps)
         self.steps = steps
         if self.epoch == 0 and logs and "loss" in logs:
             self.mean_losses.append([steps, float(logs["loss"])])
+        if closed:  # the caller's turn, in no clock
+            with self.clock.away():
+                self.handed.append(None)
+                self.baton.back_to_caller()
 
     def on_epoch_end(self, epoch, logs=None):
         self.times.append(self.clock.end_epoch())

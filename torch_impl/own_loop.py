@@ -38,12 +38,13 @@ LOOP = ("plain PyTorch loop: for batch in DataLoader, autocast, backward, GradSc
 
 
 def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[float],
-             clock: WindowClock, mean_losses: list[list[float]]) -> Iterator[float]:
+             clock: WindowClock, mean_losses: list[list[float]]) -> Iterator[float | None]:
     """Train config.epochs epochs of the trainer's model (DDP- or compile-wrapped as the run
-    is) with the plain loop, an epoch each time the caller asks: the trainer's optimizer,
-    loss scaler and DataLoader, the per-step learning rates `lrs` through LambdaLR, the run's
-    loss, timed by `clock` (a synchronised window after each window's last step). Yields each
-    epoch's training seconds (the device synchronised at both ends); fills `mean_losses`,
+    is) with the plain loop, as far as the caller asks: the trainer's optimizer, loss scaler
+    and DataLoader, the per-step learning rates `lrs` through LambdaLR, the run's loss, timed
+    by `clock` (a synchronised window after each window's last step). Yields None after each
+    window (the caller's work until the next `next` is in no clock) and each epoch's
+    training seconds at its end (the device synchronised at both ends); fills `mean_losses`,
     over the first epoch, with the running mean of the loss after each of the run's calls
     ([steps, mean] pairs, as Keras' fit reports them). Losses stay on the device until the
     epoch ends: no step waits for a read."""
@@ -69,7 +70,9 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
             scaler.update()
             scheduler.step()
             losses.append(loss.detach())
-            clock.steps_done(1)
+            if clock.steps_done(1):
+                with clock.away():
+                    yield None
         seconds = clock.end_epoch()
         if epoch == 0:
             mean_losses[:] = _running_means(torch.stack(losses).float().cpu().tolist(),

@@ -188,13 +188,14 @@ class OwnLoopModule(Protocol):
 
     LOOP: str  # the loop in words
 
-    # Train config.epochs epochs of `trainer`'s model with the framework's own loop, an
-    # epoch each time the caller asks, the per-step learning rates `lrs`, telling `clock`
+    # Train config.epochs epochs of `trainer`'s model with the framework's own loop, as far
+    # as the caller asks, the per-step learning rates `lrs`, telling `clock`
     # (compare.run.windows.WindowClock) where each epoch begins and ends and as steps are
-    # issued; yields each epoch's training seconds, and fills `mean_losses` over the first
-    # epoch (fields of compare.records.OwnLoopRecord).
+    # issued; yields None after each timing window (what the caller does before asking for
+    # more is in no clock: WindowClock.away) and each epoch's training seconds at its end,
+    # and fills `mean_losses` over the first epoch (fields of compare.records.OwnLoopRecord).
     def own_loop(self, trainer: Any, config: RunConfig, dataset: Dataset, lrs: list[float],
-                 clock: Any, mean_losses: list[list[float]]) -> Iterator[float]: ...
+                 clock: Any, mean_losses: list[list[float]]) -> Iterator[float | None]: ...
 
 
 class PortModule(Protocol):

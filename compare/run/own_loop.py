@@ -35,7 +35,8 @@ from compare.run.windows import WindowClock
 
 class OwnLoopRun:
     """One own loop on `config` and its record (own-loop.json in config.out): built here,
-    trained an epoch each time `epoch` is called, then `finish`ed (or `stop`ped). The record
+    trained an epoch each time `epoch` is called (or a timing window each `window`), then
+    `finish`ed (or `stop`ped). The record
     is written from the start and after every epoch, so one cut short says how far it got."""
 
     def __init__(self, impl: ModuleType, config: RunConfig, dataset: Dataset,
@@ -66,12 +67,33 @@ class OwnLoopRun:
                                              self.mean_losses)
 
     def epoch(self) -> bool:
-        """Train the next epoch; False when every epoch is trained (or the loop stopped)."""
+        """Train the rest of this epoch; False when every epoch is trained (or the loop
+        stopped)."""
+        done = len(self.record.epoch_times_s)
+        while self._advance():
+            if len(self.record.epoch_times_s) > done:
+                return True
+        return False
+
+    def window(self) -> bool:
+        """Train the next timing window (and end its epoch, where it is the last); False when
+        every epoch is trained (or the loop stopped)."""
+        closed = len(self.clock.windows)
+        while self._advance():
+            if len(self.clock.windows) > closed:
+                return True
+        return False
+
+    def _advance(self) -> bool:
+        """The loop to its next window's or epoch's end; False when it has none left."""
         if self.record.status != "running":
             return False
-        seconds = next(self.epochs, None)
-        if seconds is None:
+        try:
+            seconds = next(self.epochs)
+        except StopIteration:
             return False
+        if seconds is None:  # a window closed
+            return True
         self.record.epoch_times_s.append(seconds)
         self.record.windows = self.clock.windows
         done = len(self.record.epoch_times_s)
@@ -110,7 +132,7 @@ class OwnLoopRun:
 
 # How an own loop trained, in its record (the report says it)
 APART = "in a process of its own"
-BESIDE = "in its run's process, an epoch of each loop in turn"
+BESIDE = "in its run's process, a timing window of each loop in turn"
 
 
 def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
@@ -135,24 +157,30 @@ def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
 
 
 class Beside:
-    """A run's own-loop twin trained in the run's process (RunConfig.own_loop_beside): an
-    epoch of the own loop before each of the shared loop's epochs on odd seeds, after it on
-    even ones, so neither loop always runs on a machine the other has warmed, and a burst on
-    the host hits both loops' epochs of a pair. The shared loop's first epoch in the process
-    always comes first: it compiles and autotunes as a run alone does, where after the
-    twin's first epoch it would find the process's caches (XLA's autotuning, the driver's
-    kernels) filled, and the run's start-up and training time would understate a user's
-    (the own loops are compared after their first epoch). The shared loop's clock stops
-    before the twin's epoch starts. A twin that fails is recorded and left; the run goes
-    on."""
+    """A run's own-loop twin trained in the run's process (RunConfig.own_loop_beside), a
+    timing window of each loop in turn, so that the two windows of a pair meet the same state
+    of a noisy host, whose speed changes within seconds (docs/measurement.md, "On a busy
+    host"). One loop trains at any moment, and neither clock runs in the other's window.
+
+    The shared loop's first epoch comes first, whole: it compiles and autotunes as a run
+    alone does, where after the twin's first epoch it would find the process's caches (XLA's
+    autotuning, the driver's kernels) filled, and the run's start-up and training time would
+    understate a user's. The twin's first epoch follows, whole. From the second epoch on, one
+    twin window trains after each of the shared loop's windows on even seeds, before it on
+    odd ones, so neither loop always runs on a machine the other has warmed. Each such pair
+    of windows is one ratio of step times (own-loop.json's `window_pairs`). A twin that fails
+    is recorded and left; the run goes on."""
 
     def __init__(self, impl: ModuleType, config: RunConfig, dataset: Dataset,
                  choice: DeviceChoice):
         assert config.own_loop_beside is not None
         twin = config.replace(out=config.own_loop_beside, own_loop_beside=None,
                               tensorboard_dir=None, profile_steps=0)
-        self.first = config.seed % 2 == 1
+        self.first = config.seed % 2 == 1  # the twin's window first in each pair
         self.shared_epochs = 0  # the shared loop's epochs trained in this process
+        self.slot = 0  # the pair the next windows belong to
+        self.shared_ms: dict[int, float] = {}  # slot: the shared loop's ms per step
+        self.own_ms: dict[int, float] = {}  # slot: the twin's
         self.own: OwnLoopRun | None = None
         try:
             self.own = OwnLoopRun(impl, twin, dataset, choice, beside=True)
@@ -160,16 +188,31 @@ class Beside:
             print(f"{impl.FRAMEWORK} own loop failed: {exc.__class__.__name__}: {exc}",
                   file=sys.stderr, flush=True)
 
-    def before_epoch(self) -> None:
+    def before_window(self) -> None:
+        """The shared loop is about to open a window (outside its clock)."""
         if self.first and self.shared_epochs:
-            self._guarded(lambda own: own.epoch())
+            self._twin_window()
+
+    def after_window(self, seconds: float, steps: int) -> None:
+        """The shared loop closed a window of `steps` steps in `seconds` (outside its clock)."""
+        if not self.shared_epochs:
+            return  # its first epoch: no pairs
+        self.shared_ms[self.slot] = 1000.0 * seconds / steps
+        if not self.first:
+            self._twin_window()
+        self.slot += 1
 
     def after_epoch(self) -> None:
         self.shared_epochs += 1
-        if not self.first or self.shared_epochs == 1:
+        if self.shared_epochs == 1:  # the twin's first epoch, whole
             self._guarded(lambda own: own.epoch())
 
     def finish(self) -> None:
+        """Train what the twin has left, then evaluate it and write its record."""
+        if self.own is not None:
+            self.own.record.window_pairs = [[self.shared_ms[slot], self.own_ms[slot]]
+                                            for slot in sorted(self.shared_ms)
+                                            if slot in self.own_ms]
         self._guarded(lambda own: own.finish())
         self.close()
 
@@ -184,6 +227,14 @@ class Beside:
             if own.record.status == "running":  # the run ended first (it failed)
                 own.stop(RuntimeError("the run it trained beside ended before it"))
             own.close()
+
+    def _twin_window(self) -> None:
+        """One window of the twin's, in the current slot."""
+        def window(own: OwnLoopRun) -> None:
+            if own.window():
+                last = own.clock.windows[-1]
+                self.own_ms[self.slot] = 1000.0 * last["seconds"] / last["steps"]
+        self._guarded(window)
 
     def _guarded(self, work: Callable[[OwnLoopRun], object]) -> None:
         if self.own is None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Callable
 
 import numpy as np
@@ -78,7 +80,9 @@ class WindowClock:
     statistic. The loop says when an epoch begins, when steps have been issued (a call's, or
     one at a time) and when the epoch ends; `sync` waits for the device (on a CPU each step
     has finished when it returns). `windows` holds one {"epoch", "steps", "seconds"} per
-    window, epochs 1-based as in result.json."""
+    window, epochs 1-based as in result.json. Between two windows the loop may let other work
+    run (`away`: the shared loop's window, compare.run.own_loop.Beside), in no window and
+    left out of the epoch's seconds."""
 
     def __init__(self, config: RunConfig, steps_per_call: int, sync: Callable[[], None]):
         self.sizes = TimingWindows(config, steps_per_call)
@@ -86,29 +90,44 @@ class WindowClock:
         self.windows: list[dict[str, float]] = []
         self.epoch = self.epoch_steps = 0
         self.epoch_start = self.window_start = 0.0
+        self.away_s = 0.0  # in this epoch, away
         self.calls = self.steps = 0  # in the open window
 
     def begin_epoch(self, epoch: int) -> None:
         """Epoch `epoch` (0-based, as the loops count) starts now."""
         self.sync()
         self.epoch, self.epoch_steps, self.calls, self.steps = epoch + 1, 0, 0, 0
+        self.away_s = 0.0
         self.epoch_start = self.window_start = time.perf_counter()
 
-    def steps_done(self, steps: int) -> None:
-        """`steps` more steps have been issued; a window closes after its last whole call."""
+    def steps_done(self, steps: int) -> bool:
+        """`steps` more steps have been issued; a window closes after its last whole call
+        (True: it closed)."""
         self.steps, self.epoch_steps = self.steps + steps, self.epoch_steps + steps
         if self.epoch_steps % self.steps_per_call:
-            return  # inside a call
+            return False  # inside a call
         self.calls += 1
         if self.calls == self.sizes.calls:
             self._close()
+            return True
+        return False
+
+    @contextmanager
+    def away(self) -> Iterator[None]:
+        """Between two windows: what runs inside is in no window and not in the epoch."""
+        left = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.away_s += time.perf_counter() - left
+            self.window_start = time.perf_counter()
 
     def end_epoch(self) -> float:
         """The epoch's training seconds, its last (partial) window closed."""
         if self.steps:
             self._close()
         self.sync()
-        seconds = time.perf_counter() - self.epoch_start
+        seconds = time.perf_counter() - self.epoch_start - self.away_s
         self.sizes.end_epoch()
         return seconds
 
