@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from compare import files, schema
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
 from compare.records import OwnLoopRecord
@@ -29,6 +31,8 @@ OWN_LOOP_NAMES = {"tf": "Keras fit", "torch": "a plain PyTorch loop"}
 # the measure of every ratio here, in the words the sentences use
 STEP_MEASURE = "median step time after the first epoch"
 TIME_MEASURE = "training time after the first epoch"
+# the loops trained a window each in turn: each seed's ratio is the median over its pairs
+PAIR_MEASURE = "step time in adjacent windows after the first epoch, median of the pairs"
 
 
 def load(directories: list[Path]) -> list[OwnLoopRecord]:
@@ -63,16 +67,22 @@ def summarise(runs: list[schema.Result], records: list[OwnLoopRecord]) -> dict |
         for r in shared.values())
     shared_figure, own_figure = ((_shared_step_ms, _own_step_ms) if by_step
                                  else (_shared_steady_s, _own_steady_s))
+    by_pairs = by_step and all(r.window_pairs for r in completed)
     summary: dict = {"caveat_ratio": CAVEAT_RATIO,
-                     "measure": STEP_MEASURE if by_step else TIME_MEASURE}
+                     "measure": PAIR_MEASURE if by_pairs else
+                     STEP_MEASURE if by_step else TIME_MEASURE}
     own_values: dict[str, dict[int, float]] = {}
     shared_values: dict[str, dict[int, float]] = {}
     for framework in FRAMEWORKS:
         own, shared = own_runs[framework], shared_runs[framework]
         own_values[framework] = {s: v for s, r in own.items() if (v := own_figure(r))}
         shared_values[framework] = {s: v for s, r in shared.items() if (v := shared_figure(r))}
-        ratio = stats.paired_ratio(shared_values[framework], own_values[framework],
-                                   "shared/own loop")
+        if by_pairs:
+            ratio = stats.seed_ratios({s: pairs_ratio(r.window_pairs) for s, r in own.items()
+                                       if s in shared}, "shared/own loop")
+        else:
+            ratio = stats.paired_ratio(shared_values[framework], own_values[framework],
+                                       "shared/own loop")
         seeds = ratio["seeds"]
         summary[framework] = {
             "loop": next((r.loop for r in own.values()), None),
@@ -96,6 +106,13 @@ def summarise(runs: list[schema.Result], records: list[OwnLoopRecord]) -> dict |
                                for fw in FRAMEWORKS)
     summary["shared_ratio"] = stats.paired_ratio(tf_shared, torch_shared)
     return summary
+
+
+def pairs_ratio(window_pairs: list[list[float]]) -> float:
+    """Shared / own from [shared, own] step times of adjacent windows: the median of the
+    pairs' log ratios, exponentiated. Each pair met the same moment of the host, so a slow
+    spell divides out, where it moves a median of either loop's windows alone."""
+    return float(np.exp(np.median([np.log(shared / own) for shared, own in window_pairs])))
 
 
 def _shared_step_ms(run: schema.Result) -> float | None:

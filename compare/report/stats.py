@@ -130,8 +130,14 @@ def paired_ratio(numerator: Mapping[int, float | None],
     """Geometric-mean ratio over seeds present in both, with a t interval on log ratios;
     `what` names the ratio in its method ("TF/PyTorch", "shared/own loop")."""
     pairs = _paired(numerator, denominator, _positive)
-    seeds = [s for s, _, _ in pairs]
-    ratios = np.array([x / y for _, x, y in pairs])
+    return seed_ratios({s: x / y for s, x, y in pairs}, what)
+
+
+def seed_ratios(per_seed: Mapping[int, float], what: str = TF_PYTORCH) -> dict:
+    """paired_ratio's figures from one ratio per seed, measured in whatever way pairs each
+    seed's two sides (compare.report.own_loops: the median over adjacent timing windows)."""
+    seeds = sorted(s for s, r in per_seed.items() if _positive(r))
+    ratios = np.array([per_seed[s] for s in seeds])
     if len(ratios) == 0:
         return {"ratio": None, "low": None, "high": None, "interval": None, "n": 0, "seeds": [],
                 "method": "no seed completed in both frameworks"}
