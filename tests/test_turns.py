@@ -1,6 +1,8 @@
-"""Two framework processes taking turns epoch by epoch (compare.run.turns, the parent's
-arbiter compare.process.turns): strict alternation, the first named first, and a process that
-dies or never comes never holding up the other; and the plan `compare` makes of it."""
+"""Two framework processes taking turns, a timing window each (compare.run.turns, the
+parent's arbiter compare.process.turns): strict alternation, the first named first, a process
+that dies or never comes never holding up the other, the shared loop passing the turn after
+each window and leaving the other's turn out of its clock; and the plan `compare` makes of
+it."""
 
 from __future__ import annotations
 
@@ -146,7 +148,7 @@ def test_a_process_seen_to_end_frees_its_turn_though_its_socket_stays_open():
     import socket
     with Arbiter(("tf", "torch")) as arbiter:
         tf, torch = _raw(arbiter, "tf"), _raw(arbiter, "torch")
-        torch.sendall(turns.PASS)  # out of turn, maybe before its HELLO is read: ignored
+        torch.sendall(turns.PASS + b"\n")  # out of turn, maybe before its HELLO is read: ignored
         assert tf.recv(1) == turns.GO
         torch.settimeout(0.5)
         try:
@@ -172,3 +174,64 @@ def test_a_process_whose_arbiter_goes_works_on_alone(tmp_path):
         time.sleep(0.3)
     torch.join(30)  # the arbiter closed every connection on its way out
     assert torch.exitcode == 0 and len(_events(log)) == 4
+
+
+def test_the_shared_loop_passes_the_turn_after_each_window_and_leaves_it_out_of_its_clock(
+        tmp_path, monkeypatch):
+    """A real run (PyTorch, 2 epochs of 4 windows of 2 steps) whose every pass of the turn
+    takes 0.1 s, as the other framework's window would: the turn is passed once after each
+    window with the share of the steps trained, and each epoch's training time is its
+    windows' time, without the other's turns."""
+    from conftest import tiny_config
+
+    from compare.experiment import datasets
+    from compare.run import worker
+    from torch_impl import train as torch_train
+    passes = []
+
+    def pass_turn(done):
+        passes.append(done)
+        time.sleep(0.1)
+    monkeypatch.setattr(turns, "pass_turn", pass_turn)
+    config = tiny_config(tmp_path, epochs=2, timing_window=2)
+    assert worker.train_process(torch_train, config, datasets.config_dataset(config),
+                                torch_train.select_device(config), resume=False) == 0
+    run = files.RunDir(tmp_path / "run")
+    windows = files.read_csv(run.windows)
+    result = files.read_json(run.result)
+    # after each window, the share of the run's 16 steps trained
+    assert passes == [steps / 16 for steps in range(2, 17, 2)] and len(windows["epoch"]) == 8
+    for epoch in result["epochs"]:
+        timed = float(windows["seconds"][windows["epoch"] == epoch["epoch"]].sum())
+        assert timed <= epoch["train_time_s"] < timed + 0.05
+
+
+def test_the_turn_goes_to_the_run_that_has_trained_the_smaller_share_of_its_steps():
+    """One run trains a tenth of its steps a turn, the other a quarter (the other framework's
+    step twice as fast): the arbiter gives the turn to whichever is behind, so the two go
+    through their steps together; a tie, or a share not said, gives it to the other."""
+    with Arbiter(("tf", "torch")) as arbiter:
+        sockets = {"tf": _raw(arbiter, "tf"), "torch": _raw(arbiter, "torch")}
+        per_turn = {"tf": 0.1, "torch": 0.25}
+        done = {"tf": 0.0, "torch": 0.0}
+        holders = []
+        holder = "tf"
+        assert sockets["tf"].recv(1) == turns.GO
+        for _ in range(9):
+            holders.append(holder)
+            done[holder] = round(done[holder] + per_turn[holder], 6)
+            sockets[holder].sendall(turns.PASS + f"{done[holder]:.6f}\n".encode())
+            holder = next(fw for fw, s in sockets.items() if _ready(s))
+            assert sockets[holder].recv(1) == turns.GO
+        # torch has said no share yet: its turn; then the one behind; at 0.5 each, a tie
+        assert holders == ["tf", "torch", "tf", "tf", "torch", "tf", "tf", "torch", "tf"]
+        sockets[holder].sendall(turns.PASS + b"\n")  # no share said: the other's turn
+        other = "tf" if holder == "torch" else "torch"
+        assert sockets[other].recv(1) == turns.GO
+        for connection in sockets.values():
+            connection.close()
+
+
+def _ready(connection, wait_s: float = 5.0) -> bool:
+    import select
+    return bool(select.select([connection], [], [], wait_s / 10)[0])

@@ -1,6 +1,10 @@
-"""The parent's side of two framework runs taking turns epoch by epoch (compare.run.turns):
-one arbiter per pair, a Unix socket in a directory of its own, a thread that hands the turn
-to one process at a time, alternating, the first turn to the framework named first.
+"""The parent's side of two framework runs taking turns, a timing window each
+(compare.run.turns): one arbiter per pair, a Unix socket in a directory of its own, a thread
+that hands the turn to one process at a time, the first turn to the framework named first,
+then to whichever has trained the smaller share of its steps (each says its share as it
+passes), the other on a tie or where a share is unknown. Two runs of the same steps thus go
+through their epochs together, though one framework's step takes twice the other's: each
+epoch of one meets the same stretch of the host's time as the same epoch of the other.
 
 A process that has ended (its socket closed, or `ended` called by whoever waited for it)
 never holds up the other: the turn then goes to the one left, each time it asks.
@@ -61,6 +65,7 @@ class Arbiter:
         waiting: set[str] = set()
         holder: str | None = None
         next_up = self.order[0]
+        done: dict[str, float | None] = {}  # each one's share of its steps, as last passed
         try:
             while not self._stop.is_set():
                 for key, _ in selector.select(POLL_S):
@@ -74,9 +79,10 @@ class Arbiter:
                             connection.close()
                         continue
                     framework = key.data
-                    message = _receive(connections[framework])
+                    message, share = _receive(connections[framework])
                     if message == PASS and framework == holder:
-                        holder, next_up = None, self._other(framework)
+                        done[framework] = share
+                        holder, next_up = None, self._next(framework, done)
                         waiting.add(framework)
                     elif message != PASS:  # closed: that process has ended
                         selector.unregister(connections[framework])
@@ -103,6 +109,13 @@ class Arbiter:
         others = [fw for fw in self.order if fw != framework]
         return others[0] if others else framework
 
+    def _next(self, passing: str, done: dict[str, float | None]) -> str:
+        """Who works next: `passing` again when it has done the smaller share, else the
+        other."""
+        other = self._other(passing)
+        mine, theirs = done.get(passing), done.get(other)
+        return passing if mine is not None and theirs is not None and mine < theirs else other
+
 
 def _accept(listener: socket.socket) -> tuple[str, socket.socket]:
     """A new process's connection and the framework its HELLO names ("" if it said none)."""
@@ -123,11 +136,26 @@ def _accept(listener: socket.socket) -> tuple[str, socket.socket]:
     return line[len(HELLO):].strip().decode(errors="replace"), connection
 
 
-def _receive(connection: socket.socket) -> bytes:
+def _receive(connection: socket.socket) -> tuple[bytes, float | None]:
+    """The message (b"" when closed) and, with a PASS, the share of its steps done."""
     try:
-        return connection.recv(1)
+        message = connection.recv(1)
+        if message != PASS:
+            return message, None
+        line = b""
+        connection.settimeout(5.0)  # s: the line is sent with the PASS, at once
+        while not line.endswith(b"\n") and len(line) < 64:
+            chunk = connection.recv(1)
+            if not chunk:
+                return b"", None
+            line += chunk
+        connection.settimeout(None)
     except OSError:
-        return b""
+        return b"", None
+    try:
+        return message, float(line) if line.strip() else None
+    except ValueError:
+        return message, None
 
 
 def _send_go(connection: socket.socket) -> bool:

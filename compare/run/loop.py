@@ -42,7 +42,7 @@ def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
 
     With `resume`, continue from the checkpoint in config.out when there is one
     (compare.run.checkpoint): every process loads it, the chief restores its records.
-    `beside`: the run's own-loop twin, an epoch of it beside each of the run's.
+    `beside`: the run's own-loop twin, a window of it beside each of the run's.
     """
     state = checkpoint.load(config) if resume else None
     if state is not None:
@@ -95,11 +95,10 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
         try:
             with shutdown.interruptible():  # ... but it ends the epochs at once
                 for epoch in range(first_epoch + 1, config.epochs + 1):
-                    if beside is not None:  # outside the epoch's clock, as after it
-                        beside.before_epoch()
                     display.start_epoch(epoch)
                     record, global_step = _train_epoch(trainer, config, recorder, display, nvml,
-                                                       windows, epoch, global_step, total_steps)
+                                                       windows, epoch, global_step, total_steps,
+                                                       beside)
                     if recorder is not None:  # the chief
                         with shutdown.shielded():  # result, model and checkpoint agree
                             recorder.add_epoch(record, trainer.save_model(recorder.out))
@@ -110,7 +109,6 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                     display.end_epoch(record)
                     if beside is not None:
                         beside.after_epoch()
-                    turns.pass_turn()  # outside every clock: the other framework's epoch
                 if beside is not None:
                     beside.finish()
                 if config.profile_steps and first_epoch < config.epochs:
@@ -156,14 +154,19 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
 
 def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                  display: ProgressDisplay, nvml: gpu_metrics.NvmlSampler | gpu_metrics.NoSampler,
-                 windows: TimingWindows, epoch: int,
-                 global_step: int, total_steps: int) -> tuple[dict[str, Any], int]:
+                 windows: TimingWindows, epoch: int, global_step: int, total_steps: int,
+                 beside: Beside | None = None) -> tuple[dict[str, Any], int]:
     """One epoch's training in calls of trainer.steps_per_call steps (the last call takes
-    what is left), timed in synchronised windows of whole calls, then its evaluation."""
+    what is left), timed in synchronised windows of whole calls, then its evaluation.
+    Between two windows, outside the epoch's clock: the twin's window (`beside`) and the
+    other framework's turn (compare.run.turns)."""
     batches = trainer.batches(epoch - 1)
     steps = trainer.steps_per_epoch
     epoch_losses: list[float] = []
     wait_s = 0.0
+    away_s = 0.0  # in the twin's or the other framework's turn: in no clock
+    if beside is not None:
+        beside.before_window()
     trainer.sync()  # nothing queued from before may land in this epoch's clock
     nvml.begin_epoch()
     start = window_start = time.perf_counter()
@@ -196,10 +199,17 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
             display.window(step, len(lrs) * config.batch_size / (now - window_start),
                            float(np.mean(epoch_losses)))
             windows.observe(now - window_start, calls)
+            left = time.perf_counter()  # the others' turns, between two windows
+            if beside is not None:
+                beside.after_window(now - window_start, len(lrs))
+            turns.pass_turn(global_step / total_steps)
+            if beside is not None and step < steps:
+                beside.before_window()
+            away_s += time.perf_counter() - left
             pending, lrs, calls, first_in_window = [], [], 0, global_step
             window_start = time.perf_counter()
     trainer.sync()
-    train_time = time.perf_counter() - start
+    train_time = time.perf_counter() - start - away_s
     windows.end_epoch()
     device_time = trainer.epoch_device_time()
     gpu = nvml.end_epoch()  # energy and utilisation of the training part of the epoch

@@ -1,11 +1,12 @@
 """A framework process's side of taking turns with the other framework's run of the same seed
 (RunConfig.turns): the two processes live side by side, but only the one holding the turn
-works; it passes the turn after each epoch. Both runs then meet the host's slow spells
-within seconds of each other, where runs one after the other meet them minutes apart
-(docs/measurement.md, "On a busy host").
+works; it passes the turn after each timing window, saying what share of its steps it has
+trained. Both runs then meet the host's slow spells within a second of each other, where
+runs one after the other meet them minutes apart (docs/measurement.md, "On a busy host").
 
 The parent arbitrates (compare.process.turns) over a Unix socket: a process says its
-framework (HELLO), waits for GO, and after each epoch sends PASS and waits for GO again. A
+framework (HELLO), waits for GO, and after each window sends PASS with its share done (a
+line: the fraction, or nothing) and waits for GO again. A
 closed socket (the parent gone, or the arbiter's end) lets the process work on alone: taking
 turns only ever delays work, it never stops it.
 """
@@ -16,7 +17,7 @@ import socket
 
 HELLO = b"H"  # then the framework's name and a newline
 GO = b"G"  # the parent to a process: your turn
-PASS = b"P"  # a process to the parent: my epoch is done, the other's turn
+PASS = b"P"  # a process to the parent: my window is done; then the share done and a newline
 
 _connection: socket.socket | None = None  # this process's, while it takes turns
 
@@ -38,13 +39,15 @@ def join(path: str | None, framework: str) -> None:
     _wait_for_go()
 
 
-def pass_turn() -> None:
+def pass_turn(done: float | None = None) -> None:
     """Let the other process work, and wait until it is this one's turn again (no-op when not
-    taking turns)."""
+    taking turns); `done`: the share of this run's steps trained, by which the parent picks
+    the one behind."""
     if _connection is None:
         return
+    share = b"" if done is None else f"{done:.6f}".encode()
     try:
-        _connection.sendall(PASS)
+        _connection.sendall(PASS + share + b"\n")
     except OSError:
         _leave()
         return
