@@ -1,12 +1,16 @@
-"""`compare` with its runs side by side, taking turns epoch by epoch (the default on a CPU),
-against `--no-turns` (each run after the other): how wide each 3-seed interval comes out.
+"""`compare` with its runs side by side, taking turns (the default on a CPU), against
+`--no-turns` (each run after the other), or against another commit taking turns its way
+(`--baseline REF`, checked out into a temporary git worktree and run from there): how wide
+each 3-seed interval comes out.
 
 Each round runs the comparison once each way, the order turned every round, alone on the
-host; each comparison goes to DIR/batch<B>-<form>-r<round>. The table gives, per
-comparison, the TF / PyTorch training-time ratio and each framework's shared / own ratio
-with the 95% interval and its width (high / low), read from the comparison's summary.json.
+host; each comparison goes to DIR/batch<B>-<form>-r<round> (form: turns, no-turns or
+baseline). The table gives, per comparison, the TF / PyTorch training-time ratio and each
+framework's shared / own ratio with the 95% interval and its width (high / low), read from
+the comparison's summary.json, and per form the median width and the centres' mean.
 
     python -m benchmarks.turns_ab --batch 32:10000 --batch 4:2000 --rounds 3 --out DIR
+    python -m benchmarks.turns_ab --batch 32:10000 --rounds 3 --baseline 59fcdf5 --out DIR
     python -m benchmarks.turns_ab --summarise DIR   # the table of comparisons already run
 """
 
@@ -14,8 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,13 +32,20 @@ if not __package__:  # run by path: the checkout on sys.path
 from benchmarks.common import machine_label, run_and_say  # noqa: E402
 
 FORMS = ("turns", "no-turns")
+BASELINE = "baseline"  # the form of a --baseline REF comparison: turns, at that commit
 
 
 def comparison_command(batch: int, images: int, form: str, out: Path, seeds: int) -> list[str]:
+    turns = "--no-turns" if form == "no-turns" else "--turns"
     return [sys.executable, "-m", "compare.cli", "compare", "--model", "lenet", "--dataset",
             "synthetic", "--synthetic-size", str(images), "--batch-size", str(batch),
-            "--epochs", "3", "--precision", "fp32", "--seeds", str(seeds), f"--{form}",
+            "--epochs", "3", "--precision", "fp32", "--seeds", str(seeds), turns,
             "--out", str(out), "--quiet"]
+
+
+def form_of(comparison: str) -> str:
+    """batch32-no-turns-r2 -> no-turns"""
+    return comparison.split("-", 1)[1].rsplit("-r", 1)[0]
 
 
 def _interval(entry: dict | None) -> dict | None:
@@ -50,6 +64,7 @@ def summarise(directory: Path) -> list[dict]:
         own = summary.get("own_loops") or {}
         rows.append({
             "comparison": summary_path.parent.name, "created_at": summary["created_at"],
+            "form": form_of(summary_path.parent.name),
             "batch": summary["config"]["batch_size"],
             "side_by_side": bool(summary.get("side_by_side")),
             "tf_over_torch_train_time": _interval(summary["ratios"]["train_time_s"]),
@@ -73,8 +88,14 @@ def table(rows: list[dict]) -> str:
               for r in rows]
     keys = ("tf_over_torch_train_time", "tf_over_torch_steady_step", "tf_shared_over_own",
             "torch_shared_over_own")
-    for taking, form in ((True, "taking turns"), (False, "one after the other")):
-        chosen = [r for r in rows if r["side_by_side"] is taking]
+    forms = {"turns": "taking turns", "no-turns": "one after the other",
+             BASELINE: "taking turns, the baseline commit"}
+    for form, words in forms.items():
+        chosen = [r for r in rows if r.get("form", "turns" if r["side_by_side"] else
+                                               "no-turns") == form]
+        if not chosen:
+            continue
+        form = words
         widths = [[r[key]["width"] for r in chosen if r[key]] for key in keys]
         lines.append(f"| median width, {len(chosen)} comparisons {form} | | " + " | ".join(
             f"{statistics.median(w):.2f}x" if w else "-" for w in widths) + " |")
@@ -93,6 +114,8 @@ def main() -> None:
                         help="the first round's number (more rounds into a folder that has some)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path, help="where the comparisons go")
+    parser.add_argument("--baseline", metavar="REF",
+                        help="against this commit taking turns, instead of --no-turns")
     parser.add_argument("--summarise", type=Path, metavar="DIR",
                         help="only write the table of the comparisons already in DIR")
     args = parser.parse_args()
@@ -100,14 +123,27 @@ def main() -> None:
     if directory is None:
         parser.error("--out or --summarise is needed")
     if args.summarise is None:
-        for round_ in range(args.first_round, args.first_round + args.rounds):
-            for batch_images in args.batch:
-                batch, images = (int(x) for x in batch_images.split(":"))
-                forms = FORMS if round_ % 2 else FORMS[::-1]
-                for form in forms:
-                    out = directory / f"batch{batch}-{form}-r{round_}"
-                    run_and_say(out.name, comparison_command(batch, images, form,
-                                                             out.resolve(), args.seeds), REPO)
+        with tempfile.TemporaryDirectory(prefix="turns-ab-") as scratch:
+            checkouts = {form: REPO for form in FORMS}
+            if args.baseline:
+                checkouts[BASELINE] = Path(scratch) / "baseline"
+                subprocess.run(["git", "worktree", "add", "--detach", str(checkouts[BASELINE]),
+                                args.baseline], cwd=REPO, check=True, capture_output=True)
+            forms = ("turns", BASELINE) if args.baseline else FORMS
+            try:
+                for round_ in range(args.first_round, args.first_round + args.rounds):
+                    for batch_images in args.batch:
+                        batch, images = (int(x) for x in batch_images.split(":"))
+                        for form in (forms if round_ % 2 else forms[::-1]):
+                            out = directory / f"batch{batch}-{form}-r{round_}"
+                            checkout = checkouts[form]
+                            run_and_say(out.name, comparison_command(
+                                batch, images, form, out.resolve(), args.seeds), checkout,
+                                {**os.environ, "PYTHONPATH": str(checkout)})
+            finally:
+                if args.baseline:
+                    subprocess.run(["git", "worktree", "remove", "--force",
+                                    str(checkouts[BASELINE])], cwd=REPO, check=False)
     rows = summarise(directory)
     command = "python -m benchmarks.turns_ab " + " ".join(sys.argv[1:])
     (directory / "turns_ab.json").write_text(json.dumps(
