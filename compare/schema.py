@@ -114,7 +114,7 @@ class Summary(TypedDict):
     defaults: NotRequired[dict | None]  # each framework at its own defaults (report.defaults)
     best: NotRequired[dict | None]  # each framework at its own best (report.best)
     order_note: NotRequired[str | None]
-    # every run took turns, epoch by epoch, with the other framework's run of its seed
+    # every run took turns, window by window, with the other framework's run of its seed
     # (compare.process.turns)
     side_by_side: NotRequired[bool]
     command: NotRequired[str | None]

@@ -24,7 +24,7 @@ from compare.report import own_loops, sections, stats
 
 
 def test_own_loops_train_in_their_runs_process_unless_resumed_or_spread(tmp_path):
-    """Each run carries its own-loop twin's folder (trained in its process, an epoch of each
+    """Each run carries its own-loop twin's folder (trained in its process, a window of each
     loop in turn); a resumed comparison, or a run over several devices, queues each twin as
     a process of its own beside its run, taking turns first."""
     directory = files.ComparisonDir(tmp_path)
@@ -231,9 +231,9 @@ def test_compare_reports_each_framework_against_its_own_loop(tmp_path):
         assert entry["loss_difference"] is not None and entry["loss_difference"] < 1e-3
     assert own["torch"]["own_accuracy"] == own["torch"]["shared_accuracy"]
     assert any(s.startswith("The shared loop ran") for s in summary["verdict"])
-    # on a CPU each seed's two runs took turns, an epoch each (compare.process.turns)
+    # on a CPU each seed's two runs took turns, a window each (compare.process.turns)
     assert summary["side_by_side"] is True
-    assert any("side by side, an epoch of each in turn" in s for s in summary["verdict"])
+    assert any("side by side, a timing window of each in turn" in s for s in summary["verdict"])
     assert "The shared loop against each framework's own loop" in (out / "report.md").read_text()
     record = json.loads((out / "own-loops" / "tf-seed0" / "own-loop.json").read_text())
     assert record["status"] == "completed" and record["loop"].startswith("Keras Model.compile")

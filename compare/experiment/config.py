@@ -284,11 +284,11 @@ class RunConfig:
     # with its framework's own advice (compare.experiment.best); reports never pool them
     variant: str = "matched"
     # No option: compare's own loops. The folder of this run's own-loop twin, trained in this
-    # run's process beside the shared loop, an epoch of each in turn (compare.run.own_loop);
+    # run's process beside the shared loop, a timing window of each in turn (compare.run.own_loop);
     # None: no twin here (`run --own-loop` trains one in a process of its own)
     own_loop_beside: str | None = None
-    # No option: compare's runs on a CPU. The Unix socket where this run takes turns, epoch by
-    # epoch, with the other framework's run of its seed, side by side in time
+    # No option: compare's runs on a CPU. The Unix socket where this run takes turns, window
+    # by window, with the other framework's run of its seed, side by side in time
     # (compare.process.turns); None: the run works alone
     turns: str | None = None
     # No option: --precision as the command resolved it on this machine before any framework
@@ -345,8 +345,9 @@ class ComparisonConfig:
         "batches and recipe, and report the shared loop's time against it.", flag()))
     turns: bool = field(default=True, metadata=option(  # compare.process.turns
         "--turns/--no-turns", "On a CPU, run each seed's two frameworks side by side, one "
-        "epoch at a time in turn, so that the host's slow spells hit both alike; --no-turns "
-        "runs them one after the other.", flag()))
+        "timing window at a time in turn (the one behind in its steps next), so that the "
+        "host's slow spells hit both alike; --no-turns runs them one after the other.",
+        flag()))
     defaults: bool = field(default=True, metadata=option(  # compare.experiment.compile_state
         "--defaults/--no-defaults", "On a GPU, also train each framework whose own default "
         "compile state (Keras: XLA there; PyTorch: eager) differs from the matched runs' at "

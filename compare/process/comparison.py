@@ -173,7 +173,7 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
             if resume or config.devices > 1:  # a resumed run's epochs, or several processes
                 pair.append(QueuedRun(f"{framework} seed {seed} own loop", run.replace(
                     out=own_out, tensorboard_dir=None), resume, True))
-            else:  # in the run's process, an epoch of each loop in turn (compare.run.own_loop)
+            else:  # in the run's process, a window of each loop in turn (compare.run.own_loop)
                 pair[0] = QueuedRun(f"{framework} seed {seed}",
                                     run.replace(own_loop_beside=own_out), resume)
         own_default = (compile_state.at_default(run, device_kind)
@@ -197,7 +197,7 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
 
 def side_by_side(planned: list[QueuedRun]) -> list[QueuedRun]:
     """The plan with each seed's matched runs adjacent, first the framework that went first,
-    as one group that takes turns epoch by epoch (compare.process.turns); each seed's other
+    as one group that takes turns window by window (compare.process.turns); each seed's other
     runs after them, in their order. On a CPU only: a GPU would hold both frameworks'
     memory at once."""
     seeds = list(dict.fromkeys(q.config.seed for q in planned))

@@ -33,7 +33,7 @@ class QueuedRun:
     config: RunConfig  # framework, seed and out already set
     resume: bool = False  # keep a completed result; continue an unfinished one from its checkpoint
     own_loop: bool = False  # the framework's own loop on this config (compare.run.own_loop)
-    # runs of one group, adjacent in the queue, run side by side and take turns epoch by epoch
+    # runs of one group, adjacent in the queue, run side by side and take turns window by window
     # (compare.process.turns), the first queued first; None: the run works alone
     turns_group: int | None = None
 
@@ -57,7 +57,7 @@ class QueueResult:
 def run_queue(queue: list[QueuedRun], title: str, quiet: bool,
               console: Console) -> QueueResult:
     """Run every queued config in its own subprocess, in order, with one progress bar; the
-    runs of a group (QueuedRun.turns_group) side by side, taking turns epoch by epoch."""
+    runs of a group (QueuedRun.turns_group) side by side, taking turns window by window."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     outcomes: list[tuple[QueuedRun, runner.Outcome | None]] = []
     interrupted, interrupt_code = False, EXIT_INTERRUPTED
@@ -135,7 +135,7 @@ def _kept(queued: QueuedRun) -> runner.Outcome | None:
 def _run_side_by_side(runs: list[tuple[QueuedRun, str, Callable[[str, str], None]]]
                       ) -> list[runner.Outcome]:
     """Each run's outcome; one run alone, or several side by side, each in its own thread's
-    subprocess, handed the turn epoch by epoch by one arbiter (compare.process.turns), the
+    subprocess, handed the turn window by window by one arbiter (compare.process.turns), the
     first listed first."""
 
     def launch(queued: QueuedRun, label: str, on_line: Callable[[str, str], None],

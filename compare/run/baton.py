@@ -3,9 +3,9 @@ worker's that runs a loop which cannot be paused from outside (Keras' `fit`: tf_
 runs it on a worker and hands back at each of its timing windows).
 
 Only for a framework whose thread pools are the process's (TensorFlow's): PyTorch's OpenMP
-pool is per calling thread, and a second thread's pool spinning beside the first made both
-loops' steps about 2.5x slower on a 2-core CPU, so PyTorch's own loop pauses by yielding
-instead (torch_impl/own_loop.py).
+pool belongs to the thread that calls it, and a second thread's pool beside the first slows
+both loops' steps on a small CPU (docs/benchmarks.md, benchmarks/two_threads.py), so
+PyTorch's own loop pauses by yielding instead (torch_impl/own_loop.py).
 """
 
 from __future__ import annotations
