@@ -179,9 +179,9 @@ def test_a_process_whose_arbiter_goes_works_on_alone(tmp_path):
 def test_the_shared_loop_passes_the_turn_after_each_window_and_leaves_it_out_of_its_clock(
         tmp_path, monkeypatch):
     """A real run (PyTorch, 2 epochs of 4 windows of 2 steps) whose every pass of the turn
-    takes 0.1 s, as the other framework's window would: the turn is passed once after each
-    window with the share of the steps trained, and each epoch's training time is its
-    windows' time, without the other's turns."""
+    takes 0.1 s, as the other framework's window would: the turn is passed after the first
+    epoch, then after each window, with the share of the steps trained, and each epoch's
+    training time is its windows' time, without the other's turns."""
     from conftest import tiny_config
 
     from compare.experiment import datasets
@@ -199,8 +199,10 @@ def test_the_shared_loop_passes_the_turn_after_each_window_and_leaves_it_out_of_
     run = files.RunDir(tmp_path / "run")
     windows = files.read_csv(run.windows)
     result = files.read_json(run.result)
-    # after each window, the share of the run's 16 steps trained
-    assert passes == [steps / 16 for steps in range(2, 17, 2)] and len(windows["epoch"]) == 8
+    # the first epoch whole (its start-up as a run alone meets it), then after each window,
+    # with the share of the run's 16 steps trained
+    assert passes == [steps / 16 for steps in (8, 10, 12, 14, 16)]
+    assert len(windows["epoch"]) == 8
     for epoch in result["epochs"]:
         timed = float(windows["seconds"][windows["epoch"] == epoch["epoch"]].sum())
         assert timed <= epoch["train_time_s"] < timed + 0.05

@@ -109,6 +109,8 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                     display.end_epoch(record)
                     if beside is not None:
                         beside.after_epoch()
+                    if epoch == 1:  # outside every clock; later epochs pass after each window
+                        turns.pass_turn(global_step / total_steps)
                 if beside is not None:
                     beside.finish()
                 if config.profile_steps and first_epoch < config.epochs:
@@ -158,8 +160,8 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                  beside: Beside | None = None) -> tuple[dict[str, Any], int]:
     """One epoch's training in calls of trainer.steps_per_call steps (the last call takes
     what is left), timed in synchronised windows of whole calls, then its evaluation.
-    Between two windows, outside the epoch's clock: the twin's window (`beside`) and the
-    other framework's turn (compare.run.turns)."""
+    Between two windows, outside the epoch's clock: the twin's window (`beside`) and, after
+    the first epoch, the other framework's turn (compare.run.turns)."""
     batches = trainer.batches(epoch - 1)
     steps = trainer.steps_per_epoch
     epoch_losses: list[float] = []
@@ -202,7 +204,8 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
             left = time.perf_counter()  # the others' turns, between two windows
             if beside is not None:
                 beside.after_window(now - window_start, len(lrs))
-            turns.pass_turn(global_step / total_steps)
+            if epoch > 1:  # the first epoch whole: its start-up as a run alone meets it
+                turns.pass_turn(global_step / total_steps)
             if beside is not None and step < steps:
                 beside.before_window()
             away_s += time.perf_counter() - left
