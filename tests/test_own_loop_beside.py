@@ -1,11 +1,13 @@
 """compare's own loops in their run's process: a second Trainer of the same run trains its
-framework's own loop on a thread of its own, a timing window at a time, beside each of the
-shared loop's windows and outside their clocks (compare.run.own_loop.Beside)."""
+framework's own loop a timing window at a time (Keras' fit on a thread of its own), beside
+each of the shared loop's windows and outside their clocks (compare.run.own_loop.Beside)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from conftest import tiny_config
+from conftest import patience, tiny_config, trainer_for
 
 from compare import files, schema
 from compare.experiment import datasets
@@ -115,3 +117,28 @@ def test_a_twin_that_cannot_be_built_is_recorded_and_the_run_trains(tmp_path, mo
     assert result["summary"].status == "completed" and len(result["epochs"]) == 2
     assert (record.status, record.error, record.epoch_times_s) == (
         "failed", "no room for a second model", [])
+
+
+def test_keras_own_loop_closed_between_windows_ends_its_fit_thread(tmp_path, tf_two_cpus):
+    """Keras' fit runs on a thread of its own that works only while the caller waits: the
+    generator pauses after each window (None) with fit's thread waiting, and closing it there
+    (a run that ends early) ends that thread, so nothing of the own loop outlives it."""
+    import threading
+
+    from compare.experiment.recipe import learning_rate
+    from compare.run.windows import WindowClock
+    from tf_impl import own_loop
+    config = tiny_config(tmp_path, epochs=2, timing_window=2)
+    trainer = trainer_for(tf_two_cpus, config)
+    steps = trainer.steps_per_epoch * config.epochs
+    lrs = [learning_rate(config, step, steps) for step in range(steps)]
+    clock = WindowClock(config, trainer.steps_per_call, trainer.sync)
+    loop = own_loop.own_loop(trainer, config, datasets.config_dataset(config), lrs, clock, [])
+    assert next(loop) is None and len(clock.windows) == 1  # one window, then a pause
+    fitting = [t for t in threading.enumerate() if t.name == "keras-fit"]
+    assert len(fitting) == 1 and fitting[0].is_alive()
+    time.sleep(0.2)  # the pause is the caller's: fit trains nothing meanwhile
+    assert len(clock.windows) == 1 and clock.steps == 0
+    loop.close()
+    fitting[0].join(patience(10))
+    assert not fitting[0].is_alive()

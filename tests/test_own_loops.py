@@ -193,6 +193,40 @@ def test_the_own_loop_ratios_take_the_median_window_step_time_where_every_run_ha
     assert older["tf"]["time_ratio"]["high"] > 1.1  # seed 1's burst widens the sums' interval
 
 
+def test_loops_that_took_turns_by_window_are_compared_pair_by_pair(tmp_path):
+    """Own loops trained beside their runs a window each in turn carry each pair's step times:
+    each seed's shared / own ratio is the median of its pairs' ratios, so a slow spell under
+    one pair moves it no more than one pair, where the two loops' medians, each over windows
+    the spell fell on unevenly, can differ (seed 1 below: 6.0 against 4.0 by the medians).
+    The TF / PyTorch ratios stay on the loops' own medians."""
+    def run(framework, seed, step_ms):
+        return {"framework": framework, "config": {"seed": seed}, "path": str(tmp_path / "r"),
+                "summary": RunSummary(status="completed", replicas=1, train_flops_per_image=1,
+                                      final_test_accuracy=0.5,
+                                      steady_step_time_ms=StepTimes(median=step_ms)),
+                "epochs": [{"train_time_s": 1.0}] * 3}
+
+    def own(framework, seed, step_ms, pairs):
+        return OwnLoopRecord(schema_version=2, framework=framework, seed=seed,
+                             status="completed", config={}, device_used="CPU", loop="x",
+                             epoch_times_s=[1.0] * 3, final_test_accuracy=0.5,
+                             steady_step_time_ms=StepTimes(median=step_ms), window_pairs=pairs)
+    even = [[4.4, 4.0], [8.8, 8.0], [4.4, 4.0]]  # every pair 1.1
+    spell = [[6.6, 6.0], [6.6, 6.0], [4.0, 4.0], [2.2, 2.0], [2.2, 2.0]]  # pairs 1.1, 1, 1.1
+    runs = [run(fw, s, 6.0 if s == 1 else 4.4) for fw in ("tf", "torch") for s in (0, 1, 2)]
+    records = [own(fw, s, 4.0, spell if s == 1 else even)
+               for fw in ("tf", "torch") for s in (0, 1, 2)]
+    found = own_loops.summarise(runs, records)
+    assert found["measure"] == own_loops.PAIR_MEASURE
+    assert found["tf"]["time_ratio"]["ratio"] == pytest.approx(1.1)
+    assert found["torch"]["time_ratio"]["high"] == pytest.approx(1.1)  # no spread
+    assert found["own_ratio"]["ratio"] == pytest.approx(1.0)  # the own loops' medians
+    assert own_loops.pairs_ratio([[2.0, 1.0], [1.0, 2.0], [3.0, 3.0]]) == pytest.approx(1.0)
+    one_without = own_loops.summarise(runs, records[:-1] + [own("torch", 2, 4.0, [])])
+    assert one_without["measure"] == own_loops.STEP_MEASURE  # one record without pairs
+    assert one_without["tf"]["time_ratio"]["ratio"] != pytest.approx(1.1)
+
+
 def test_the_best_section_lists_the_settings_that_differ_from_the_two_manifests():
     manifest = {"device_kind": "cpu", "compile": False, "channels_last": False,
                 "precision": {"precision": "mixed"}}
@@ -240,7 +274,9 @@ def test_compare_reports_each_framework_against_its_own_loop(tmp_path):
     # timed in windows as the shared loop times its own, so the ratios are of median steps
     assert sum(w["steps"] for w in record["windows"]) == 2 * record["steps_per_epoch"]
     assert record["steady_step_time_ms"]["median"] > 0
-    assert own["measure"] == own_loops.STEP_MEASURE
+    # trained beside its run a window each in turn: compared pair by pair
+    assert record["window_pairs"] and all(s > 0 and o > 0 for s, o in record["window_pairs"])
+    assert own["measure"] == own_loops.PAIR_MEASURE
 
 
 @pytest.mark.slow
@@ -342,3 +378,4 @@ def test_keras_own_loop_lets_go_of_its_iterators_after_the_last_epoch_off_the_ma
     assert len(deleted) == config.epochs, deleted  # one iterator an epoch, each let go
     assert all(name == "tf-data-release" and timed == config.epochs
                for name, timed in deleted), deleted
+
