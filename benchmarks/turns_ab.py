@@ -149,7 +149,8 @@ def main() -> None:
     (directory / "turns_ab.json").write_text(json.dumps(
         {"command": command, "machine": machine_label(), "rows": rows}, indent=1) + "\n")
     (directory / "turns_ab.md").write_text(
-        f"# `compare` taking turns against one run after another\n\n{machine_label()}\n\n"
+        f"# `compare` taking turns: how wide each comparison's intervals are\n\n"
+        f"{machine_label()}\n\n"
         f"    {command}\n\n{table(rows)}\n")
     print(table(rows))
 
