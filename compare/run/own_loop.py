@@ -69,18 +69,18 @@ class OwnLoopRun:
     def epoch(self) -> bool:
         """Train the rest of this epoch; False when every epoch is trained (or the loop
         stopped)."""
-        done = len(self.record.epoch_times_s)
-        while self._advance():
-            if len(self.record.epoch_times_s) > done:
-                return True
-        return False
+        return self._until(lambda: len(self.record.epoch_times_s))
 
     def window(self) -> bool:
         """Train the next timing window (and end its epoch, where it is the last); False when
         every epoch is trained (or the loop stopped)."""
-        closed = len(self.clock.windows)
+        return self._until(lambda: len(self.clock.windows))
+
+    def _until(self, count: Callable[[], int]) -> bool:
+        """Advance the loop until `count` grows; False if it ends first."""
+        before = count()
         while self._advance():
-            if len(self.clock.windows) > closed:
+            if count() > before:
                 return True
         return False
 
