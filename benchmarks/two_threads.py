@@ -8,7 +8,8 @@ main thread alone ("one thread"), or the second model from a second thread that 
 while the main one waits, as Beside's baton hands the turn over ("two threads"). The
 figure is each model's median milliseconds per step; the forms alternate in fresh processes.
 
-    python -m benchmarks.two_threads --processes 3 --json benchmarks/results/cpu-epyc-avx2-2core/two_threads.json
+    python -m benchmarks.two_threads --processes 3 \\
+        --json benchmarks/results/cpu-epyc-avx2-2core/two_threads.json
 """
 
 from __future__ import annotations
