@@ -109,7 +109,7 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                     display.end_epoch(record)
                     if beside is not None:
                         beside.after_epoch()
-                    if epoch == 1:  # outside every clock; later epochs pass after each window
+                    if turn_whole(epoch):  # outside every clock
                         turns.pass_turn(global_step / total_steps)
                 if beside is not None:
                     beside.finish()
@@ -204,7 +204,7 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
             left = time.perf_counter()  # the others' turns, between two windows
             if beside is not None:
                 beside.after_window(now - window_start, len(lrs))
-            if epoch > 1:  # the first epoch whole: its start-up as a run alone meets it
+            if not turn_whole(epoch):
                 turns.pass_turn(global_step / total_steps)
             if beside is not None and step < steps:
                 beside.before_window()
@@ -233,6 +233,12 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     if trainer.choice.processes > 1:  # a collective: every process gets here each epoch
         record["processes"] = per_process(trainer, train_time, wait_s, step_ms)
     return record, global_step
+
+
+def turn_whole(epoch: int) -> bool:
+    """Whether epoch `epoch` (1-based) is one turn, passed at its end (the first: its
+    start-up is what a run alone meets), rather than a turn per timing window."""
+    return epoch == 1
 
 
 PROCESS_FIGURES = ("train_time_s", "input_wait_s", "median_step_ms")
