@@ -81,8 +81,9 @@ STEP_TIME_HOW = ("median and p90 over synchronised timing windows (time of the w
              "steps), epochs after the first (after a resume, also after the first of each "
              "session: it warms up again); a one-epoch run uses its windows after the first. A "
              "window holds whole calls of `steps_per_call` steps and lasts about "
-             "`window_target_s` (sized from the first epoch's calls), or `timing_window` steps "
-             "when that is set; `steps_per_window` is the median steps of the windows used")
+             "`window_target_s` or an eighth of an epoch, the shorter (sized from the first "
+             "epoch's calls), or `timing_window` steps when that is set; `steps_per_window` is "
+             "the median steps of the windows used")
 ACCURACY_HOW = "fraction of the test set classified correctly (0..1)"
 
 # Each figure, by the name code reads it under.

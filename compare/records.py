@@ -129,6 +129,8 @@ class OwnLoopRecord(JsonRecord):
     # trained beside its run: [shared, own] ms per step of each pair of adjacent windows
     # after the first epoch (compare.run.own_loop.Beside); empty otherwise and in older files
     window_pairs: list[list[float]] = field(default_factory=list)
+    # for each of window_pairs, whether the own loop's window came first; empty in older files
+    own_first: list[bool] = field(default_factory=list)
     mean_losses: list[list[float]] = field(default_factory=list)  # first epoch: [steps, mean]
     final_test_accuracy: float | None = None
     final_test_loss: float | None = None
@@ -168,6 +170,8 @@ def _value(hint: Any, value: Any, where: str) -> Any:
                 break
             (item,) = typing.get_args(option)
             return [_value(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if option is bool and isinstance(value, bool):
+            return value
         if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         if option is int and isinstance(value, int) and not isinstance(value, bool):

@@ -51,8 +51,9 @@ def test_the_own_loop_trains_in_the_runs_process_a_window_of_each_in_turn(
         tmp_path, framework, monkeypatch):
     """The shared loop's first epoch first, whole (its start-up as a run alone meets it),
     then the own loop's first epoch, whole; from the second epoch a window of each in turn,
-    the shared loop's first on even seeds, the own loop's on odd ones. Each adjacent pair
-    is in own-loop.json's window_pairs as [shared, own] ms per step. Both finish: the run's
+    in pairs whose order turns pair by pair (the shared loop's first in the first pair on
+    even seeds, the own loop's on odd ones). Each pair is in own-loop.json's window_pairs
+    as [shared, own] ms per step, its order in own_first. Both finish: the run's
     result and the twin's record, which says where it trained and times every epoch."""
     name, module = framework
     for seed in (0, 1):
@@ -61,15 +62,16 @@ def test_the_own_loop_trains_in_the_runs_process_a_window_of_each_in_turn(
         assert code == 0
         order = [(loop, epoch) for loop, epoch, _ in events]
         first = [("shared", 1)] * 4 + [("own", 1)] * 4
-        pair = [("own", 0), ("shared", 0)] if seed % 2 else [("shared", 0), ("own", 0)]
-        steady = [(loop, epoch) for epoch in (2, 3) for _ in range(4)
-                  for loop, _ in pair]
+        own_first = [(slot + seed) % 2 == 1 for slot in range(8)]
+        steady = [(loop, 2 + slot // 4) for slot in range(8)
+                  for loop in (("own", "shared") if own_first[slot] else ("shared", "own"))]
         assert order == first + steady
         later = events[8:]
         expected = [[a[2], b[2]] if a[0] == "shared" else [b[2], a[2]]
                     for a, b in zip(later[::2], later[1::2])]
         assert len(record.window_pairs) == len(expected) == 8
         assert sum(record.window_pairs, []) == pytest.approx(sum(expected, []))
+        assert record.own_first == own_first
         result = schema.read_result(files.RunDir(tmp_path / str(seed) / "run").result)
         assert result["summary"].status == "completed" and result["config"]["seed"] == seed
         assert (record.status, record.framework, record.seed) == ("completed", name, seed)

@@ -83,6 +83,7 @@ def test_an_own_loop_record_keeps_its_config_windows_and_loss_pairs():
     assert record.epoch_times_s == [1.0, 0.5] and record.mean_losses == [[4.0, 2.25], [8.0, 2.0]]
     assert record.steady_step_time_ms == StepTimes(median=62.5, p90=70.0, windows=1)
     assert record.to_dict() == {**data, "epoch_times_s": [1.0, 0.5], "window_pairs": [],
+                                "own_first": [],
                                 "steady_step_time_ms": {**data["steady_step_time_ms"],
                                                         "steps_per_window": None,
                                                         "window_target_s": None}}

@@ -262,7 +262,7 @@ class RunConfig:
     # fixes them at that many steps instead (rounded up to whole calls).
     timing_window_s: float = field(default=0.5, metadata=option(  # seconds
         "--timing-window-s", "Target length of a synchronised timing window, seconds "
-        "(windows end on call boundaries).", number(0, low_open=True,
+        "(windows end on call boundaries, and last at most an eighth of an epoch).", number(0, low_open=True,
                                                      what="a number of seconds")))
     timing_window: int | None = None  # steps
     # Steps profiled after the last epoch (whole calls), split into phases (compare.run.phases)

@@ -32,7 +32,7 @@ OWN_LOOP_NAMES = {"tf": "Keras fit", "torch": "a plain PyTorch loop"}
 STEP_MEASURE = "median step time after the first epoch"
 TIME_MEASURE = "training time after the first epoch"
 # the loops trained a window each in turn: each seed's ratio is the median over its pairs
-PAIR_MEASURE = "step time in adjacent windows after the first epoch, median of the pairs"
+PAIR_MEASURE = "step time in adjacent windows after the first epoch, pair by pair"
 
 
 def load(directories: list[Path]) -> list[OwnLoopRecord]:
@@ -78,7 +78,8 @@ def summarise(runs: list[schema.Result], records: list[OwnLoopRecord]) -> dict |
         own_values[framework] = {s: v for s, r in own.items() if (v := own_figure(r))}
         shared_values[framework] = {s: v for s, r in shared.items() if (v := shared_figure(r))}
         if by_pairs:
-            ratio = stats.seed_ratios({s: pairs_ratio(r.window_pairs) for s, r in own.items()
+            ratio = stats.seed_ratios({s: pairs_ratio(r.window_pairs, r.own_first)
+                                       for s, r in own.items()
                                        if s in shared}, "shared/own loop")
         else:
             ratio = stats.paired_ratio(shared_values[framework], own_values[framework],
@@ -108,11 +109,21 @@ def summarise(runs: list[schema.Result], records: list[OwnLoopRecord]) -> dict |
     return summary
 
 
-def pairs_ratio(window_pairs: list[list[float]]) -> float:
+def pairs_ratio(window_pairs: list[list[float]], own_first: list[bool] | None = None) -> float:
     """Shared / own from [shared, own] step times of adjacent windows: the median of the
     pairs' log ratios, exponentiated. Each pair met the same moment of the host, so a slow
-    spell divides out, where it moves a median of either loop's windows alone."""
-    return float(np.exp(np.median([np.log(shared / own) for shared, own in window_pairs])))
+    spell divides out, where it moves a median of either loop's windows alone.
+
+    With `own_first` (which window of each pair came first) holding both orders, the mean of
+    the two orders' medians: the window that comes back to the processor after something
+    else ran pays for it (caches, thread pools waking), and that cost, the same whichever
+    loop pays it, cancels between a pair where the shared loop pays and one where the own
+    loop does, instead of splitting the pairs into two groups the median falls between."""
+    logs = np.log([shared / own for shared, own in window_pairs])
+    if own_first and len(own_first) == len(logs) and 0 < sum(own_first) < len(logs):
+        first = np.array(own_first, dtype=bool)
+        return float(np.exp((np.median(logs[first]) + np.median(logs[~first])) / 2))
+    return float(np.exp(np.median(logs)))
 
 
 def _shared_step_ms(run: schema.Result) -> float | None:

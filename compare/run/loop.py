@@ -90,7 +90,8 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
         return max(measured) if measured else math.nan  # nan: none measured, the size holds
 
     windows = TimingWindows(config, trainer.steps_per_call,  # sized in the session's first epoch
-                       slowest if trainer.choice.processes > 1 else None)
+                       slowest if trainer.choice.processes > 1 else None,
+                       trainer.steps_per_epoch)
     with shutdown.shielded():  # from here on a stop cannot cut the writing of the result short
         try:
             with shutdown.interruptible():  # ... but it ends the epochs at once

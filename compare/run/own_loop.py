@@ -61,7 +61,8 @@ class OwnLoopRun:
         lrs = [learning_rate(config, step, total) for step in range(total)]
         self.record.steps_per_epoch = self.trainer.steps_per_epoch
         self.record.steps_per_call = self.trainer.steps_per_call
-        self.clock = WindowClock(config, self.trainer.steps_per_call, self.trainer.sync)
+        self.clock = WindowClock(config, self.trainer.steps_per_call, self.trainer.sync,
+                                 self.trainer.steps_per_epoch)
         self.mean_losses: list[list[float]] = []
         self.epochs = impl.own_loop.own_loop(self.trainer, config, dataset, lrs, self.clock,
                                              self.mean_losses)
@@ -165,18 +166,20 @@ class Beside:
     The shared loop's first epoch comes first, whole: it compiles and autotunes as a run
     alone does, where after the twin's first epoch it would find the process's caches (XLA's
     autotuning, the driver's kernels) filled, and the run's start-up and training time would
-    understate a user's. The twin's first epoch follows, whole. From the second epoch on, one
-    twin window trains after each of the shared loop's windows on even seeds, before it on
-    odd ones, so neither loop always runs on a machine the other has warmed. Each such pair
-    of windows is one ratio of step times (own-loop.json's `window_pairs`). A twin that fails
-    is recorded and left; the run goes on."""
+    understate a user's. The twin's first epoch follows, whole. From the second epoch on, the
+    windows go in pairs, one of each loop, the twin's second in one pair and first in the
+    next (the other way round on odd seeds), so each loop comes back to the processor after
+    something else ran (the other loop, or the other framework's turn, which passes between
+    two pairs) as often as the other does. Each pair of windows is one ratio of step times
+    (own-loop.json's `window_pairs`, with `own_first` saying which came first). A twin that
+    fails is recorded and left; the run goes on."""
 
     def __init__(self, impl: ModuleType, config: RunConfig, dataset: Dataset,
                  choice: DeviceChoice):
         assert config.own_loop_beside is not None
         twin = config.replace(out=config.own_loop_beside, own_loop_beside=None,
                               tensorboard_dir=None, profile_steps=0)
-        self.first = config.seed % 2 == 1  # the twin's window first in each pair
+        self.seed = config.seed
         self.shared_epochs = 0  # the shared loop's epochs trained in this process
         self.slot = 0  # the pair the next windows belong to
         self.shared_ms: dict[int, float] = {}  # slot: the shared loop's ms per step
@@ -190,7 +193,7 @@ class Beside:
 
     def before_window(self) -> None:
         """The shared loop is about to open a window (outside its clock)."""
-        if self.first and self.shared_epochs:
+        if self.shared_epochs and self._own_first(self.slot):
             self._twin_window()
 
     def after_window(self, seconds: float, steps: int) -> None:
@@ -198,7 +201,7 @@ class Beside:
         if not self.shared_epochs:
             return  # its first epoch: no pairs
         self.shared_ms[self.slot] = 1000.0 * seconds / steps
-        if not self.first:
+        if not self._own_first(self.slot):
             self._twin_window()
         self.slot += 1
 
@@ -210,9 +213,9 @@ class Beside:
     def finish(self) -> None:
         """Train what the twin has left, then evaluate it and write its record."""
         if self.own is not None:
-            self.own.record.window_pairs = [[self.shared_ms[slot], self.own_ms[slot]]
-                                            for slot in sorted(self.shared_ms)
-                                            if slot in self.own_ms]
+            slots = [slot for slot in sorted(self.shared_ms) if slot in self.own_ms]
+            self.own.record.window_pairs = [[self.shared_ms[s], self.own_ms[s]] for s in slots]
+            self.own.record.own_first = [self._own_first(s) for s in slots]
         self._guarded(lambda own: own.finish())
         self.close()
 
@@ -227,6 +230,10 @@ class Beside:
             if own.record.status == "running":  # the run ended first (it failed)
                 own.stop(RuntimeError("the run it trained beside ended before it"))
             own.close()
+
+    def _own_first(self, slot: int) -> bool:
+        """Whether the twin's window comes first in pair `slot`."""
+        return (slot + self.seed) % 2 == 1
 
     def _twin_window(self) -> None:
         """One window of the twin's, in the current slot."""

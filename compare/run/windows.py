@@ -20,6 +20,11 @@ import numpy as np
 from compare.experiment.config import RunConfig
 
 FIRST_WINDOW_STEPS = 10  # several processes: steps per window while the size is measured
+# A window is at most this share of an epoch (rounded up to whole calls), whatever
+# timing_window_s asks: a short epoch still gives several samples of its step time, and
+# compare's shared / own and TF / PyTorch pairs several per epoch, where half-second windows
+# cut an epoch of a second or two into two or three.
+MAX_EPOCH_SHARE = 1 / 8
 
 
 class TimingWindows:
@@ -29,15 +34,21 @@ class TimingWindows:
     With config.timing_window, a fixed number of steps rounded up to whole calls. Otherwise
     sized so that a window lasts about config.timing_window_s: in the session's first epoch
     (its warm-up), after every window but the first (which carries tracing and compilation),
-    from the median time per call of that epoch's windows so far; then held for the rest of
-    the session, so that the steady-state windows of later epochs are alike. Syncing the
+    from the median time per call of that epoch's windows so far, and at most
+    MAX_EPOCH_SHARE of an epoch of `steps_per_epoch` steps; then held for the rest of the
+    session, so that the steady-state windows of later epochs are alike. Syncing the
     device once per window, not every few steps, keeps the clock from draining the device's
     queue more often than the figures need.
     """
 
     def __init__(self, config: RunConfig, steps_per_call: int,
-                 agree: Callable[[float], float] | None = None):
+                 agree: Callable[[float], float] | None = None,
+                 steps_per_epoch: int | None = None):
         self.target_s = config.timing_window_s
+        # the most calls a window may hold (None: no bound)
+        self.most_calls = (None if steps_per_epoch is None else
+                           math.ceil(math.ceil(steps_per_epoch / steps_per_call)
+                                     * MAX_EPOCH_SHARE))
         self.sizing = config.timing_window is None
         self.agree = agree
         if config.timing_window is not None:
@@ -70,7 +81,8 @@ class TimingWindows:
     def _size(self, per_call_s: float) -> None:
         if math.isfinite(per_call_s):
             per_call_s = max(per_call_s, 1e-6)  # s; 0 on a coarse clock
-            self.calls = max(1, round(self.target_s / per_call_s))
+            calls = max(1, round(self.target_s / per_call_s))
+            self.calls = calls if self.most_calls is None else min(calls, self.most_calls)
 
 
 class WindowClock:
@@ -84,8 +96,9 @@ class WindowClock:
     run (`away`: the shared loop's window, compare.run.own_loop.Beside), in no window and
     left out of the epoch's seconds."""
 
-    def __init__(self, config: RunConfig, steps_per_call: int, sync: Callable[[], None]):
-        self.sizes = TimingWindows(config, steps_per_call)
+    def __init__(self, config: RunConfig, steps_per_call: int, sync: Callable[[], None],
+                 steps_per_epoch: int | None = None):
+        self.sizes = TimingWindows(config, steps_per_call, steps_per_epoch=steps_per_epoch)
         self.steps_per_call, self.sync = steps_per_call, sync
         self.windows: list[dict[str, float]] = []
         self.epoch = self.epoch_steps = 0
