@@ -1,6 +1,6 @@
 """What the A/B benchmark scripts share: the `cnncompare run` options each offers, one run in
-a fresh process read back, one comparison run and said, and the machine's name for the
-results' titles."""
+a fresh process read back, one comparison run and said, its figures read back and its folder
+pruned to them, and the machine's name for the results' titles."""
 
 from __future__ import annotations
 
@@ -66,6 +66,47 @@ def run_and_say(name: str, command: list[str], cwd: Path,
     done = subprocess.run(command, cwd=cwd, env=env, check=False)
     print(f"{name}: exit {done.returncode}, {time.time() - started:.0f} s", flush=True)
     return done.returncode
+
+
+def interval(entry: dict | None) -> dict | None:
+    """A summary's ratio entry as {ratio, low, high, width (high / low)}; None without an
+    interval."""
+    if not entry or entry.get("ratio") is None or entry.get("low") is None:
+        return None
+    return {"ratio": entry["ratio"], "low": entry["low"], "high": entry["high"],
+            "width": entry["high"] / entry["low"]}
+
+
+def comparison_figures(folder: Path) -> dict:
+    """A comparison's timing figures from its summary.json: the TF / PyTorch ratios of the
+    training time and the median step, and each framework's shared / own ratio, each with
+    its interval (None where it has none)."""
+    summary = json.loads((folder / "summary.json").read_text())
+    own = summary.get("own_loops") or {}
+    return {"comparison": folder.name, "created_at": summary["created_at"],
+            "batch": summary["config"]["batch_size"],
+            "seeds": len(summary.get("seeds") or []),
+            "side_by_side": bool(summary.get("side_by_side")),
+            "tf_over_torch_train_time": interval(summary["ratios"]["train_time_s"]),
+            "tf_over_torch_steady_step": interval(summary["ratios"]["steady_step_time_ms"]),
+            "tf_shared_over_own": interval((own.get("tf") or {}).get("time_ratio")),
+            "torch_shared_over_own": interval((own.get("torch") or {}).get("time_ratio"))}
+
+
+# What a comparison kept in the results keeps: the figures and what they come from, not the
+# models, checkpoints, logs and per-step files
+KEPT = ("summary.json", "report.md", "runs/*/result.json", "runs/*/windows.csv",
+        "own-loops/*/own-loop.json")
+
+
+def prune(folder: Path) -> None:
+    """Delete what a comparison in `folder` wrote beyond KEPT."""
+    kept = {path for pattern in KEPT for path in folder.glob(pattern)}
+    for path in sorted(folder.rglob("*"), reverse=True):  # files before their folders
+        if path.is_file() and path not in kept:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
 
 
 def machine_label() -> str:

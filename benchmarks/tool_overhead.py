@@ -1,6 +1,17 @@
 """What the shared loop costs each framework: `cnncompare run` against the framework's own
 loop on the same recipe (`cnncompare run --own-loop`: Keras compile + fit; the plain PyTorch
-loop; compare.run.own_loop), per configuration, alternated in fresh processes.
+loop; compare.run.own_loop), per configuration, alternated in fresh processes; or, with
+`--beside`, as `compare` measures it.
+
+`--beside` runs `cnncompare compare` itself, each configuration once a repeat (the order
+turned every repeat): batch 32 on 10,000 synthetic images and batch 4 on 2,000, 3 epochs, 3
+seeds, float32, and the README's first command as it stands. Each comparison trains each
+own loop in its run's process, a timing window of each loop in turn, and the two frameworks
+side by side taking turns (docs/measurement.md, "On a busy host"); its report's ratios, each
+seed's paired, give each repeat's figures: each framework's shared / own ratio and the
+TF / PyTorch training-time ratio, with their 95% intervals (the quickstart's 2 seeds: their
+range). Writes DIR/overhead-beside.json and .md, and each comparison's figures and what they
+come from under DIR/overhead-beside/.
 
 Both train the same model from the same initial weights on the same batches (the tool's data
 pipeline) with the same SGD, schedule, precision and distribution, so the loop is the only
@@ -15,6 +26,7 @@ the two frameworks' runs of a repeat the same way, in each loop. Writes DIR/over
 DIR/overhead.md.
 
     python -m benchmarks.tool_overhead --repeats 5 --out benchmarks/results/cpu-xeon-2core
+    python -m benchmarks.tool_overhead --beside --repeats 5 --out DIR
     python -m benchmarks.tool_overhead --configs lenet:32 --synthetic-size 512 --repeats 1 \\
         --out /tmp/overhead-smoke                               # a smoke run: does it work?
 """
@@ -37,12 +49,24 @@ from benchmarks import common
 # device, and the ResNet-9 recipe at batch 512 on a GPU.
 CONFIGS = {"cpu": ["lenet:4", "lenet:32"], "gpu": ["lenet:4", "lenet:32", "resnet9:512"]}
 LEARNING_RATES = {("lenet", 4): "0.001"}
+# --beside: each configuration's `compare` options, after --dataset synthetic
+COMPARISONS = {
+    "batch32": ["--batch-size", "32", "--synthetic-size", "10000", "--epochs", "3",
+                "--seeds", "3", "--precision", "fp32"],
+    "batch4": ["--batch-size", "4", "--synthetic-size", "4000", "--epochs", "3",
+               "--seeds", "3", "--precision", "fp32"],
+    "quickstart": ["--epochs", "2", "--seeds", "2"]}  # the README's first command
+# An interval no wider than these (high / low) resolves a difference of about 10% around
+# its centre (shared / own), and the TF / PyTorch ratio to a third
+RESOLVING_WIDTH = {"shared_over_own": 1.2, "tf_over_torch": 1.35}
 
 
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", help="MODEL:BATCH,... [default: lenet:4,lenet:32; also "
                         "resnet9:512 on a GPU]")
+    parser.add_argument("--beside", action="store_true",
+                        help="measure as `compare` does, in comparisons of 3 seeds")
     parser.add_argument("--frameworks", default="tf,torch", help="[default: tf,torch]")
     parser.add_argument("--repeats", type=int, default=5,
                         help="runs of each loop, alternating which goes first [default: 5]")
@@ -155,8 +179,85 @@ def markdown(document: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def measure_beside(args: argparse.Namespace) -> dict:
+    """Each configuration's comparison once a repeat; a row of figures per comparison."""
+    from compare.report.own_loops import CAVEAT_RATIO
+    folder = args.out / "overhead-beside"
+    rows = []
+    for repeat in range(1, args.repeats + 1):
+        for name in COMPARISONS if repeat % 2 else list(COMPARISONS)[::-1]:
+            out = folder / f"{name}-r{repeat}"
+            command = [sys.executable, "-m", "compare.cli", "compare", "--dataset", "synthetic",
+                       *COMPARISONS[name], "--out", str(out.resolve()), "--quiet"]
+            if common.run_and_say(out.name, command, common.REPO) == 0:
+                rows.append({"config": name, **common.comparison_figures(out)})
+            common.prune(out)
+    summary = {}
+    for name in COMPARISONS:
+        chosen = [r for r in rows if r["config"] == name]
+        summary[name] = {key: _over_repeats([r[key] for r in chosen], RESOLVING_WIDTH[goal])
+                         for key, goal in BESIDE_RATIOS.items()}
+    return {"machine": common.machine_label(), "date": time.strftime("%Y-%m-%d"),
+            "repeats": args.repeats,
+            "command": "python -m benchmarks.tool_overhead " + " ".join(sys.argv[1:]),
+            "comparisons": {name: " ".join(["cnncompare compare --dataset synthetic",
+                                            *options]) for name, options in COMPARISONS.items()},
+            "centre_goal": CAVEAT_RATIO, "resolving_width": RESOLVING_WIDTH,
+            "rows": rows, "summary": summary}
+
+
+# The figures of each comparison --beside reads, and the resolving width each is held to
+BESIDE_RATIOS = {"tf_shared_over_own": "shared_over_own",
+                 "torch_shared_over_own": "shared_over_own",
+                 "tf_over_torch_train_time": "tf_over_torch"}
+
+
+def _over_repeats(entries: list[dict | None], width: float) -> dict:
+    """The repeats' centres and widths: medians, and how many resolve (`width`)."""
+    got = [e for e in entries if e]
+    return {"n": len(got),
+            "median_centre": statistics.median(e["ratio"] for e in got) if got else None,
+            "median_width": statistics.median(e["width"] for e in got) if got else None,
+            "widest": max((e["width"] for e in got), default=None),
+            "resolving": sum(e["width"] <= width for e in got)}
+
+
+def markdown_beside(document: dict) -> str:
+    names = {"tf_shared_over_own": "TensorFlow/Keras: shared / `fit`",
+             "torch_shared_over_own": "PyTorch: shared / plain loop",
+             "tf_over_torch_train_time": "TF / PyTorch training time"}
+    lines = [f"# The shared loop against each framework's own loop, as `compare` measures it "
+             f"({document['machine']}, {document['date']})", "", f"`{document['command']}`",
+             "", "Each ratio: centre [95% interval, or the range of 2 seeds] (width, high / "
+             "low); comparisons in the order they ran:", "",
+             "| comparison | " + " | ".join(names.values()) + " |", "|---|---|---|---|"]
+    lines += [f"| {r['comparison']} | " + " | ".join(_ratio_text(r[key]) if r[key] else "-"
+                                                     for key in names) + " |"
+              for r in document["rows"]]
+    lines += ["", f"Over the repeats: the median centre, the median and widest width, and how "
+              f"many intervals are no wider than {document['resolving_width']['shared_over_own']}x"
+              f" (shared / own) or {document['resolving_width']['tf_over_torch']}x (TF / "
+              f"PyTorch):", "", "| configuration | " + " | ".join(names.values()) + " |",
+              "|---|---|---|---|"]
+    for name, figures in document["summary"].items():
+        lines.append(f"| {name} | " + " | ".join(
+            "-" if not f["n"] else f"{f['median_centre']:.3f}, {f['median_width']:.2f}x "
+            f"(widest {f['widest']:.2f}x), {f['resolving']} of {f['n']}"
+            for f in (figures[key] for key in names)) + " |")
+    lines += ["", "Commands:", ""] + [f"- {name}: `{command}`"
+                                      for name, command in document["comparisons"].items()]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     args = arguments()
+    if args.beside:
+        document = measure_beside(args)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "overhead-beside.json").write_text(json.dumps(document, indent=1) + "\n")
+        (args.out / "overhead-beside.md").write_text(markdown_beside(document))
+        print(markdown_beside(document))
+        return
     document = measure(args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "overhead.json").write_text(json.dumps(document, indent=2))

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common import machine_label, run_and_say  # noqa: E402
+from benchmarks.common import comparison_figures, machine_label, run_and_say  # noqa: E402
 
 FORMS = ("turns", "no-turns")
 BASELINE = "baseline"  # the form of a --baseline REF comparison: turns, at that commit
@@ -48,30 +48,11 @@ def form_of(comparison: str) -> str:
     return comparison.split("-", 1)[1].rsplit("-r", 1)[0]
 
 
-def _interval(entry: dict | None) -> dict | None:
-    if not entry or entry.get("ratio") is None or entry.get("low") is None:
-        return None
-    return {"ratio": entry["ratio"], "low": entry["low"], "high": entry["high"],
-            "width": entry["high"] / entry["low"]}
-
-
 def summarise(directory: Path) -> list[dict]:
     """A row per comparison under `directory`, in the order they were run."""
-    rows = []
-    for summary_path in sorted(directory.glob("*/summary.json"),
-                               key=lambda p: json.loads(p.read_text())["created_at"]):
-        summary = json.loads(summary_path.read_text())
-        own = summary.get("own_loops") or {}
-        rows.append({
-            "comparison": summary_path.parent.name, "created_at": summary["created_at"],
-            "form": form_of(summary_path.parent.name),
-            "batch": summary["config"]["batch_size"],
-            "side_by_side": bool(summary.get("side_by_side")),
-            "tf_over_torch_train_time": _interval(summary["ratios"]["train_time_s"]),
-            "tf_over_torch_steady_step": _interval(summary["ratios"]["steady_step_time_ms"]),
-            "tf_shared_over_own": _interval((own.get("tf") or {}).get("time_ratio")),
-            "torch_shared_over_own": _interval((own.get("torch") or {}).get("time_ratio"))})
-    return rows
+    rows = [{**comparison_figures(path.parent), "form": form_of(path.parent.name)}
+            for path in directory.glob("*/summary.json")]
+    return sorted(rows, key=lambda row: row["created_at"])
 
 
 def table(rows: list[dict]) -> str:

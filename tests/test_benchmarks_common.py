@@ -1,10 +1,14 @@
-"""benchmarks/common.py's run_and_say: one A/B arm run in its checkout, its exit status said."""
+"""benchmarks/common.py: one A/B arm run in its checkout, its exit status said; a comparison's
+figures read back and its folder pruned to them."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 
-from benchmarks.common import run_and_say
+import pytest
+
+from benchmarks.common import comparison_figures, prune, run_and_say
 
 
 def test_an_arm_runs_in_its_folder_with_its_environment_and_says_how_it_ended(tmp_path, capsys):
@@ -15,3 +19,46 @@ def test_an_arm_runs_in_its_folder_with_its_environment_and_says_how_it_ended(tm
     assert (tmp_path / "arm.txt").read_text() == "new"  # ran in cwd, with the env given
     said = capsys.readouterr().out
     assert said.startswith("batch4-new-r0: exit 3, ") and said.rstrip().endswith(" s")
+
+
+def _summary(folder, tf_own, torch_own, tf_torch):
+    """A comparison's summary.json with the figures the benchmarks read; each ratio
+    (centre, low, high)."""
+    def entry(ratio):
+        return dict(zip(("ratio", "low", "high"), ratio))
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({
+        "created_at": "2026-11-28T10:00:00+0000", "config": {"batch_size": 4},
+        "seeds": [0, 1, 2], "side_by_side": True,
+        "ratios": {"train_time_s": entry(tf_torch), "steady_step_time_ms": {"ratio": 2.0}},
+        "own_loops": {"tf": {"time_ratio": entry(tf_own)},
+                      "torch": {"time_ratio": entry(torch_own)}}}))
+
+
+def test_a_comparison_is_read_back_as_its_intervals_and_pruned_to_what_they_come_from(
+        tmp_path):
+    folder = tmp_path / "batch4-r1"
+    _summary(folder, (1.0, 0.9, 1.2), (1.02, 1.0, 1.05), (2.0, 1.6, 2.4))
+    for name in ("runs/tf-seed0/result.json", "runs/tf-seed0/model.keras",
+                 "runs/tf-seed0/checkpoint/state.json", "own-loops/tf-seed0/own-loop.json"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("{}")
+    figures = comparison_figures(folder)
+    assert figures["tf_shared_over_own"]["width"] == pytest.approx(1.2 / 0.9)
+    assert figures["torch_shared_over_own"]["width"] == pytest.approx(1.05)
+    assert figures["tf_over_torch_train_time"]["width"] == pytest.approx(1.5)
+    assert figures["tf_over_torch_steady_step"] is None  # no interval
+    assert (figures["batch"], figures["seeds"]) == (4, 3)
+    prune(folder)
+    left = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    assert left == ["own-loops/tf-seed0/own-loop.json", "runs/tf-seed0/result.json",
+                    "summary.json"]
+    assert not (folder / "runs/tf-seed0/checkpoint").exists()
+
+
+def test_the_repeats_are_summed_up_by_how_many_resolve():
+    from benchmarks.tool_overhead import _over_repeats
+    entries = [{"ratio": r, "width": w} for r, w in ((1.0, 1.1), (1.04, 1.3), (0.98, 1.19))]
+    found = _over_repeats(entries + [None], 1.2)
+    assert found == {"n": 3, "median_centre": 1.0, "median_width": 1.19, "widest": 1.3,
+                     "resolving": 2}
