@@ -3,6 +3,7 @@ figures read back and its folder pruned to them."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -62,3 +63,19 @@ def test_the_repeats_are_summed_up_by_how_many_resolve():
     found = _over_repeats(entries + [None], 1.2)
     assert found == {"n": 3, "median_centre": 1.0, "median_width": 1.19, "widest": 1.3,
                      "resolving": 2}
+
+
+def test_the_order_of_a_pairs_windows_is_told_within_a_seed_or_between_seeds():
+    """benchmarks/pair_orders.py: with `own_first`, each seed's two orders' medians apart
+    (here the shared loop's window first costs it 10%); without, the seeds of each order."""
+    from benchmarks.pair_orders import orders
+    turning = {"framework": "tf", "seed": 0, "own_first": [False, True] * 3,
+               "window_pairs": [[1.1, 1.0], [1.0, 1.0]] * 3}
+    row, = orders([(4, turning), (4, {**turning, "seed": 1})])
+    assert row["within_seeds"] and row["difference"] == pytest.approx(math.log(1.1))
+    assert (row["seeds"], row["pairs"]) == (2, [6])
+    fixed = [(32, {"framework": "torch", "seed": seed, "window_pairs": [[ratio, 1.0]] * 4})
+             for seed, ratio in ((0, 1.2), (1, 1.0), (2, 1.2))]  # even seeds: shared first
+    row, = orders(fixed)
+    assert not row["within_seeds"] and row["difference"] == pytest.approx(math.log(1.2))
+    assert row["pair_spread"] == 0.0

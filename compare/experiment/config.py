@@ -258,12 +258,13 @@ class RunConfig:
         "also on one replica), or tf=CHOICE,torch=CHOICE to set them apart (the report names "
         "it as a caveat).", strategy_check(), vary=True, metavar="|".join(strategy.CHOICES)))
     # Synchronised timing windows end on call boundaries and last about timing_window_s
-    # seconds (the loop sizes them from the first epoch's calls); timing_window, when set,
-    # fixes them at that many steps instead (rounded up to whole calls).
+    # seconds, at most an eighth of an epoch (the loop sizes them from the first epoch's
+    # calls, compare.run.windows); timing_window, when set, fixes them at that many steps
+    # instead (rounded up to whole calls).
     timing_window_s: float = field(default=0.5, metadata=option(  # seconds
         "--timing-window-s", "Target length of a synchronised timing window, seconds "
-        "(windows end on call boundaries, and last at most an eighth of an epoch).", number(0, low_open=True,
-                                                     what="a number of seconds")))
+        "(windows end on call boundaries, and last at most an eighth of an epoch).",
+        number(0, low_open=True, what="a number of seconds")))
     timing_window: int | None = None  # steps
     # Steps profiled after the last epoch (whole calls), split into phases (compare.run.phases)
     profile_steps: int = field(default=32, metadata=option(

@@ -1,0 +1,103 @@
+"""What the order of the two windows in a pair does to its ratio: from the own loops that
+comparisons trained beside their runs (own-loop.json's `window_pairs` and `own_first`), per
+batch and framework, the seeds' mean difference between the pairs with the shared loop's
+window first and those with the own loop's first (log of the ratio, median per order), and
+how far each pair's ratio spreads (log standard deviation, median over the seeds).
+
+Records without `own_first` kept one order a seed: the shared loop's window first on even
+seeds, the own loop's on odd ones, so there the difference is between the seeds of each
+order (the mean of their medians).
+
+    python -m benchmarks.pair_orders --out FILE.md FOLDER... (comparison folders, or folders
+        holding them)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+if not __package__:  # run by path: the checkout on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import machine_label  # noqa: E402
+
+
+def records(folders: list[Path]) -> list[tuple[int, dict]]:
+    """(batch, own-loop record) of every own loop trained beside its run under `folders`."""
+    found = []
+    for folder in folders:
+        for path in sorted(folder.glob("**/own-loops/*/own-loop.json")):
+            record = json.loads(path.read_text())
+            if record.get("window_pairs"):
+                found.append((record["config"]["batch_size"], record))
+    return found
+
+
+def orders(batch_records: list[tuple[int, dict]]) -> list[dict]:
+    """A row per batch and framework: seeds, pairs a seed, the order's difference and the
+    pairs' spread."""
+    groups: dict[tuple[int, str], list[dict]] = defaultdict(list)
+    for batch, record in batch_records:
+        groups[(batch, record["framework"])].append(record)
+    rows = []
+    for (batch, framework), chosen in sorted(groups.items(), reverse=True):
+        by_seed, shared_first, own_first, spread = [], [], [], []
+        for record in chosen:
+            logs = [math.log(shared / own) for shared, own in record["window_pairs"]]
+            spread.append(statistics.pstdev(logs))
+            flags = record.get("own_first") or [record["seed"] % 2 == 1] * len(logs)
+            first = [x for x, flag in zip(logs, flags) if not flag]
+            second = [x for x, flag in zip(logs, flags) if flag]
+            if first and second:
+                by_seed.append(statistics.median(first) - statistics.median(second))
+            elif first:
+                shared_first.append(statistics.median(first))
+            else:
+                own_first.append(statistics.median(second))
+        difference = (statistics.mean(by_seed) if by_seed else
+                      statistics.mean(shared_first) - statistics.mean(own_first)
+                      if shared_first and own_first else None)
+        rows.append({"batch": batch, "framework": framework, "seeds": len(chosen),
+                     "pairs": sorted({len(r["window_pairs"]) for r in chosen}),
+                     "within_seeds": bool(by_seed), "difference": difference,
+                     "pair_spread": statistics.median(spread)})
+    return rows
+
+
+def markdown(rows: list[dict], command: str) -> str:
+    lines = ["# The order of a pair's windows and its ratio", "", machine_label(), "",
+             f"    {command}", "",
+             "| batch | framework | seeds | pairs a seed | shared first - own first (log) "
+             "| pairs' spread (log sd) |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        how = "within each seed" if row["within_seeds"] else "between the seeds of each order"
+        difference = "-" if row["difference"] is None else f"{row['difference']:.3f} ({how})"
+        lines.append(f"| {row['batch']} | {row['framework']} | {row['seeds']} | "
+                     f"{', '.join(map(str, row['pairs']))} | {difference} | "
+                     f"{row['pair_spread']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, help="also write the table here (and .json)")
+    args = parser.parse_args()
+    rows = orders(records(args.folders))
+    command = "python -m benchmarks.pair_orders " + " ".join(sys.argv[1:])
+    text = markdown(rows, command)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+        args.out.with_suffix(".json").write_text(
+            json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
