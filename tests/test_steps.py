@@ -199,11 +199,12 @@ class FakeClock:
         return self.now
 
 
-def _run_counting(tmp_path, monkeypatch, **changes):
+def _run_counting(tmp_path, monkeypatch, steps_per_epoch=10, **changes):
     clock = FakeClock()
     monkeypatch.setattr(loop, "time", clock)  # the loop's clock only
     config = tiny_config(tmp_path, epochs=3, schedule="onecycle", **changes)
     trainer = CountingTrainer(clock)
+    trainer.steps_per_epoch = steps_per_epoch
     record = recorder_module.Recorder(config, trainer, networks.get_spec("lenet"), {}, {}, {})
     assert loop.train_epochs(trainer, config, record) == 0
     return trainer, record, config
@@ -222,15 +223,20 @@ def test_calls_take_k_steps_and_the_epochs_last_call_the_rest(tmp_path, monkeypa
 
 def test_windows_are_sized_by_time_in_the_first_epoch_then_held(tmp_path, monkeypatch):
     """A call of 3 steps takes 30 ms here; a 0.06 s target makes windows of 2 calls, once the
-    first window (tracing, compilation) is behind."""
-    _, record, _ = _run_counting(tmp_path, monkeypatch, timing_window_s=0.06)
+    first window (tracing, compilation) is behind; an epoch of 4 calls bounds them to 1 (an
+    eighth of an epoch, rounded up to whole calls)."""
+    _, record, _ = _run_counting(tmp_path, monkeypatch, steps_per_epoch=40,
+                                 timing_window_s=0.06)
     sizes = [(w["epoch"], w["steps"]) for w in record.windows]
-    assert sizes == [(1, 3), (1, 3), (1, 4),  # sizing: 1 call, 1 call, then 2 (3 + the last 1)
-                     (2, 6), (2, 4), (3, 6), (3, 4)]
-    steady = record.result["summary"]["steady_step_time_ms"]
-    assert steady["window_target_s"] == 0.06
-    assert steady["median"] == pytest.approx(10.0) and steady["windows"] == 4
-    assert steady["steps_per_window"] == 5  # median of 6, 4, 6, 4
+    steady = [6] * 6 + [4]  # 2 calls a window; the last, 3 steps + the epoch's last 1
+    assert sizes == ([(1, 3), (1, 3)] + [(1, 6)] * 5 + [(1, 4)]  # sizing: 1 call, 1, then 2
+                     + [(epoch, n) for epoch in (2, 3) for n in steady])
+    figures = record.result["summary"]["steady_step_time_ms"]
+    assert figures["window_target_s"] == 0.06
+    assert figures["median"] == pytest.approx(10.0) and figures["windows"] == 14
+    assert figures["steps_per_window"] == 6
+    _, record, _ = _run_counting(tmp_path / "short", monkeypatch, timing_window_s=0.06)
+    assert [w["steps"] for w in record.windows if w["epoch"] > 1] == [3, 3, 3, 1] * 2
 
 
 def test_sweep_varies_steps_per_call_and_strategy():
