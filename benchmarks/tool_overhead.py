@@ -4,7 +4,7 @@ loop; compare.run.own_loop), per configuration, alternated in fresh processes; o
 `--beside`, as `compare` measures it.
 
 `--beside` runs `cnncompare compare` itself, each configuration once a repeat (the order
-turned every repeat): batch 32 on 10,000 synthetic images and batch 4 on 2,000, 3 epochs, 3
+turned every repeat): batch 32 on 10,000 synthetic images and batch 4 on 4,000, 3 epochs, 3
 seeds, float32, and the README's first command as it stands. Each comparison trains each
 own loop in its run's process, a timing window of each loop in turn, and the two frameworks
 side by side taking turns (docs/measurement.md, "On a busy host"); its report's ratios, each
@@ -59,6 +59,10 @@ COMPARISONS = {
 # An interval no wider than these (high / low) resolves a difference of about 10% around
 # its centre (shared / own), and the TF / PyTorch ratio to a third
 RESOLVING_WIDTH = {"shared_over_own": 1.2, "tf_over_torch": 1.35}
+# The figures of each comparison --beside reads, and the resolving width each is held to
+BESIDE_RATIOS = {"tf_shared_over_own": "shared_over_own",
+                 "torch_shared_over_own": "shared_over_own",
+                 "tf_over_torch_train_time": "tf_over_torch"}
 
 
 def arguments() -> argparse.Namespace:
@@ -204,12 +208,6 @@ def measure_beside(args: argparse.Namespace) -> dict:
                                             *options]) for name, options in COMPARISONS.items()},
             "centre_goal": CAVEAT_RATIO, "resolving_width": RESOLVING_WIDTH,
             "rows": rows, "summary": summary}
-
-
-# The figures of each comparison --beside reads, and the resolving width each is held to
-BESIDE_RATIOS = {"tf_shared_over_own": "shared_over_own",
-                 "torch_shared_over_own": "shared_over_own",
-                 "tf_over_torch_train_time": "tf_over_torch"}
 
 
 def _over_repeats(entries: list[dict | None], width: float) -> dict:

@@ -31,7 +31,7 @@ OWN_LOOP_NAMES = {"tf": "Keras fit", "torch": "a plain PyTorch loop"}
 # the measure of every ratio here, in the words the sentences use
 STEP_MEASURE = "median step time after the first epoch"
 TIME_MEASURE = "training time after the first epoch"
-# the loops trained a window each in turn: each seed's ratio is the median over its pairs
+# the loops trained a window each in turn: each seed's ratio comes from its pairs (pairs_ratio)
 PAIR_MEASURE = "step time in adjacent windows after the first epoch, pair by pair"
 
 
