@@ -7,6 +7,7 @@ this process). docs/measurement.md's tables and docs/benchmarks.md's times come 
 
     python -m benchmarks.parity_float64 lenet resnet9 resnet18 vgg11 mobilenetv2
     python -m benchmarks.parity_float64 --check lenet resnet9 resnet18 vgg11 mobilenetv2
+    python -m benchmarks.parity_float64 --check --apart never lenet resnet18 mobilenetv2
     python -m benchmarks.parity_float64 --check --recipe-batch lenet vgg11 resnet18
     python -m benchmarks.parity_float64 --slips lenet resnet9 resnet18 vgg11 mobilenetv2
 """
@@ -66,6 +67,8 @@ def check(model: str, batch: int | None) -> dict:
     with tempfile.TemporaryDirectory() as directory, warm.fork_servers():
         record = parity_check.run_parity(config, Path(directory), 3)
     return {"model": model, "batch": parity.probe_config(config).batch_size,
+            "timed_batch": parity.timed_config(config).batch_size,
+            "tf_timed_apart": parity_check._layers(model) >= parity_check.APART_FROM_LAYERS,
             "seconds": time.perf_counter() - started, "passed": record["passed"],
             "timed_agrees": (record.get("timed_configuration") or {}).get("agrees")}
 
@@ -122,11 +125,19 @@ def main() -> None:
     mode.add_argument("--check", action="store_true", help="time the whole parity check")
     mode.add_argument("--slips", action="store_true", help="each slip on each network")
     parser.add_argument("--recipe-batch", action="store_true", help="with --check: probe at "
-                        "each recipe's own batch, as the check did before PROBE_BATCH")
+                        "each recipe's own batch, as the check did before PROBE_BATCH and "
+                        "TIMED_PROBE_BATCH")
+    parser.add_argument("--apart", choices=("rule", "always", "never"), default="rule",
+                        help="with --check: TensorFlow's timed probe in a process of its own "
+                             "as parity_check.APART_FROM_LAYERS decides, on every network, or "
+                             "never (chained after its gate)")
     parser.add_argument("--out", type=Path, help="also write the rows to this JSON file")
     args = parser.parse_args()
+    if args.apart != "rule":  # run_parity reads it at each call
+        parity_check.APART_FROM_LAYERS = 0 if args.apart == "always" else 1 << 30
     if args.recipe_batch:
-        parity.PROBE_BATCH = 1 << 30  # probe_batch reads it at each call: no cap
+        # probe_batch reads them at each call: no cap
+        parity.PROBE_BATCH = parity.TIMED_PROBE_BATCH = 1 << 30
     rows = []
     for model in args.models:
         if args.slips:

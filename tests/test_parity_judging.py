@@ -29,7 +29,7 @@ def test_the_probes_configurations_keep_what_each_one_judges():
     naive = PipelineConfig.preset("naive")
     probe = parity.probe_config(run)
     assert (probe.precision, probe.device, probe.devices, probe.batch_size) == ("fp64", "cpu",
-                                                                                 1, 16)
+                                                                                 1, 8)
     assert (probe.tf32, probe.compile, probe.cuda_graphs) == (False, False, False)
     assert (probe.shared_init, probe.micro_batches, probe.pipeline, probe.dropout) == (
         True, 1, naive, False)
@@ -41,8 +41,11 @@ def test_the_probes_configurations_keep_what_each_one_judges():
             timed.pipeline, timed.dropout) == (1, 16, True, 1, naive, False)
     staged = run.replace(parallel="model", devices=2)
     assert parity.probe_config(staged).devices == 2 == parity.timed_config(staged).devices
-    assert parity.probe_batch(RunConfig(batch_size=8)) == 8
-    assert parity.probe_batch(RunConfig(batch_size=16)) == 16 == parity.PROBE_BATCH
+    assert parity.probe_batch(RunConfig(batch_size=4)) == 4
+    assert parity.probe_batch(RunConfig(batch_size=8)) == 8 == parity.PROBE_BATCH
+    assert parity.probe_batch(RunConfig(batch_size=9)) == 8
+    assert parity.timed_config(RunConfig(batch_size=12)).batch_size == 12
+    assert parity.timed_config(RunConfig(batch_size=32)).batch_size == 16
 
 
 def test_the_noise_floors_step_is_one_ulp_of_the_compute_precision():

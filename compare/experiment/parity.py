@@ -87,16 +87,22 @@ def probe_learning_rate(config: RunConfig, step: int, total_steps: int) -> float
 
 # Images in the probe's batches: the run's batch size, at most this. Every slip the gate exists
 # to catch (an epsilon, a padding side, a layout, a momentum form) moves its figure by the same
-# orders of magnitude on 16 images as on the recipe's 128 or 512, while float64 forward and
-# backward passes of a recipe's batch took minutes a network on a 2-core CPU
-# (benchmarks/parity_float64.py, docs/benchmarks.md); BatchNorm still sees 16 images times
-# the positions of each channel.
-PROBE_BATCH = 16
+# orders of magnitude on 8 images as on 16 or on the recipe's 128 or 512, while float64 forward
+# and backward passes of a recipe's batch took minutes a network on a 2-core CPU
+# (benchmarks/parity_float64.py, docs/benchmarks.md and docs/measurement.md); BatchNorm still
+# sees 8 images times the positions of each channel.
+PROBE_BATCH = 8
+
+# Images in the timed configuration's probe: the run's batch size, at most this. Its figures
+# are judged against a noise floor (one probe with every weight moved by 1 ulp), a single
+# draw of the rounding noise, which a batch of 8 images averages too little: ResNet-9's loss
+# in bfloat16 then drifted 4.4x its floor (tests/test_parity.py), within it on 16 images.
+TIMED_PROBE_BATCH = 16
 
 
-def probe_batch(config: RunConfig) -> int:
-    """The probe's batch size for a run of `config`: its own, at most PROBE_BATCH."""
-    return min(config.batch_size, PROBE_BATCH)
+def probe_batch(config: RunConfig, cap: int | None = None) -> int:
+    """The probe's batch size for a run of `config`: its own, at most `cap` (PROBE_BATCH)."""
+    return min(config.batch_size, PROBE_BATCH if cap is None else cap)
 
 
 def probe_config(config: RunConfig, compute: str = precision.PROBE_ONLY) -> RunConfig:
@@ -114,11 +120,12 @@ def probe_config(config: RunConfig, compute: str = precision.PROBE_ONLY) -> RunC
 
 def timed_config(config: RunConfig) -> RunConfig:
     """The run's config as the timed comparison runs it (precision, TF32, compiler), probed
-    in one process on one replica, on batches of at most PROBE_BATCH images, with the shared
-    initial weights and the naive pipeline, dropout off."""
-    return config.replace(devices=_probe_devices(config), batch_size=probe_batch(config),
-                          shared_init=True, micro_batches=1,
-                          pipeline=PipelineConfig.preset("naive"), dropout=False)
+    in one process on one replica, on batches of at most TIMED_PROBE_BATCH images, with the
+    shared initial weights and the naive pipeline, dropout off."""
+    return config.replace(devices=_probe_devices(config),
+                          batch_size=probe_batch(config, TIMED_PROBE_BATCH), shared_init=True,
+                          micro_batches=1, pipeline=PipelineConfig.preset("naive"),
+                          dropout=False)
 
 
 def _probe_devices(config: RunConfig) -> int:

@@ -6,12 +6,14 @@ their comparison are compare.experiment.parity's."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from compare.experiment import networks, specs
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
 from compare.experiment.parity import (
     AFTER_STEPS,
@@ -33,6 +35,17 @@ from compare.process import runner
 # within NOISE_FACTOR times the larger floor (or within the float32 tolerance) is rounding.
 # The float64 gate catches recipe errors.
 
+# Where both probe on the CPU, TensorFlow's probe of the timed configuration runs in a process
+# of its own beside its gate's, on networks of at least APART_FROM_LAYERS layers: TensorFlow
+# traces and optimises its step function anew for each configuration (float64, then float32),
+# seconds on one core that grow with the layers, and a second process overlaps the two on a
+# 2-core CPU for the price of one more import. PyTorch's probes are mostly computation on
+# every core: chained in one process. Measured both ways with benchmarks/parity_float64.py
+# --check --apart (docs/benchmarks.md): MobileNetV2 (153 layers) gained, ResNet-18 (60) did
+# not beyond the machine's noise, VGG-11 (31) and LeNet (12) lost.
+TRACED_APART = ("tf",)
+APART_FROM_LAYERS = 100
+
 
 def run_parity(config: RunConfig, directory: Path,
                steps: int = ComparisonConfig.parity_steps,
@@ -48,7 +61,8 @@ def run_parity(config: RunConfig, directory: Path,
     # path. On a GPU it needs a process of its own: the gate's TensorFlow hides the GPUs from
     # its process.
     then = (timed, directory / "timed") if _device_kind(timed) == "cpu" else None
-    gated, *followed = _probes(gate, directory, steps, then=then)
+    apart = TRACED_APART if _layers(config.model) >= APART_FROM_LAYERS else ()
+    gated, *followed = _probes(gate, directory, steps, then=then, apart=apart)
     probes, errors = gated
     if errors:
         return _error_record(errors, gate, steps)
@@ -88,12 +102,14 @@ class Probed(NamedTuple):
 
 
 def _probes(config: RunConfig, directory: Path, steps: int, floors: tuple[str, ...] = (),
-            then: tuple[RunConfig, Path] | None = None) -> list[Probed]:
+            then: tuple[RunConfig, Path] | None = None,
+            apart: tuple[str, ...] = ()) -> list[Probed]:
     """Each framework's probe of `config` into `directory` (and, for `floors`, a
     1-ulp-perturbed one written by the same process: NAME-perturbed); with `then` (a config
-    and its directory), each process probes that config next, with both floors. One Probed
-    per configuration, `config`'s first. A probe counts once its file is written: a process
-    that fails in `then`'s probe leaves `config`'s."""
+    and its directory), that config's probe next, with both floors: by the same process, or
+    for a framework in `apart` by a process of its own (`apart`'s processes start first).
+    One Probed per configuration, `config`'s first. A probe counts once its file is written:
+    a process that fails in `then`'s probe leaves `config`'s."""
     wanted = [(config, directory, floors)] + ([(*then, FRAMEWORKS)] if then is not None else [])
     for _, folder, floored in wanted:  # no file of an earlier check is read as this one's
         folder.mkdir(parents=True, exist_ok=True)
@@ -101,22 +117,32 @@ def _probes(config: RunConfig, directory: Path, steps: int, floors: tuple[str, .
             for name in _names(framework, floored):
                 (folder / f"{name}.npz").unlink(missing_ok=True)
 
-    def probe(framework: str) -> tuple[int, str | None]:
-        floor = directory / f"{framework}-perturbed.npz" if framework in floors else None
-        follow = None
-        if then is not None:
-            follow = (then[0].replace(framework=framework, out=str(then[1] / framework)),
-                      then[1] / f"{framework}.npz", then[1] / f"{framework}-perturbed.npz")
-        return runner.run_probe(config.replace(framework=framework,
-                                               out=str(directory / framework)),
-                                directory / f"{framework}.npz", steps, floor=floor,
-                                then=follow)
-    # Untimed, and mostly process start-up: two at a time
-    done = runner.concurrently([functools.partial(probe, fw) for fw in FRAMEWORKS])
+    def probe(framework: str, first: tuple[RunConfig, Path, tuple[str, ...]],
+              follow: tuple[RunConfig, Path] | None) -> tuple[int, str | None]:
+        probed, folder, floored = first
+        floor = folder / f"{framework}-perturbed.npz" if framework in floored else None
+        chained = None
+        if follow is not None:
+            chained = (follow[0].replace(framework=framework, out=str(follow[1] / framework)),
+                       follow[1] / f"{framework}.npz", follow[1] / f"{framework}-perturbed.npz")
+        return runner.run_probe(probed.replace(framework=framework, out=str(folder / framework)),
+                                folder / f"{framework}.npz", steps, floor=floor, then=chained)
+    jobs: list[tuple[int, str, Callable[[], tuple[int, str | None]]]] = []
+    for framework in sorted(FRAMEWORKS, key=lambda fw: fw not in apart):
+        alone = then is not None and framework in apart
+        jobs.append((0, framework, functools.partial(probe, framework, wanted[0],
+                                                     None if alone else then)))
+        if alone:
+            jobs.append((1, framework, functools.partial(probe, framework, wanted[1], None)))
+    # Untimed, and mostly process start-up and tracing: two at a time
+    done = runner.concurrently([job for _, _, job in jobs])
+    outcome = {(index, framework): result
+               for (index, framework, _), result in zip(jobs, done)}
     found = []
-    for _, folder, floored in wanted:
+    for index, (_, folder, floored) in enumerate(wanted):
         probed = Probed({}, {})
-        for framework, (code, error) in zip(FRAMEWORKS, done):
+        for framework in FRAMEWORKS:
+            code, error = outcome.get((index, framework), outcome[0, framework])
             paths = {name: folder / f"{name}.npz" for name in _names(framework, floored)}
             if not all(p.exists() for p in paths.values()):
                 probed.errors[framework] = error or runner.exit_reason(code)
@@ -126,6 +152,15 @@ def _probes(config: RunConfig, directory: Path, steps: int, floors: tuple[str, .
                     probed.probes[name] = {k: z[k] for k in z.files}
         found.append(probed)
     return found
+
+
+def _layers(model: str) -> int:
+    """The network's layers; 0 for a user's spec that is not built for 10 classes (its probes
+    then chained, as for a small network)."""
+    try:
+        return len(list(specs.walk(networks.get_spec(model).layers)))
+    except ValueError:
+        return 0
 
 
 def _names(framework: str, floors: tuple[str, ...]) -> list[str]:
