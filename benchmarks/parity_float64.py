@@ -68,7 +68,7 @@ def check(model: str, batch: int | None) -> dict:
         record = parity_check.run_parity(config, Path(directory), 3)
     return {"model": model, "batch": parity.probe_config(config).batch_size,
             "timed_batch": parity.timed_config(config).batch_size,
-            "tf_timed_apart": parity_check._layers(model) >= parity_check.APART_FROM_LAYERS,
+            "tf_timed_apart": "tf" in parity_check.apart(model),
             "seconds": time.perf_counter() - started, "passed": record["passed"],
             "timed_agrees": (record.get("timed_configuration") or {}).get("agrees")}
 

@@ -61,8 +61,7 @@ def run_parity(config: RunConfig, directory: Path,
     # path. On a GPU it needs a process of its own: the gate's TensorFlow hides the GPUs from
     # its process.
     then = (timed, directory / "timed") if _device_kind(timed) == "cpu" else None
-    apart = TRACED_APART if _layers(config.model) >= APART_FROM_LAYERS else ()
-    gated, *followed = _probes(gate, directory, steps, then=then, apart=apart)
+    gated, *followed = _probes(gate, directory, steps, then=then, apart=apart(config.model))
     probes, errors = gated
     if errors:
         return _error_record(errors, gate, steps)
@@ -154,13 +153,15 @@ def _probes(config: RunConfig, directory: Path, steps: int, floors: tuple[str, .
     return found
 
 
-def _layers(model: str) -> int:
-    """The network's layers; 0 for a user's spec that is not built for 10 classes (its probes
-    then chained, as for a small network)."""
+def apart(model: str) -> tuple[str, ...]:
+    """The frameworks whose timed probe of `model` on the CPU runs in a process of its own
+    (TRACED_APART from APART_FROM_LAYERS layers on). A user's spec that is not built for 10
+    classes is not counted: its probes are chained, as for a small network."""
     try:
-        return len(list(specs.walk(networks.get_spec(model).layers)))
+        layers = len(list(specs.walk(networks.get_spec(model).layers)))
     except ValueError:
-        return 0
+        return ()
+    return TRACED_APART if layers >= APART_FROM_LAYERS else ()
 
 
 def _names(framework: str, floors: tuple[str, ...]) -> list[str]:
