@@ -1,14 +1,13 @@
-"""Shared fixtures: an isolated cache, tiny datasets in every on-disk format, small configs."""
+"""Shared fixtures: an isolated cache, tiny datasets in every on-disk format (written by
+cifar_files.py), small configs; the frameworks imported where tests run, the tiers."""
 
 from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import io
 import os
-import pickle
-import struct
-import tarfile
 import threading
 import weakref
 from pathlib import Path
@@ -27,22 +26,33 @@ quiet_framework_logs()  # the tests import the frameworks themselves: quiet befo
 # and inherited by every subprocess a test starts.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# The product never holds both frameworks in one process (each runs in its own), but the
-# tests do. TensorFlow (XLA) and torch's compiler stack each bring LLVM; loaded in the order
-# TF then torch._dynamo, LLVM aborts ("Option registered more than once"). torch first works.
-# Either may be missing (a GPU machine may have only PyTorch): tests that need the missing
-# one skip with the reason.
-try:
-    import torch  # noqa: E402,F401
-    import torch._dynamo  # noqa: E402,F401
-except ImportError:
-    torch = None
-try:
-    import tensorflow as tf  # noqa: E402
-except ImportError:
-    tf = None
+torch = tf = None  # the frameworks, imported by pytest_configure where tests run
 
-if tf is not None:
+
+def pytest_configure(config):
+    """Import the frameworks in every process that runs tests, before any test module is
+    collected; not in `pytest -n`'s controller, which runs none and would spend 10-12 s on
+    them (a 2-core AMD EPYC) before its workers start."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        _import_frameworks()
+
+
+def _import_frameworks() -> None:
+    """The product never holds both frameworks in one process (each runs in its own), but the
+    tests do. TensorFlow (XLA) and torch's compiler stack each bring LLVM; loaded in the order
+    TF then torch._dynamo, LLVM aborts ("Option registered more than once"). torch first
+    works. Either may be missing (a GPU machine may have only PyTorch): tests that need the
+    missing one skip with the reason."""
+    global torch, tf
+    try:
+        importlib.import_module("torch._dynamo")
+        torch = importlib.import_module("torch")
+    except ImportError:
+        pass
+    try:
+        tf = importlib.import_module("tensorflow")
+    except ImportError:
+        return
     # Two logical CPU devices for MirroredStrategy tests, and no GPU in this process (the
     # gpu tests run TensorFlow in subprocesses); must precede TensorFlow's start-up, which
     # any test (tfds, a Keras build) may trigger first.
@@ -50,8 +60,12 @@ if tf is not None:
     tf.config.set_logical_device_configuration(
         tf.config.list_physical_devices("CPU")[0],
         [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+    _register_tf_trainers()
 
-from compare.experiment.config import PipelineConfig, RunConfig  # noqa: E402
+
+from cifar_files import make_cifar_arrays, write_cifar_archive, write_image
+
+from compare.experiment.config import PipelineConfig, RunConfig
 
 # Every time limit in the suite is a safety net at least 10x above the work it waits for on
 # the reference machine (a 2-core AMD EPYC with AVX-512, alone), stretched by SLOWEST for the
@@ -79,81 +93,12 @@ def patience(seconds: float) -> float:
     return seconds * SLOWEST
 
 
-CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-
-
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory, monkeypatch):
     """Every test gets its own $CNNCOMPARE_HOME: no test reads a real cache."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("CNNCOMPARE_HOME", str(home))
     return home
-
-
-def make_cifar_arrays(per_batch: int = 20, seed: int = 0):
-    """Random images and labels for 5 training batches and a test batch."""
-    rng = np.random.default_rng(seed)
-    batches = []
-    for _ in range(6):
-        images = rng.integers(0, 256, size=(per_batch, 32, 32, 3), dtype=np.uint8)
-        labels = rng.integers(0, 10, size=per_batch).tolist()
-        batches.append((images, labels))
-    return batches
-
-
-class Py2Str(bytes):
-    """A Python 2 `str`: pickled with the (SHORT_)BINSTRING opcode, as the official archive's
-    keys are, so it loads as bytes with encoding='bytes' and as str with encoding='latin1'."""
-
-
-class Py2Pickler(pickle._Pickler):
-    dispatch = pickle._Pickler.dispatch.copy()
-
-    def save_py2str(self, obj):
-        if len(obj) < 256:
-            self.write(pickle.SHORT_BINSTRING + bytes([len(obj)]) + bytes(obj))
-        else:
-            self.write(pickle.BINSTRING + struct.pack("<i", len(obj)) + bytes(obj))
-        self.memoize(obj)
-
-    dispatch[Py2Str] = save_py2str
-
-
-def py2_pickle(obj) -> bytes:
-    buffer = io.BytesIO()
-    Py2Pickler(buffer, protocol=2).dump(obj)
-    return buffer.getvalue()
-
-
-def _pickled_batch(images: np.ndarray, labels: list[int], name: str) -> bytes:
-    """A batch exactly as the official python archive stores it (Python 2 str keys, RGB planes)."""
-    rows = images.transpose(0, 3, 1, 2).reshape(len(images), -1)
-    return py2_pickle({Py2Str(b"batch_label"): Py2Str(name.encode()), Py2Str(b"labels"): labels,
-                       Py2Str(b"data"): rows,
-                       Py2Str(b"filenames"): [Py2Str(f"{i}.png".encode())
-                                              for i in range(len(labels))]})
-
-
-def write_cifar_dir(root: Path, batches, labels_override: dict | None = None) -> Path:
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True, exist_ok=True)
-    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-    for name, (images, labels) in zip(names, batches):
-        if labels_override and name in labels_override:
-            labels = labels_override[name]
-        (folder / name).write_bytes(_pickled_batch(images, labels, name))
-    (folder / "batches.meta").write_bytes(py2_pickle(
-        {Py2Str(b"num_cases_per_batch"): len(batches[0][1]),
-         Py2Str(b"label_names"): [Py2Str(c.encode()) for c in CLASSES], Py2Str(b"num_vis"): 3072}))
-    return folder
-
-
-def write_cifar_archive(root: Path, batches) -> Path:
-    folder = write_cifar_dir(root / "src", batches)
-    archive = root / "cifar-10-python.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(folder, arcname="cifar-10-batches-py")
-    return archive
 
 
 @pytest.fixture
@@ -164,12 +109,6 @@ def cifar_batches():
 @pytest.fixture
 def cifar_archive(tmp_path, cifar_batches) -> Path:
     return write_cifar_archive(tmp_path, cifar_batches)
-
-
-def write_image(path: Path, array: np.ndarray, fmt: str = "PNG") -> None:
-    from PIL import Image
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(array).save(path, format=fmt)
 
 
 @pytest.fixture
@@ -242,6 +181,17 @@ def _torch_cuda() -> bool:
 
 
 @pytest.fixture(scope="module")
+def forked_frameworks():
+    """Framework processes forked from fork servers (compare.process.warm) for the module's
+    tests, as compare and sweep start theirs: a module of many short framework calls (ports,
+    their refusals) pays each framework's import once instead of once a call. The plain
+    process each call falls back to is tested in tests/test_warm.py and by every other test."""
+    from compare.process import warm
+    with warm.fork_servers() as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
 def torch_gpu():
     """torch_impl.train where PyTorch sees a CUDA GPU (the gpu tests); else the test skips."""
     if not _torch_cuda():
@@ -302,10 +252,6 @@ def _register_tf_trainers() -> None:
         _tf_trainers.add(self)
     init.registers = True
     tf_train.Trainer.__init__ = init
-
-
-if tf is not None:
-    _register_tf_trainers()
 
 
 @pytest.fixture(autouse=True)

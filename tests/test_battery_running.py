@@ -79,6 +79,7 @@ def test_a_gpu_test_stage_says_what_ran_even_when_cut_by_its_limit():
     assert running.summary_of_tests(["$ python -m pytest", "collecting ..."]) is None
 
 
+@pytest.mark.slow  # a pytest that imports both frameworks to collect: 15-17 s under pytest -n 2
 def test_the_gpu_test_stage_runs_only_the_tests_named_by_tests(tmp_path):
     """--tests narrows the GPU-test stage to the tests a rental did not reach: pytest
     collects exactly those of the framework whose names hold one of the parts."""

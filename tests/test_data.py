@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CLASSES, write_cifar_archive, write_cifar_dir, write_image
+from cifar_files import CLASSES, write_cifar_archive, write_cifar_dir, write_image
 from decoding import decode_here, expected_split
 
 from compare.errors import DataError

@@ -11,7 +11,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import CLASSES, patience, write_cifar_dir
+from cifar_files import CLASSES, write_cifar_dir
+from conftest import patience
 from decoding import decode_here, expected_split, refuse_subprocesses
 from processes import REPO
 

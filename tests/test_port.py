@@ -19,6 +19,8 @@ from compare.experiment.config import RunConfig
 from compare.experiment.porting import Node, Refused
 from compare.run import validate
 
+pytestmark = pytest.mark.usefixtures("forked_frameworks")
+
 TORCH_MODELS = Path(__file__).parent / "port_torch_models.py"
 TUTORIAL_NET = Path(__file__).parent.parent / "examples" / "tutorial_net.py"
 

@@ -18,6 +18,8 @@ from conftest import patience
 from compare.cli.app import cli
 from compare.experiment import networks, parity, specs
 
+pytestmark = pytest.mark.usefixtures("forked_frameworks")
+
 S = specs
 ROOT = Path(__file__).parent.parent
 

@@ -41,6 +41,8 @@ from compare.experiment.specs import (
     ZeroPad,
 )
 
+pytestmark = pytest.mark.usefixtures("forked_frameworks")
+
 TORCH_MODELS = Path(__file__).parent / "port_torch_models.py"
 
 

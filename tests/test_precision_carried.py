@@ -99,7 +99,8 @@ def test_a_config_carries_its_resolution_until_what_it_was_resolved_from_changes
     assert worker.carried_precision(stale) is stale  # carried: read, not resolved again
 
 
-@pytest.mark.parametrize("framework", ["tf", "torch"])
+# TensorFlow's pair of processes (14-16 s under pytest -n 2) in the heavy tier; PyTorch's in both
+@pytest.mark.parametrize("framework", [pytest.param("tf", marks=pytest.mark.slow), "torch"])
 def test_a_framework_process_uses_the_carried_precision_and_resolves_none(tmp_path, framework):
     """A config carrying mixed bfloat16 for `auto` on the CPU, which this machine would
     resolve to float32: the framework process, where resolving raises, trains in the carried
