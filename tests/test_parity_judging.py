@@ -48,6 +48,19 @@ def test_the_probes_configurations_keep_what_each_one_judges():
     assert parity.timed_config(RunConfig(batch_size=32)).batch_size == 16
 
 
+def test_of_the_built_in_networks_only_mobilenetv2_has_tensorflows_timed_probe_apart():
+    """The line drawn where it was measured to pay (docs/benchmarks.md): MobileNetV2's 153
+    layers are past it, ResNet-18's 60 are not; a network whose spec cannot be read is probed
+    as a small one."""
+    from compare.process import parity_check
+    layers = {name: len(list(specs.walk(networks.get_spec(name).layers)))
+              for name in networks.MODELS}
+    assert layers["mobilenetv2"] >= parity_check.APART_FROM_LAYERS > layers["resnet18"]
+    assert {name: parity_check.apart(name) for name in networks.MODELS} == {
+        name: ("tf",) if name == "mobilenetv2" else () for name in networks.MODELS}
+    assert parity_check.apart("no/such/file.py:Net") == ()
+
+
 def test_the_noise_floors_step_is_one_ulp_of_the_compute_precision():
     assert parity.compute_epsilon({"precision_policy": "mixed_bfloat16"}) == 2.0 ** -8
     assert parity.compute_epsilon({"precision_policy": "autocast float16"}) == 2.0 ** -11

@@ -181,7 +181,11 @@ def test_on_a_cpu_each_gate_process_probes_the_timed_configuration_next(
     record = parity_check.run_parity(config, tmp_path / "together")
     assert calls == [True, True] and record["passed"]
     alone = parity_check._timed_record(parity.timed_config(config), tmp_path / "alone", 3)
-    assert record["timed_configuration"] == alone and alone["agrees"]
+    together = record["timed_configuration"]
+    assert [together["configuration"].pop("probed_in"), alone["configuration"].pop("probed_in")
+            ] == [{"tf": "its gate's process", "torch": "its gate's process"},
+                  {"tf": "a process of its own", "torch": "a process of its own"}]
+    assert together == alone and alone["agrees"]
 
     real = worker.probe
 
@@ -197,8 +201,9 @@ def test_on_a_cpu_each_gate_process_probes_the_timed_configuration_next(
 def test_a_network_of_many_layers_probes_tensorflows_timed_configuration_apart(
         tmp_path, probes_in_this_process, monkeypatch):
     """From APART_FROM_LAYERS layers on, TensorFlow's timed probe is a call of its own,
-    started before the others, and PyTorch's stays chained after its gate; the record is the
-    chained check's, figure for figure. One layer fewer than the network has: chained."""
+    started before the others, and PyTorch's stays chained after its gate; the record says so
+    and is the chained check's, figure for figure. One layer fewer than the network has:
+    chained."""
     from compare.experiment import networks, precision, specs
     from compare.process import parity_check, runner
     probe = runner.run_probe
@@ -219,6 +224,12 @@ def test_a_network_of_many_layers_probes_tensorflows_timed_configuration_apart(
     chained = parity_check.run_parity(config, tmp_path / "chained")
     assert calls == [("tf", True, True), ("torch", True, True)]
     assert apart["passed"] and apart["timed_configuration"]["agrees"]
+    # the record says which process probed the timed configuration, and is otherwise the same
+    said = [record["timed_configuration"]["configuration"].pop("probed_in")
+            for record in (apart, chained)]
+    assert said == [{"tf": "a process of its own", "torch": "its gate's process"},
+                    {"tf": "its gate's process", "torch": "its gate's process"}]
+    assert apart["timed_configuration"]["configuration"]["images"] == parity.TIMED_PROBE_BATCH
     assert apart == chained
 
 

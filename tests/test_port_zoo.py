@@ -16,6 +16,8 @@ from test_port import compare_ported
 
 from compare.cli import cli
 
+pytestmark = pytest.mark.usefixtures("forked_frameworks")
+
 
 def _source(tmp_path: Path, kind: str) -> list[str]:
     """The port's arguments for the zoo's MobileNetV3-Small of `kind`'s framework."""

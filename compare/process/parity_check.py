@@ -61,7 +61,8 @@ def run_parity(config: RunConfig, directory: Path,
     # path. On a GPU it needs a process of its own: the gate's TensorFlow hides the GPUs from
     # its process.
     then = (timed, directory / "timed") if _device_kind(timed) == "cpu" else None
-    gated, *followed = _probes(gate, directory, steps, then=then, apart=apart(config.model))
+    separate = apart(config.model)
+    gated, *followed = _probes(gate, directory, steps, then=then, apart=separate)
     probes, errors = gated
     if errors:
         return _error_record(errors, gate, steps)
@@ -75,8 +76,8 @@ def run_parity(config: RunConfig, directory: Path,
     else:
         record = compare_probes(probes["tf"], probes["torch"], steps, tolerances)
     if not record.get("error"):
-        record["timed_configuration"] = _timed_record(timed, directory / "timed", steps,
-                                                      *followed)
+        record["timed_configuration"] = _timed_record(
+            timed, directory / "timed", steps, followed[0] if followed else None, separate)
     return record
 
 
@@ -194,13 +195,15 @@ def _error_record(errors: dict[str, str], config: RunConfig, steps: int) -> dict
 
 
 def _timed_record(timed: RunConfig, directory: Path, steps: int,
-                  probed: Probed | None = None) -> dict:
+                  probed: Probed | None = None, apart: tuple[str, ...] = ()) -> dict:
     """The timed configuration's TF-vs-PyTorch figures, each framework's noise floor, and
     whether the one is within the other; from `probed` where the gate's processes probed it
-    already, else probed here."""
+    already (but for the frameworks `apart`, whose own processes did), else probed here."""
     described = {"precision": timed.precision, "tf32": timed.tf32, "compile": timed.compile,
                  "cuda_graphs": timed.cuda_graphs, "replicas_probed": 1,
-                 "device": where(timed)}
+                 "images": timed.batch_size, "device": where(timed),
+                 "probed_in": {fw: "its gate's process" if probed is not None and fw not in apart
+                               else "a process of its own" for fw in FRAMEWORKS}}
     probes, errors = probed or _probes(timed, directory, steps, floors=FRAMEWORKS)[0]
     if errors:
         return {"configuration": described,
