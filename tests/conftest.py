@@ -29,6 +29,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 torch = tf = None  # the frameworks, imported by pytest_configure where tests run
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which makes an unchosen --dist "load"
+def pytest_cmdline_main(config):
+    """Under pytest -n, a worker that runs out of tests takes the other's queued ones (unless
+    the user chose a --dist): xdist's "load" leaves one worker alone with its queue at the
+    end, tens of seconds of a 2-core machine's quick tier on one core."""
+    if (getattr(config.option, "numprocesses", None) and config.option.dist == "no"
+            and not config.option.distload):
+        config.option.dist = "worksteal"
+
+
 def pytest_configure(config):
     """Import the frameworks in every process that runs tests, before any test module is
     collected; not in `pytest -n`'s controller, which runs none and would spend 10-12 s on
