@@ -14,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cifar_files import make_cifar_arrays, write_cifar_archive, write_image
 
+from compare.experiment.config import PipelineConfig, RunConfig
 from compare.experiment.frameworks import quiet_framework_logs
 
 quiet_framework_logs()  # the tests import the frameworks themselves: quiet before they do
@@ -72,10 +74,6 @@ def _import_frameworks() -> None:
         [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
     _register_tf_trainers()
 
-
-from cifar_files import make_cifar_arrays, write_cifar_archive, write_image
-
-from compare.experiment.config import PipelineConfig, RunConfig
 
 # Every time limit in the suite is a safety net at least 10x above the work it waits for on
 # the reference machine (a 2-core AMD EPYC with AVX-512, alone), stretched by SLOWEST for the
