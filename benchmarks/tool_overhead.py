@@ -4,11 +4,12 @@ loop; compare.run.own_loop), per configuration, alternated in fresh processes; o
 `--beside`, as `compare` measures it.
 
 `--beside` runs `cnncompare compare` itself, each configuration once a repeat (the order
-turned every repeat): batch 32 on 10,000 synthetic images and batch 4 on 4,000, 3 epochs, 3
-seeds, float32, and the README's first command as it stands. Each comparison trains each
-own loop in its run's process, a timing window of each loop in turn, and the two frameworks
-side by side taking turns (docs/measurement.md, "On a busy host"); its report's ratios, each
-seed's paired, give each repeat's figures: each framework's shared / own ratio and the
+turned every repeat; `--comparisons` picks some): batch 32 on 10,000 synthetic images and
+batch 4 on 12,000 (the PyTorch tutorial's lr 0.001), 3 epochs, 3 seeds, float32, and the
+README's first command as it stands. Each comparison trains each own loop in its run's
+process, a timing window of each loop in turn, and the two frameworks side by side taking
+turns (docs/measurement.md, "On a busy host"); its report's ratios, each seed's paired, give
+each repeat's figures: each framework's shared / own ratio and the
 TF / PyTorch training-time ratio, with their 95% intervals (the quickstart's 2 seeds: their
 range). Writes DIR/overhead-beside.json and .md, and each comparison's figures and what they
 come from under DIR/overhead-beside/.
@@ -53,8 +54,8 @@ LEARNING_RATES = {("lenet", 4): "0.001"}
 COMPARISONS = {
     "batch32": ["--batch-size", "32", "--synthetic-size", "10000", "--epochs", "3",
                 "--seeds", "3", "--precision", "fp32"],
-    "batch4": ["--batch-size", "4", "--synthetic-size", "4000", "--epochs", "3",
-               "--seeds", "3", "--precision", "fp32"],
+    "batch4": ["--batch-size", "4", "--lr", LEARNING_RATES[("lenet", 4)], "--synthetic-size",
+               "12000", "--epochs", "3", "--seeds", "3", "--precision", "fp32"],
     "quickstart": ["--epochs", "2", "--seeds", "2"]}  # the README's first command
 # An interval no wider than these (high / low) resolves a difference of about 10% around
 # its centre (shared / own), and the TF / PyTorch ratio to a third
@@ -71,6 +72,8 @@ def arguments() -> argparse.Namespace:
                         "resnet9:512 on a GPU]")
     parser.add_argument("--beside", action="store_true",
                         help="measure as `compare` does, in comparisons of 3 seeds")
+    parser.add_argument("--comparisons", default=",".join(COMPARISONS),
+                        help=f"--beside: which of them [default: {','.join(COMPARISONS)}]")
     parser.add_argument("--frameworks", default="tf,torch", help="[default: tf,torch]")
     parser.add_argument("--repeats", type=int, default=5,
                         help="runs of each loop, alternating which goes first [default: 5]")
@@ -187,9 +190,15 @@ def measure_beside(args: argparse.Namespace) -> dict:
     """Each configuration's comparison once a repeat; a row of figures per comparison."""
     from compare.report.own_loops import CAVEAT_RATIO
     folder = args.out / "overhead-beside"
+    chosen_names = [name.strip() for name in args.comparisons.split(",") if name.strip()]
+    unknown = sorted(set(chosen_names) - set(COMPARISONS))
+    if unknown:
+        sys.exit(f"--comparisons: no comparison named {', '.join(unknown)} "
+                 f"(there are {', '.join(COMPARISONS)})")
+    comparisons = {name: COMPARISONS[name] for name in chosen_names}
     rows = []
     for repeat in range(1, args.repeats + 1):
-        for name in COMPARISONS if repeat % 2 else list(COMPARISONS)[::-1]:
+        for name in comparisons if repeat % 2 else list(comparisons)[::-1]:
             out = folder / f"{name}-r{repeat}"
             command = [sys.executable, "-m", "compare.cli", "compare", "--dataset", "synthetic",
                        *COMPARISONS[name], "--out", str(out.resolve()), "--quiet"]
@@ -197,7 +206,7 @@ def measure_beside(args: argparse.Namespace) -> dict:
                 rows.append({"config": name, **common.comparison_figures(out)})
             common.prune(out)
     summary = {}
-    for name in COMPARISONS:
+    for name in comparisons:
         chosen = [r for r in rows if r["config"] == name]
         summary[name] = {key: _over_repeats([r[key] for r in chosen], RESOLVING_WIDTH[goal])
                          for key, goal in BESIDE_RATIOS.items()}
@@ -205,7 +214,7 @@ def measure_beside(args: argparse.Namespace) -> dict:
             "repeats": args.repeats,
             "command": "python -m benchmarks.tool_overhead " + " ".join(sys.argv[1:]),
             "comparisons": {name: " ".join(["cnncompare compare --dataset synthetic",
-                                            *options]) for name, options in COMPARISONS.items()},
+                                            *options]) for name, options in comparisons.items()},
             "centre_goal": CAVEAT_RATIO, "resolving_width": RESOLVING_WIDTH,
             "rows": rows, "summary": summary}
 

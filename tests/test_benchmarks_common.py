@@ -65,6 +65,17 @@ def test_the_repeats_are_summed_up_by_how_many_resolve():
                      "resolving": 2}
 
 
+def test_the_beside_benchmark_refuses_a_comparison_it_does_not_have(tmp_path):
+    """benchmarks/tool_overhead.py --beside --comparisons: an unknown name ends it in one line
+    naming the ones there are, before any comparison runs."""
+    import argparse
+    from benchmarks.tool_overhead import measure_beside
+    args = argparse.Namespace(comparisons="batch4, nope", out=tmp_path, repeats=1)
+    with pytest.raises(SystemExit, match="no comparison named nope .there are batch32, batch4"):
+        measure_beside(args)
+    assert not any(tmp_path.iterdir())
+
+
 def test_the_order_of_a_pairs_windows_is_told_within_a_seed_or_between_seeds():
     """benchmarks/pair_orders.py: with `own_first`, each seed's two orders' medians apart
     (here the shared loop's window first costs it 10%); without, the seeds of each order."""
