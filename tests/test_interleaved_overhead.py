@@ -16,7 +16,9 @@ from benchmarks import interleaved_overhead
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("first", ["own", "shared"])
+# A process of 3 epochs of each loop (6-7 s under pytest -n 2): the own loop's first in the
+# heavy tier
+@pytest.mark.parametrize("first", [pytest.param("own", marks=pytest.mark.slow), "shared"])
 def test_both_loops_train_every_epoch_in_one_process(tmp_path, first):
     out = tmp_path / "pairs.json"
     subprocess.run([sys.executable, "-m", "benchmarks.interleaved_overhead", "--worker",

@@ -215,9 +215,11 @@ def _port(tmp_path: Path, source: str, *args: str) -> dict:
 
 @pytest.mark.machine_sensitive
 @pytest.mark.parametrize("name, parameters, dropout", [
-    ("squeezenet1_1", 727_626, {"classifier_0": 0.5}),
+    # 9-13 s each under pytest -n 2: the heavy tier; the quick tier ports a function from a
+    # file (below) by the same path, and tests/test_port_zoo.py ports both too
+    pytest.param("squeezenet1_1", 727_626, {"classifier_0": 0.5}, marks=pytest.mark.slow),
     pytest.param("mobilenet_v3_small", 1_528_106, {"classifier_2": 0.2},
-                 marks=pytest.mark.slow),  # 9-12 s; tests/test_port_zoo.py ports it too
+                 marks=pytest.mark.slow),
 ])
 def test_a_torchvision_classifier_ports_by_its_function(tmp_path, name, parameters, dropout):
     record = _port(tmp_path, f"torchvision.models:{name}", "--kwargs", '{"num_classes": 10}',
