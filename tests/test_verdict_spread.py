@@ -4,6 +4,7 @@ from seed to seed far more than the other's."""
 
 from __future__ import annotations
 
+import numpy as np
 from test_verdict import _summary
 
 from compare.report import stats, verdict
@@ -50,3 +51,65 @@ def test_an_unresolved_ratio_names_whose_seeds_spread():
     quiet = _with_times(_summary(), {0: 10.0, 1: 10.2, 2: 9.9}, {0: 10.1, 1: 9.9, 2: 10.0})
     assert stats.side(quiet["ratios"]["train_time_s"]) == 0  # unresolved, but no one's spread
     assert verdict._spread_sentence(quiet) == ""
+
+
+def _with_phases(first: tuple[dict, dict], steady: tuple[dict, dict],
+                 side_by_side: bool = True) -> dict:
+    """A summary whose per-seed training times are these first epochs plus these steady
+    epochs (TensorFlow's, PyTorch's), with every figure and ratio the report writes of them."""
+    summary = _summary()
+    summary["side_by_side"] = side_by_side
+    for key, (tf_times, torch_times) in (("warmup_time_s", first),
+                                         ("steady_train_time_s", steady)):
+        for fw, times in (("tf", tf_times), ("torch", torch_times)):
+            summary["frameworks"][fw][key] = stats.positive_interval(times.values())
+        summary["ratios"][key] = stats.paired_ratio(tf_times, torch_times)
+    totals = [{seed: first[i][seed] + steady[i][seed] for seed in first[i]} for i in (0, 1)]
+    return _with_times(summary, *totals)
+
+
+def _log_spread(tf_times: dict, torch_times: dict) -> float:
+    return float(np.log([tf_times[s] / torch_times[s] for s in tf_times]).std(ddof=1))
+
+
+def test_an_unresolved_ratio_names_the_part_of_the_training_time_that_spreads():
+    """Where the headline stays unresolved, the part (the first epoch or the epochs after it)
+    whose TF / PyTorch ratio spreads most over the seeds, weighted by its share of the
+    training time, is named with both spreads; side by side, the first epochs' being
+    unpaired is said. Alike parts, or a resolved ratio, add no sentence."""
+    noisy_first = ({0: 3.0, 1: 4.5, 2: 3.3}, {0: 4.0, 1: 3.0, 2: 3.6})
+    quiet_steady = ({0: 6.0, 1: 6.1, 2: 5.9}, {0: 6.6, 1: 6.7, 2: 6.5})
+    summary = _with_phases(noisy_first, quiet_steady)
+    assert stats.side(summary["ratios"]["train_time_s"]) == 0
+    share = sum(verdict.first_epoch_shares(summary).values()) / 2
+    assert 0.3 < share < 0.4
+    said = (f"Most of that spread is the first epoch's: the TF / PyTorch ratio of the first "
+            f"epoch varied {100 * _log_spread(*noisy_first):.1f}% from seed to seed, of the "
+            f"epochs after it {100 * _log_spread(*quiet_steady):.1f}% (standard deviation of "
+            f"the log ratio), the first epoch {100 * share:.0f}% of the training time")
+    assert said.startswith("Most of that spread is the first epoch's: the TF / PyTorch ratio "
+                           "of the first epoch varied 35.7% from seed to seed, of the epochs "
+                           "after it 0.2%")
+    sentences = verdict.verdict_sentences(summary)
+    assert sentences[2] == (said + "; the first epochs trained whole, one framework's after "
+                            "the other's, the epochs after them a timing window of each in "
+                            "turn.")
+    assert verdict._phase_spread_sentence(
+        _with_phases(noisy_first, quiet_steady, side_by_side=False)) == said + "."
+    # the same spreads the other way round: steady training's, over two thirds of the time
+    summary = _with_phases(({0: 3.0, 1: 3.05, 2: 2.95}, {0: 3.3, 1: 3.35, 2: 3.25}),
+                           ({0: 6.0, 1: 9.0, 2: 6.6}, {0: 8.0, 1: 6.0, 2: 7.2}))
+    assert stats.side(summary["ratios"]["train_time_s"]) == 0
+    assert verdict._phase_spread_sentence(summary).startswith(
+        "Most of that spread is steady training's: the TF / PyTorch ratio of the first epoch "
+        "varied 0.2% from seed to seed, of the epochs after it 35.7%")
+    # both parts alike, weighted by their shares: no part named
+    alike = _with_phases(({0: 3.0, 1: 3.6, 2: 3.2}, {0: 3.4, 1: 3.1, 2: 3.3}),
+                         ({0: 6.0, 1: 6.6, 2: 6.2}, {0: 6.4, 1: 6.1, 2: 6.3}))
+    assert stats.side(alike["ratios"]["train_time_s"]) == 0
+    assert verdict._phase_spread_sentence(alike) == ""
+    # resolved: TensorFlow clearly faster in every part
+    faster = _with_phases(({0: 2.0, 1: 2.9, 2: 2.2}, {0: 4.0, 1: 4.0, 2: 4.1}),
+                          ({0: 4.0, 1: 4.1, 2: 3.9}, {0: 8.0, 1: 8.2, 2: 8.1}))
+    assert stats.side(faster["ratios"]["train_time_s"]) == -1
+    assert verdict._phase_spread_sentence(faster) == ""

@@ -23,7 +23,8 @@ def verdict_sentences(summary: schema.Summary) -> list[str]:
         setup = setup_sentence(summary) if summary.get("seeds") else ""
         return [s for s in (nothing, setup, _caveat_sentence(summary)) if s]
     return [s for s in (_timing_sentence(summary), _speed_sentence(summary),
-                        _spread_sentence(summary), defaults.sentence(summary),
+                        _spread_sentence(summary), _phase_spread_sentence(summary),
+                        defaults.sentence(summary),
                         _accuracy_sentence(summary),
                         setup_sentence(summary),
                         own_loops.sentence(summary, ", too short to time" if timing(summary)
@@ -91,13 +92,7 @@ def _speed_sentence(summary: schema.Summary) -> str:
     mark = (", too short to time" if timing(summary) else "") + defaults.below_default_mark(summary)
     headline = words.time_ratio(ratios.get(TRAIN_TIME.key) or {}, "training time", mark)
     sentence = headline[0].upper() + headline[1:] + "."
-    frameworks = summary.get("frameworks") or {}
-    shares = {}
-    for fw in FRAMEWORKS:
-        first = ((frameworks.get(fw) or {}).get(WARMUP_TIME.key) or {}).get("centre")
-        total = ((frameworks.get(fw) or {}).get(TRAIN_TIME.key) or {}).get("centre")
-        if first and total:
-            shares[fw] = first / total
+    shares = first_epoch_shares(summary)
     steady = ratios.get(STEADY_TRAIN_TIME.key) or {}
     if not shares or max(shares.values()) <= STARTUP_SHARE or steady.get("ratio") is None:
         return sentence
@@ -107,6 +102,18 @@ def _speed_sentence(summary: schema.Summary) -> str:
             f"{words.time_ratio(ratios.get(WARMUP_TIME.key) or {}, 'first epoch')}; steady "
             f"training, {words.time_ratio(steady, 'epochs after the first', mark)}. The "
             f"headline is training time, first epoch included.")
+
+
+def first_epoch_shares(summary: schema.Summary) -> dict[str, float]:
+    """Each framework's first epoch as a share of its training time (centres over the seeds)."""
+    frameworks = summary.get("frameworks") or {}
+    shares = {}
+    for fw in FRAMEWORKS:
+        first = ((frameworks.get(fw) or {}).get(WARMUP_TIME.key) or {}).get("centre")
+        total = ((frameworks.get(fw) or {}).get(TRAIN_TIME.key) or {}).get("centre")
+        if first and total:
+            shares[fw] = first / total
+    return shares
 
 
 # A framework whose training time varies from seed to seed by under this share (standard
@@ -146,6 +153,33 @@ def _spread_sentence(summary: schema.Summary) -> str:
             f"{words.possessive(FRAMEWORK_NAMES[noisy])}: its training time varied "
             f"{100 * most:.1f}% from seed to seed (standard deviation over the mean), "
             f"{words.possessive(FRAMEWORK_NAMES[quiet])} {100 * least:.1f}%.")
+
+
+def _phase_spread_sentence(summary: schema.Summary) -> str:
+    """Which part of the training time holds the seed-to-seed spread of an unresolved ratio:
+    the first epoch's or steady training's. The log of the headline ratio is about the first
+    epoch's share s times the log of the first epoch's ratio plus (1 - s) times steady
+    training's, so each part holds its share times its spread (the standard deviation of
+    its log ratio over the seeds); one holding WHOSE_SPREAD times the other's is named."""
+    ratios = summary.get("ratios") or {}
+    first = (ratios.get(WARMUP_TIME.key) or {}).get("log_std")
+    steady = (ratios.get(STEADY_TRAIN_TIME.key) or {}).get("log_std")
+    shares = first_epoch_shares(summary)
+    if (stats.side(ratios.get(TRAIN_TIME.key) or {}) != 0 or first is None or steady is None
+            or not shares):
+        return ""
+    share = sum(shares.values()) / len(shares)
+    held = {"the first epoch's": share * first, "steady training's": (1 - share) * steady}
+    (part, most), (_, least) = sorted(held.items(), key=lambda kv: -kv[1])
+    if most < WHOSE_SPREAD * least:
+        return ""
+    unpaired = (part == "the first epoch's" and summary.get("side_by_side"))
+    return (f"Most of that spread is {part}: the TF / PyTorch ratio of the first epoch varied "
+            f"{100 * first:.1f}% from seed to seed, of the epochs after it {100 * steady:.1f}% "
+            f"(standard deviation of the log ratio), the first epoch {100 * share:.0f}% of "
+            f"the training time" + ("; the first epochs trained whole, one framework's after "
+                                    "the other's, the epochs after them a timing window of "
+                                    "each in turn" if unpaired else "") + ".")
 
 
 def _accuracy_sentence(summary: schema.Summary) -> str:
