@@ -48,7 +48,7 @@ EQUIVALENT: dict[str, dict[str, str]] = {
                                           "(PyTorch's is eager): one item, no separator",
     },
     "compare/report/words.py": {
-        "x_loop_ratio__mutmut_51": "rounding 100 x a ratio to 6 or 7 decimals before ceil: the "
+        "x_loop_ratio__mutmut_49": "rounding 100 x a ratio to 6 or 7 decimals before ceil: the "
                                    "same integer",
     },
     "compare/experiment/plan.py": {
@@ -79,6 +79,9 @@ EQUIVALENT: dict[str, dict[str, str]] = {
         "x_timing__mutmut_8": "needed starts at 1 or 2: every case found needs at least 2x "
                               "(2 s over under 1 s, or (error / 1%)^2 over 4)",
         "x_timing__mutmut_59": "> or >= between two computed floats",
+        "x__spread_sentence__mutmut_18": "< or <= between a computed spread and 0.03",
+        "x__spread_sentence__mutmut_33": "< or <= between two computed floats",
+        "x__phase_spread_sentence__mutmut_52": "< or <= between two computed floats",
         "x__accuracy_sentence__mutmut_63": "p == 0.001: a float never lands on it",
         "x__accuracy_sentence__mutmut_94": "a mean of exactly 0 reads 'neither' before the sign",
     },

@@ -271,3 +271,13 @@ def test_the_terminal_lines_give_the_verdict_every_figure_and_the_drift():
         "  the timed configuration's drift (cpu) not measured: no GPU")
     assert parity.describe_drift({"error": "no GPU"}) == (
         "  the timed configuration's drift () not measured: no GPU")
+
+
+def test_the_matched_runs_parity_record_is_lent_to_a_report_of_other_runs_saying_so():
+    """The check runs once, on the matched runs' settings: a report of the runs at their
+    defaults or their best holds the same record with `runs` naming them; none stays none."""
+    record = {"passed": True, "steps": 3}
+    assert parity.for_runs_beside(record, "defaults") == {"passed": True, "steps": 3,
+                                                          "runs": "defaults"}
+    assert record == {"passed": True, "steps": 3}  # the matched report's own is left as it is
+    assert parity.for_runs_beside(None, "best") is None

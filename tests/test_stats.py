@@ -298,3 +298,11 @@ def test_seeds_to_resolve_counts_up_to_fifty_seeds_and_no_further(distance, need
     assert stats.seeds_to_resolve({"ratio": math.exp(-distance), "log_std": 1.0}) == needed
     assert stats.seeds_to_resolve({"ratio": 2.0, "log_std": 0.0}) == 3
     assert stats.seeds_to_resolve({"ratio": 1.0, "log_std": 0.1}) is None  # on the threshold
+
+
+def test_a_paired_ratio_leaves_out_a_seed_whose_time_is_not_a_positive_number():
+    """A time of 0, or NaN (a broken record), has no log: that seed is not paired."""
+    found = stats.paired_ratio({0: 2.0, 1: 1.0, 2: 4.0, 3: math.nan},
+                               {0: 1.0, 1: 0.0, 2: 2.0, 3: 1.0})
+    assert found["n"] == 2 and found["seeds"] == [0, 2]
+    assert found["ratio"] == pytest.approx(2.0) and found["log_std"] == pytest.approx(0.0)

@@ -33,6 +33,11 @@ def test_an_unresolved_ratio_names_whose_seeds_spread():
     summary = _with_times(_summary(), {0: 8.5, 1: 12.0, 2: 10.0}, {0: 10.0, 1: 10.1, 2: 9.9})
     assert verdict._spread_sentence(summary).startswith(
         "The spread that leaves the ratio unresolved is mostly TensorFlow/Keras': its")
+    summary = _with_times(_summary(), {0: 7.0, 1: 12.0, 2: 10.0}, {0: 9.0, 1: 10.6, 2: 10.4})
+    assert verdict._spread_sentence(summary) == (
+        "The spread that leaves the ratio unresolved is mostly TensorFlow/Keras': its training "
+        "time varied 26.0% from seed to seed (standard deviation over the mean), PyTorch's "
+        "8.7%.")
     summary = _with_times(_summary(), {0: 9.0, 1: 11.5, 2: 10.0}, {0: 10.0, 1: 9.0, 2: 11.2})
     assert verdict._spread_sentence(summary) == (
         "Both frameworks' training times varied alike from seed to seed (TensorFlow/Keras "
@@ -113,3 +118,28 @@ def test_an_unresolved_ratio_names_the_part_of_the_training_time_that_spreads():
                           ({0: 4.0, 1: 4.1, 2: 3.9}, {0: 8.0, 1: 8.2, 2: 8.1}))
     assert stats.side(faster["ratios"]["train_time_s"]) == -1
     assert verdict._phase_spread_sentence(faster) == ""
+
+
+def test_the_part_named_is_weighted_by_its_share_and_needs_both_spreads_and_shares():
+    """The figures as a summary holds them: spreads of 30% (first epoch) and 2% (steady
+    training) with the first epoch 31.4% of each framework's training time; without either
+    spread, or without the shares, no part is named."""
+    summary = {"ratios": {"train_time_s": {"ratio": 1.0, "low": 0.8, "high": 1.25},
+                          "warmup_time_s": {"log_std": 0.3},
+                          "steady_train_time_s": {"log_std": 0.02}},
+               "frameworks": {fw: {"warmup_time_s": {"centre": 3.14},
+                                   "train_time_s": {"centre": 10.0}} for fw in ("tf", "torch")}}
+    assert verdict._phase_spread_sentence(summary) == (
+        "Most of that spread is the first epoch's: the TF / PyTorch ratio of the first epoch "
+        "varied 30.0% from seed to seed, of the epochs after it 2.0% (standard deviation of "
+        "the log ratio), the first epoch 31% of the training time.")
+    # 0.314 x 0.3 = 0.0942 against 0.686 x 0.092 = 0.0631: under 1.5x, no part is named
+    summary["ratios"]["steady_train_time_s"]["log_std"] = 0.092
+    assert verdict._phase_spread_sentence(summary) == ""
+    for missing in ("warmup_time_s", "steady_train_time_s"):
+        summary["ratios"][missing]["log_std"] = None
+        assert verdict._phase_spread_sentence(summary) == ""
+        summary["ratios"][missing]["log_std"] = 0.02 if "steady" in missing else 0.3
+    assert verdict._phase_spread_sentence(summary)  # both back: named again
+    summary["frameworks"] = {}
+    assert verdict._phase_spread_sentence(summary) == ""

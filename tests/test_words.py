@@ -115,3 +115,11 @@ def test_time_ratio_words_for_each_side_of_its_interval():
 ])
 def test_loop_ratio_words_for_each_side_of_its_interval(ratio, expected):
     assert words.loop_ratio(ratio, "Keras fit", close=1.05) == expected
+
+
+def test_a_name_takes_its_possessive_and_a_share_its_percentage():
+    assert words.possessive("PyTorch") == "PyTorch's"
+    assert words.possessive("TensorFlow/Keras") == "TensorFlow/Keras'"
+    # whole percentages from 0.95% on; under it one decimal, so 0.3% does not read "0%"
+    assert [words._percent(share) for share in (0.25, 0.0095, 0.00945, 0.00248)] == [
+        "25%", "1%", "0.9%", "0.2%"]
