@@ -9,10 +9,10 @@ batch 4 on 12,000 (the PyTorch tutorial's lr 0.001), 3 epochs, 3 seeds, float32,
 README's first command as it stands. Each comparison trains each own loop in its run's
 process, a timing window of each loop in turn, and the two frameworks side by side taking
 turns (docs/measurement.md, "On a busy host"); its report's ratios, each seed's paired, give
-each repeat's figures: each framework's shared / own ratio and the
-TF / PyTorch training-time ratio, with their 95% intervals (the quickstart's 2 seeds: their
-range). Writes DIR/overhead-beside.json and .md, and each comparison's figures and what they
-come from under DIR/overhead-beside/.
+each repeat's figures: each framework's shared / own ratio and the TF / PyTorch training-time
+ratio, with their 95% intervals (the quickstart's 2 seeds: their range). Writes
+DIR/overhead-beside.json and .md, and each comparison's figures and what they come from
+under DIR/overhead-beside/.
 
 Both train the same model from the same initial weights on the same batches (the tool's data
 pipeline) with the same SGD, schedule, precision and distribution, so the loop is the only
@@ -201,7 +201,7 @@ def measure_beside(args: argparse.Namespace) -> dict:
         for name in comparisons if repeat % 2 else list(comparisons)[::-1]:
             out = folder / f"{name}-r{repeat}"
             command = [sys.executable, "-m", "compare.cli", "compare", "--dataset", "synthetic",
-                       *COMPARISONS[name], "--out", str(out.resolve()), "--quiet"]
+                       *comparisons[name], "--out", str(out.resolve()), "--quiet"]
             if common.run_and_say(out.name, command, common.REPO) == 0:
                 rows.append({"config": name, **common.comparison_figures(out)})
             common.prune(out)

@@ -76,6 +76,31 @@ def test_the_beside_benchmark_refuses_a_comparison_it_does_not_have(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_the_beside_benchmark_runs_only_the_comparisons_named_turning_their_order(
+        tmp_path, monkeypatch):
+    """--comparisons quickstart,batch4: each repeat runs those two comparisons' commands, the
+    order turned every repeat, batch 4 at the PyTorch tutorial's learning rate; the summary
+    and the commands it records hold them alone."""
+    import argparse
+
+    from benchmarks import common, tool_overhead
+    ran = []
+    monkeypatch.setattr(common, "run_and_say", lambda label, command, cwd: ran.append(
+        (label, command)) or 1)  # every comparison "fails": no figures to read
+    monkeypatch.setattr(common, "prune", lambda folder: None)
+    args = argparse.Namespace(comparisons="quickstart,batch4", out=tmp_path, repeats=2)
+    found = tool_overhead.measure_beside(args)
+    assert [label for label, _ in ran] == ["quickstart-r1", "batch4-r1", "batch4-r2",
+                                           "quickstart-r2"]
+    batch4 = ran[1][1]
+    assert batch4[batch4.index("--batch-size") + 1] == "4"
+    assert batch4[batch4.index("--lr") + 1] == "0.001"
+    assert batch4[batch4.index("--out") + 1] == str((tmp_path / "overhead-beside" / "batch4-r1")
+                                                    .resolve())
+    assert sorted(found["summary"]) == sorted(found["comparisons"]) == ["batch4", "quickstart"]
+    assert found["summary"]["batch4"]["tf_shared_over_own"]["n"] == 0 and not found["rows"]
+
+
 def test_the_order_of_a_pairs_windows_is_told_within_a_seed_or_between_seeds():
     """benchmarks/pair_orders.py: with `own_first`, each seed's two orders' medians apart
     (here the shared loop's window first costs it 10%); without, the seeds of each order."""
