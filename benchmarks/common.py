@@ -79,8 +79,8 @@ def interval(entry: dict | None) -> dict | None:
 
 def comparison_figures(folder: Path) -> dict:
     """A comparison's timing figures from its summary.json: the TF / PyTorch ratios of the
-    training time and the median step, and each framework's shared / own ratio, each with
-    its interval (None where it has none)."""
+    training time, of its first epoch and of the epochs after it, and of the median step, and
+    each framework's shared / own ratio, each with its interval (None where it has none)."""
     summary = json.loads((folder / "summary.json").read_text())
     own = summary.get("own_loops") or {}
     return {"comparison": folder.name, "created_at": summary["created_at"],
@@ -88,6 +88,9 @@ def comparison_figures(folder: Path) -> dict:
             "seeds": len(summary.get("seeds") or []),
             "side_by_side": bool(summary.get("side_by_side")),
             "tf_over_torch_train_time": interval(summary["ratios"]["train_time_s"]),
+            "tf_over_torch_first_epoch": interval(summary["ratios"].get("warmup_time_s")),
+            "tf_over_torch_after_first_epoch": interval(
+                summary["ratios"].get("steady_train_time_s")),
             "tf_over_torch_steady_step": interval(summary["ratios"]["steady_step_time_ms"]),
             "tf_shared_over_own": interval((own.get("tf") or {}).get("time_ratio")),
             "torch_shared_over_own": interval((own.get("torch") or {}).get("time_ratio"))}

@@ -5,9 +5,10 @@ each 3-seed interval comes out.
 
 Each round runs the comparison once each way, the order turned every round, alone on the
 host; each comparison goes to DIR/batch<B>-<form>-r<round> (form: turns, no-turns or
-baseline). The table gives, per comparison, the TF / PyTorch training-time ratio and each
-framework's shared / own ratio with the 95% interval and its width (high / low), read from
-the comparison's summary.json, and per form the median width and the centres' mean.
+baseline). The table gives, per comparison, the TF / PyTorch ratio of the training time, of
+its first epoch, of the epochs after it and of the median step, and each framework's shared /
+own ratio, with the 95% interval and its width (high / low), read from the comparison's
+summary.json, and per form the median width and the centres' mean.
 
     python -m benchmarks.turns_ab --batch 32:10000 --batch 4:2000 --rounds 3 --out DIR
     python -m benchmarks.turns_ab --batch 32:10000 --rounds 3 --baseline 59fcdf5 --out DIR
@@ -30,6 +31,7 @@ if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(REPO))
 
 from benchmarks.common import comparison_figures, machine_label, run_and_say  # noqa: E402
+from benchmarks.tool_overhead import LEARNING_RATES  # noqa: E402
 
 FORMS = ("turns", "no-turns")
 BASELINE = "baseline"  # the form of a --baseline REF comparison: turns, at that commit
@@ -37,10 +39,11 @@ BASELINE = "baseline"  # the form of a --baseline REF comparison: turns, at that
 
 def comparison_command(batch: int, images: int, form: str, out: Path, seeds: int) -> list[str]:
     turns = "--no-turns" if form == "no-turns" else "--turns"
+    lr = LEARNING_RATES.get(("lenet", batch))  # batch 4 learns at the tutorial's rate
     return [sys.executable, "-m", "compare.cli", "compare", "--model", "lenet", "--dataset",
             "synthetic", "--synthetic-size", str(images), "--batch-size", str(batch),
-            "--epochs", "3", "--precision", "fp32", "--seeds", str(seeds), turns,
-            "--out", str(out), "--quiet"]
+            *(["--lr", lr] if lr else []), "--epochs", "3", "--precision", "fp32",
+            "--seeds", str(seeds), turns, "--out", str(out), "--quiet"]
 
 
 def form_of(comparison: str) -> str:
@@ -60,15 +63,14 @@ def table(rows: list[dict]) -> str:
         return ("-" if entry is None else
                 f"{entry['ratio']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}] "
                 f"({entry['width']:.2f}x)")
-    lines = ["| comparison | taking turns | TF / PyTorch training time | TF / PyTorch median "
-             "step | TensorFlow/Keras: shared / `fit` | PyTorch: shared / plain loop |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['comparison']} | {'yes' if r['side_by_side'] else 'no'} | "
-              f"{cell(r['tf_over_torch_train_time'])} | {cell(r['tf_over_torch_steady_step'])} | "
-              f"{cell(r['tf_shared_over_own'])} | {cell(r['torch_shared_over_own'])} |"
-              for r in rows]
-    keys = ("tf_over_torch_train_time", "tf_over_torch_steady_step", "tf_shared_over_own",
+    keys = ("tf_over_torch_train_time", "tf_over_torch_first_epoch",
+            "tf_over_torch_after_first_epoch", "tf_over_torch_steady_step", "tf_shared_over_own",
             "torch_shared_over_own")
+    lines = ["| comparison | taking turns | TF / PyTorch training time | its first epoch | the "
+             "epochs after it | TF / PyTorch median step | TensorFlow/Keras: shared / `fit` | "
+             "PyTorch: shared / plain loop |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['comparison']} | {'yes' if r['side_by_side'] else 'no'} | "
+              + " | ".join(cell(r.get(key)) for key in keys) + " |" for r in rows]
     forms = {"turns": "taking turns", "no-turns": "one after the other",
              BASELINE: "taking turns, the baseline commit"}
     for form, words in forms.items():
@@ -77,10 +79,10 @@ def table(rows: list[dict]) -> str:
         if not chosen:
             continue
         form = words
-        widths = [[r[key]["width"] for r in chosen if r[key]] for key in keys]
+        widths = [[r[key]["width"] for r in chosen if r.get(key)] for key in keys]
         lines.append(f"| median width, {len(chosen)} comparisons {form} | | " + " | ".join(
             f"{statistics.median(w):.2f}x" if w else "-" for w in widths) + " |")
-        centres = [[r[key]["ratio"] for r in chosen if r[key]] for key in keys]
+        centres = [[r[key]["ratio"] for r in chosen if r.get(key)] for key in keys]
         lines.append(f"| geometric mean of the centres, {form} | | " + " | ".join(
             f"{statistics.geometric_mean(c):.3f}" if c else "-" for c in centres) + " |")
     return "\n".join(lines)

@@ -31,7 +31,8 @@ def _summary(folder, tf_own, torch_own, tf_torch):
     (folder / "summary.json").write_text(json.dumps({
         "created_at": "2026-11-28T10:00:00+0000", "config": {"batch_size": 4},
         "seeds": [0, 1, 2], "side_by_side": True,
-        "ratios": {"train_time_s": entry(tf_torch), "steady_step_time_ms": {"ratio": 2.0}},
+        "ratios": {"train_time_s": entry(tf_torch), "steady_step_time_ms": {"ratio": 2.0},
+                   "steady_train_time_s": entry(tf_own)},
         "own_loops": {"tf": {"time_ratio": entry(tf_own)},
                       "torch": {"time_ratio": entry(torch_own)}}}))
 
@@ -49,6 +50,8 @@ def test_a_comparison_is_read_back_as_its_intervals_and_pruned_to_what_they_come
     assert figures["torch_shared_over_own"]["width"] == pytest.approx(1.05)
     assert figures["tf_over_torch_train_time"]["width"] == pytest.approx(1.5)
     assert figures["tf_over_torch_steady_step"] is None  # no interval
+    assert figures["tf_over_torch_after_first_epoch"]["width"] == pytest.approx(1.2 / 0.9)
+    assert figures["tf_over_torch_first_epoch"] is None  # not in the summary
     assert (figures["batch"], figures["seeds"]) == (4, 3)
     prune(folder)
     left = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())

@@ -173,13 +173,10 @@ def _phase_spread_sentence(summary: schema.Summary) -> str:
     (part, most), (_, least) = sorted(held.items(), key=lambda kv: -kv[1])
     if most < WHOSE_SPREAD * least:
         return ""
-    unpaired = (part == "the first epoch's" and summary.get("side_by_side"))
     return (f"Most of that spread is {part}: the TF / PyTorch ratio of the first epoch varied "
             f"{100 * first:.1f}% from seed to seed, of the epochs after it {100 * steady:.1f}% "
             f"(standard deviation of the log ratio), the first epoch {100 * share:.0f}% of "
-            f"the training time" + ("; the first epochs trained whole, one framework's after "
-                                    "the other's, the epochs after them a timing window of "
-                                    "each in turn" if unpaired else "") + ".")
+            f"the training time.")
 
 
 def _accuracy_sentence(summary: schema.Summary) -> str:

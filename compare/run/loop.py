@@ -110,8 +110,6 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                     display.end_epoch(record)
                     if beside is not None:
                         beside.after_epoch()
-                    if turn_whole(epoch):  # outside every clock
-                        turns.pass_turn(global_step / total_steps)
                 if beside is not None:
                     beside.finish()
                 if config.profile_steps and first_epoch < config.epochs:
@@ -161,8 +159,9 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                  beside: Beside | None = None) -> tuple[dict[str, Any], int]:
     """One epoch's training in calls of trainer.steps_per_call steps (the last call takes
     what is left), timed in synchronised windows of whole calls, then its evaluation.
-    Between two windows, outside the epoch's clock: the twin's window (`beside`) and, after
-    the first epoch, the other framework's turn (compare.run.turns)."""
+    Between two windows, outside the epoch's clock: the twin's window (`beside`) and the
+    other framework's turn (compare.run.turns), the first epoch's too, so that its time is
+    paired with the other's as the later epochs' are (docs/measurement.md, "On a busy host")."""
     batches = trainer.batches(epoch - 1)
     steps = trainer.steps_per_epoch
     epoch_losses: list[float] = []
@@ -205,8 +204,7 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
             left = time.perf_counter()  # the others' turns, between two windows
             if beside is not None:
                 beside.after_window(now - window_start, len(lrs))
-            if not turn_whole(epoch):
-                turns.pass_turn(global_step / total_steps)
+            turns.pass_turn(global_step / total_steps)
             if beside is not None and step < steps:
                 beside.before_window()
             away_s += time.perf_counter() - left
@@ -234,12 +232,6 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     if trainer.choice.processes > 1:  # a collective: every process gets here each epoch
         record["processes"] = per_process(trainer, train_time, wait_s, step_ms)
     return record, global_step
-
-
-def turn_whole(epoch: int) -> bool:
-    """Whether epoch `epoch` (1-based) is one turn, passed at its end (the first: its
-    start-up is what a run alone meets), rather than a turn per timing window."""
-    return epoch == 1
 
 
 PROCESS_FIGURES = ("train_time_s", "input_wait_s", "median_step_ms")
