@@ -66,9 +66,10 @@ def table(rows: list[dict]) -> str:
     keys = ("tf_over_torch_train_time", "tf_over_torch_first_epoch",
             "tf_over_torch_after_first_epoch", "tf_over_torch_steady_step", "tf_shared_over_own",
             "torch_shared_over_own")
-    lines = ["| comparison | taking turns | TF / PyTorch training time | its first epoch | the "
-             "epochs after it | TF / PyTorch median step | TensorFlow/Keras: shared / `fit` | "
-             "PyTorch: shared / plain loop |", "|---|---|---|---|---|---|---|---|"]
+    header = ("| comparison | taking turns | TF / PyTorch training time | its first epoch | the "
+              "epochs after it | TF / PyTorch median step | TensorFlow/Keras: shared / `fit` | "
+              "PyTorch: shared / plain loop |")
+    lines = [header, "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['comparison']} | {'yes' if r['side_by_side'] else 'no'} | "
               + " | ".join(cell(r.get(key)) for key in keys) + " |" for r in rows]
     forms = {"turns": "taking turns", "no-turns": "one after the other",
