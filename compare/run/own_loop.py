@@ -163,16 +163,17 @@ class Beside:
     of a noisy host, whose speed changes within seconds (docs/measurement.md, "On a busy
     host"). One loop trains at any moment, and neither clock runs in the other's window.
 
-    The shared loop's first epoch comes first, whole: it compiles and autotunes as a run
-    alone does, where after the twin's first epoch it would find the process's caches (XLA's
-    autotuning, the driver's kernels) filled, and the run's start-up and training time would
-    understate a user's. The twin's first epoch follows, whole. From the second epoch on, the
-    windows go in pairs, one of each loop, the twin's second in one pair and first in the
-    next (the other way round on odd seeds), so each loop comes back to the processor after
-    something else ran (the other loop, or the other framework's turn, which passes between
-    two pairs) as often as the other does. Each pair of windows is one ratio of step times
-    (own-loop.json's `window_pairs`, with `own_first` saying which came first). A twin that
-    fails is recorded and left; the run goes on."""
+    The shared loop's first epoch comes first, with no window of the twin's inside it (the other
+    framework's turns, on a CPU side by side, still pass between its windows): it compiles and
+    autotunes as a run alone does, where after the twin's first epoch it would find the
+    process's caches (XLA's autotuning, the driver's kernels) filled, and the run's start-up and
+    training time would understate a user's. The twin's first epoch follows, whole. From the
+    second epoch on, the windows go in pairs, one of each loop, the twin's second in one pair
+    and first in the next (the other way round on odd seeds), so each loop comes back to the
+    processor after something else ran (the other loop, or the other framework's turn, which
+    passes between two pairs) as often as the other does. Each pair of windows is one ratio of
+    step times (own-loop.json's `window_pairs`, with `own_first` saying which came first). A
+    twin that fails is recorded and left; the run goes on."""
 
     def __init__(self, impl: ModuleType, config: RunConfig, dataset: Dataset,
                  choice: DeviceChoice):
