@@ -75,6 +75,9 @@ EQUIVALENT: dict[str, dict[str, str]] = {
     "compare/records.py": {
         "xǁJsonRecordǁto_dict__mutmut_2": "typing.cast does nothing at run time",
     },
+    "compare/experiment/parity_record.py": {
+        "x_from_json__mutmut_4": "typing.cast does nothing at run time",
+    },
     "compare/report/verdict.py": {
         "x_timing__mutmut_8": "needed starts at 1 or 2: every case found needs at least 2x "
                               "(2 s over under 1 s, or (error / 1%)^2 over 4)",

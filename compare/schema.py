@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 from compare import figures, files
-from compare.records import OwnLoopRecord, RecordError, RunSummary
 from compare.experiment.frameworks import FRAMEWORKS
+from compare.experiment.parity_record import ParityRecord
+from compare.experiment.porting import PortProof
+from compare.records import OwnLoopRecord, RecordError, RunSummary
 
 RESULT_VERSION = 2  # 2: fairness.strategy and fairness.precision are records
 SUMMARY_VERSION = 4  # 4: own_loops; 3: intervals as low/high (v1: ci95_low/high), order_note
@@ -97,7 +99,7 @@ class Summary(TypedDict):
     fairness: dict  # per framework, the manifest of its first run
     config: dict
     seeds: NotRequired[list[int]]
-    parity: NotRequired[dict | None]
+    parity: NotRequired[ParityRecord | None]
     accuracy_equivalence: NotRequired[dict]
     runs: NotRequired[list[dict]]
     not_run: NotRequired[list[dict]]
@@ -130,7 +132,7 @@ class PortRecord(TypedDict):
     twin: dict  # framework, parameters (as the twin's framework builds the spec)
     spec: dict  # file, name, input_shape, num_classes, parameters, layers (spec layer count)
     weights: dict  # file, sha256, tensors
-    proof: dict  # passed, figures, tolerances, per-layer gradient differences, method
+    proof: PortProof  # passed, figures, tolerances, per-layer gradient differences, method
     dropout: dict  # rates: each Dropout layer's rate as read; proof: how the proof ran them
     compare_command: str  # the comparison of the two from the source's weights
     created_at: str

@@ -5,10 +5,13 @@ arithmetic and the words on values worked out here."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 import pytest
 
-from compare.experiment import networks, parity, recipe, specs
+from compare.experiment import networks, parity, parity_record, recipe, specs
 from compare.experiment.config import PipelineConfig, RunConfig
 
 
@@ -214,7 +217,7 @@ def test_a_probe_without_batchnorm_or_with_a_missing_gradient():
                                   "stage.bn.weight")
 
 
-def _failed_after_steps(update: float, running: float) -> dict:
+def _failed_after_steps(update: float | None, running: float | None) -> dict:
     return {"passed": False, "failed": list(parity.AFTER_STEPS),
             "params_rel_update_diff_after_steps": update, "bn_running_stats_max_rel_diff": running}
 
@@ -236,6 +239,21 @@ def test_update_failures_within_twice_their_noise_floor_pass_and_say_so():
     assert parity.judge_updates_against_noise(early, noise) is early  # not the floor's to judge
     passed = {"passed": True, "failed": []}
     assert parity.judge_updates_against_noise(passed, noise) is passed
+
+
+def test_a_figure_the_check_could_not_measure_fails_its_floor_too():
+    noise = {"params_rel_update_diff_after_steps": 0.1, "bn_running_stats_max_rel_diff": 0.05}
+    judged = parity.judge_updates_against_noise(_failed_after_steps(0.1, None), noise)
+    assert judged["passed"] is False and judged["failed"] == ["bn_running_stats_max_rel_diff"]
+    assert math.isnan(parity.figure(_failed_after_steps(None, 0.1),
+                                    "params_rel_update_diff_after_steps"))
+
+
+def test_a_saved_record_is_read_back_only_if_it_is_one():
+    record = parity.compare_probes(_probe(), _probe(), steps=3)
+    assert parity_record.from_json(json.loads(json.dumps(record))) == record
+    for not_one in (None, [], {}, {"passed": "yes"}, {"passed": 1}):
+        assert parity_record.from_json(not_one) is None, not_one
 
 
 def test_the_terminal_lines_give_the_verdict_every_figure_and_the_drift():

@@ -13,6 +13,7 @@ layer, the check falls back to float32 and its noise-floor rule, naming the laye
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from compare.experiment import precision, specs
 from compare.experiment.config import PipelineConfig, RunConfig
+from compare.experiment.parity_record import AFTER_STEPS, GATED, Figure, ParityRecord, TimedDrift
 from compare.experiment.recipe import learning_rate
 
 
@@ -192,9 +194,6 @@ def running_stats_in_biased_form(probe: dict[str, np.ndarray], steps: int) -> di
     return stats
 
 
-GATED = ("logits_max_abs_diff", "loss_abs_diff", "grad_max_rel_diff",
-         "params_rel_update_diff_after_steps", "bn_running_stats_max_rel_diff")
-AFTER_STEPS = ("params_rel_update_diff_after_steps", "bn_running_stats_max_rel_diff")
 GRADIENT_FLOOR = 1e-5  # of all gradients' L2 norm: below it a layer's gradient is rounding
 
 # Float32 figures within NOISE_FACTOR times their noise floor (PyTorch against itself with
@@ -204,7 +203,7 @@ GRADIENT_FLOOR = 1e-5  # of all gradients' L2 norm: below it a layer's gradient 
 NOISE_FACTOR = 2.0
 
 
-def judge_updates_against_noise(record: dict, noise: dict) -> dict:
+def judge_updates_against_noise(record: ParityRecord, noise: ParityRecord) -> ParityRecord:
     """The float32 record whose only failures come after the probe's steps (the update, the
     running statistics), judged against those figures' noise floors (`noise`: compare_probes
     of PyTorch moved by one ulp against PyTorch). Deep networks on a small batch amplify
@@ -213,16 +212,23 @@ def judge_updates_against_noise(record: dict, noise: dict) -> dict:
     within NOISE_FACTOR x the floor, they pass, and the record says on what grounds."""
     if not record["failed"] or not set(record["failed"]) <= set(AFTER_STEPS):
         return record
-    failed = [k for k in record["failed"] if not record[k] <= NOISE_FACTOR * noise[k]]
-    key = "params_rel_update_diff_after_steps"
-    floor = noise[key]
+    failed: list[str] = [k for k in AFTER_STEPS if k in record["failed"]
+                         and not figure(record, k) <= NOISE_FACTOR * figure(noise, k)]
+    update, floor = (figure(r, "params_rel_update_diff_after_steps") for r in (record, noise))
     return {**record, "passed": not failed, "failed": failed,
             "update_noise_floor": floor,
-            "noise_floors": {k: noise[k] for k in AFTER_STEPS},
-            "update_gate": (f"{record[key]:.3g} of the update, "
-                            f"{'within' if record[key] <= NOISE_FACTOR * floor else 'over'} "
+            "noise_floors": {k: figure(noise, k) for k in AFTER_STEPS},
+            "update_gate": (f"{update:.3g} of the update, "
+                            f"{'within' if update <= NOISE_FACTOR * floor else 'over'} "
                             f"{NOISE_FACTOR:g} x its noise floor {floor:.3g} (PyTorch against "
                             f"itself, weights moved by 1 ulp)")}
+
+
+def figure(record: ParityRecord, name: Figure) -> float:
+    """A gated figure of `record`; NaN where the check could not measure it (NaN fails every
+    limit)."""
+    value = record[name]
+    return math.nan if value is None else value
 
 
 def relative_differences(values: dict[str, np.ndarray],
@@ -247,7 +253,7 @@ def _float64(probe: dict[str, np.ndarray]) -> bool:
 
 
 def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.ndarray],
-                   steps: int, tolerances: Tolerances | None = None) -> dict:
+                   steps: int, tolerances: Tolerances | None = None) -> ParityRecord:
     """The parity record for two probes (as written by each framework's parity_probe), gated
     by `tolerances` (default: FLOAT64 for float64 probes, else the float32 Tolerances())."""
     wide = _float64(tf_probe) and _float64(torch_probe)
@@ -271,7 +277,7 @@ def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.nd
                                     .astype(np.float64) ** 2) for n in trainable))
     update = np.sqrt(sum(np.sum((torch_probe[f"param/{n}"] - torch_probe[f"init/{n}"])
                                 .astype(np.float64) ** 2) for n in trainable))
-    figures = {
+    figures: dict[Figure, float] = {
         "logits_max_abs_diff": float(np.abs(tf_probe["logits"].astype(np.float64)
                                             - torch_probe["logits"]).max()),
         "loss_abs_diff": float(abs(float(tf_probe["loss"]) - float(torch_probe["loss"]))),
@@ -280,24 +286,31 @@ def compare_probes(tf_probe: dict[str, np.ndarray], torch_probe: dict[str, np.nd
         "bn_running_stats_max_rel_diff": max(running.values()) if running else 0.0,
     }
     limits = asdict(tolerances)
-    failed = [k for k, v in figures.items() if not v <= limits[k]]  # NaN fails too
+    failed: list[str] = [k for k in GATED if not figures[k] <= limits[k]]  # NaN fails too
     compute = "float64" if wide else "float32"
-    return {"passed": not failed, **figures, "precision": compute,
-            "params_max_abs_diff_after_steps": max(params[n] for n in trainable),
-            "steps": steps, "tolerances": limits, "failed": failed,
-            "loss": {"tf": float(tf_probe["loss"]), "torch": float(torch_probe["loss"])},
-            "grad_rel_diff_per_layer": per_layer,
-            "bn_running_stats_rel_diff": running,
-            "param_abs_diff_per_weight": {n: params[n] for n in trainable},
-            "conventions": [RUNNING_VARIANCE] if running else [],
-            "method": f"{compute} on the CPU, TF32 off, shared initial weights, the data plan's "
-                      f"first batch ({len(torch_probe['logits'])} images): logits, loss, every "
-                      f"gradient; then {steps} SGD steps on the plan's first batches, the run's "
-                      f"learning-rate schedule scaled to peak {PROBE_PEAK_LR}: the weight "
-                      f"updates and BatchNorm's running statistics"}
+    return {
+        "passed": not failed,
+        "logits_max_abs_diff": figures["logits_max_abs_diff"],
+        "loss_abs_diff": figures["loss_abs_diff"],
+        "grad_max_rel_diff": figures["grad_max_rel_diff"],
+        "params_rel_update_diff_after_steps": figures["params_rel_update_diff_after_steps"],
+        "bn_running_stats_max_rel_diff": figures["bn_running_stats_max_rel_diff"],
+        "precision": compute,
+        "params_max_abs_diff_after_steps": max(params[n] for n in trainable),
+        "steps": steps, "tolerances": limits, "failed": failed,
+        "loss": {"tf": float(tf_probe["loss"]), "torch": float(torch_probe["loss"])},
+        "grad_rel_diff_per_layer": per_layer,
+        "bn_running_stats_rel_diff": running,
+        "param_abs_diff_per_weight": {n: params[n] for n in trainable},
+        "conventions": [RUNNING_VARIANCE] if running else [],
+        "method": f"{compute} on the CPU, TF32 off, shared initial weights, the data plan's "
+                  f"first batch ({len(torch_probe['logits'])} images): logits, loss, every "
+                  f"gradient; then {steps} SGD steps on the plan's first batches, the run's "
+                  f"learning-rate schedule scaled to peak {PROBE_PEAK_LR}: the weight "
+                  f"updates and BatchNorm's running statistics"}
 
 
-def for_runs_beside(record: dict | None, runs: str) -> dict | None:
+def for_runs_beside(record: ParityRecord | None, runs: str) -> ParityRecord | None:
     """The comparison's parity record, for a report of its `runs` other than the matched ones
     (each framework at its defaults; at its best): the check ran once, on the matched runs'
     settings. Its float64 gate checks the model, the loss and the update, which the compile
@@ -306,7 +319,7 @@ def for_runs_beside(record: dict | None, runs: str) -> dict | None:
     return None if record is None else {**record, "runs": runs}
 
 
-def describe(record: dict) -> str:
+def describe(record: ParityRecord) -> str:
     """One line for the terminal: the verdict and every gated figure, and beside it the
     float32 drift of the timed configuration against its noise floor."""
     if record.get("error"):
@@ -325,12 +338,12 @@ def describe(record: dict) -> str:
     return line
 
 
-def describe_drift(timed: dict) -> str:
+def describe_drift(timed: TimedDrift) -> str:
     """The timed configuration's TF-vs-PyTorch drift against its noise floor, in one line."""
     where = timed.get("configuration", {}).get("device", "")
     if timed.get("error"):
         return f"  the timed configuration's drift ({where}) not measured: {timed['error']}"
-    key = "params_rel_update_diff_after_steps"
+    key: Figure = "params_rel_update_diff_after_steps"
     floor = timed["noise_floor"][key]
     return (f"  timed configuration ({where}), measured, not gated: updates differ by "
             f"{timed['figures'][key]:.2e} (rel) against a noise floor of {floor:.2e}, "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Sequence, TypedDict
 
 import numpy as np
 
@@ -234,7 +234,23 @@ def proof_batch(input_shape: tuple[int, ...], classes: int,
     return images, (np.arange(size) % classes).astype(np.int64)
 
 
-def compare_outputs(source: dict[str, np.ndarray], twin: dict[str, np.ndarray]) -> dict:
+class PortProof(TypedDict):
+    """The proof that a port's twin computes what its source does (compare_outputs): each
+    figure against its limit. port.json's `proof`."""
+
+    passed: bool
+    logits_max_abs_diff: float  # absolute
+    loss_abs_diff: float  # absolute
+    grad_max_rel_diff: float  # the largest over the layers, relative L2
+    tolerances: dict[str, float]  # the limit of each figure above
+    failed: list[str]  # the figures over their limits
+    logits_max_abs: float  # the source's largest logit, the scale of the first figure
+    loss: dict[str, float]  # source, twin
+    grad_rel_diff_per_layer: dict[str, float]
+    method: str
+
+
+def compare_outputs(source: dict[str, np.ndarray], twin: dict[str, np.ndarray]) -> PortProof:
     """The proof: the source's and the twin's logits (eval mode), loss and gradients (one
     training step, train mode) on the proof batch, each as `outputs` writes them, judged by
     the parity check's limits: float64's (parity.FLOAT64), float32's where either side
@@ -252,7 +268,10 @@ def compare_outputs(source: dict[str, np.ndarray], twin: dict[str, np.ndarray]) 
     }
     tolerances = {key: getattr(limits, key) for key in figures}
     failed = [key for key, value in figures.items() if not value <= tolerances[key]]
-    return {"passed": not failed, **figures, "tolerances": tolerances, "failed": failed,
+    return {"passed": not failed, "logits_max_abs_diff": figures["logits_max_abs_diff"],
+            "loss_abs_diff": figures["loss_abs_diff"],
+            "grad_max_rel_diff": figures["grad_max_rel_diff"],
+            "tolerances": tolerances, "failed": failed,
             "logits_max_abs": float(np.abs(source["logits"]).max()),
             "loss": {"source": float(source["loss"]), "twin": float(twin["loss"])},
             "grad_rel_diff_per_layer": per_layer,
@@ -262,7 +281,7 @@ def compare_outputs(source: dict[str, np.ndarray], twin: dict[str, np.ndarray]) 
                       f"gradients in train mode (BatchNorm on the batch's statistics)"}
 
 
-def describe(record: dict) -> str:
+def describe(record: PortProof) -> str:
     """One line: the verdict and each figure against its limit."""
     verdict = "equal" if record["passed"] else "NOT equal"
     limits = record["tolerances"]

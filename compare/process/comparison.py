@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from compare import files, report, schema
 from compare.errors import EXIT_FAILED, UserError
-from compare.experiment import compile_state
+from compare.experiment import compile_state, parity_record
 from compare.experiment import parity as parity_module
 from compare.experiment.best import best_config
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
+from compare.experiment.parity_record import ParityRecord
 from compare.machine import precision
 from compare.process import parity_check, runner, same_device, timing, warm
 from compare.process.queue import QueuedRun, replay_command, run_queue, seed_order
@@ -129,7 +130,7 @@ def _record_invocation(directory: files.ComparisonDir, config: RunConfig,
 
 
 def _parity_check(config: RunConfig, comparison: ComparisonConfig,
-                  directory: files.ComparisonDir, console: Console) -> dict[str, Any]:
+                  directory: files.ComparisonDir, console: Console) -> ParityRecord:
     """The parity check of both builds, written to DIR/parity.json."""
     console.print(f"parity check: both builds on the first batch, float64 on the CPU, then "
                   f"{comparison.parity_steps} SGD steps; the timed configuration's drift "
@@ -142,7 +143,7 @@ def _parity_check(config: RunConfig, comparison: ComparisonConfig,
     return parity
 
 
-def _parity_failure(parity: dict[str, Any]) -> str:
+def _parity_failure(parity: ParityRecord) -> str:
     return (f"could not run: {parity['error']}" if parity.get("error") else
             f"failed ({', '.join(parity.get('failed', []))}): the two builds are not the same "
             f"experiment")
@@ -220,7 +221,7 @@ def earlier_results(later: list[QueuedRun]) -> list[Path]:
 
 def write_reports(directory: files.ComparisonDir,
                   outcomes: list[tuple[QueuedRun, runner.Outcome | None]], earlier: list[Path],
-                  waiting: list[dict], parity: dict | None, command: str,
+                  waiting: list[dict], parity: ParityRecord | None, command: str,
                   order: str | None) -> list[Path]:
     """The reports of a comparison whose runs ended with `outcomes` (beside `earlier` results
     of other invocations and `waiting`, the runs left for them): each framework at its best
@@ -243,7 +244,8 @@ def write_reports(directory: files.ComparisonDir,
                         not_run, order_note=order)
 
 
-def _write_defaults(directory: files.ComparisonDir, matched: list[Path], parity: dict | None,
+def _write_defaults(directory: files.ComparisonDir, matched: list[Path],
+                    parity: ParityRecord | None,
                     command: str, order: str | None) -> None:
     """The defaults comparison (DIR/defaults): the runs of each framework that trained at its
     own defaults, in this invocation or an earlier one (compare --framework), beside the other
@@ -304,10 +306,10 @@ def saved_comparison(directory: Path) -> tuple[RunConfig, ComparisonConfig]:
         raise UserError(f"--resume {directory}: {path} lacks {exc}") from None
 
 
-def _saved_parity(out: Path) -> dict | None:
+def _saved_parity(out: Path) -> ParityRecord | None:
     """The parity record of an earlier session, if it passed (a failed one is redone)."""
-    parity = files.read_json_or_empty(files.ComparisonDir(out).parity)
-    return parity if parity.get("passed") else None
+    parity = parity_record.from_json(files.read_json_or_empty(files.ComparisonDir(out).parity))
+    return parity if parity is not None and parity["passed"] else None
 
 
 def _not_run(queued: QueuedRun, reason: str) -> dict:

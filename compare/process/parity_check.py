@@ -16,15 +16,15 @@ import numpy as np
 from compare.experiment import networks, specs
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
 from compare.experiment.parity import (
-    AFTER_STEPS,
-    GATED,
     NOISE_FACTOR,
     Tolerances,
     compare_probes,
+    figure,
     judge_updates_against_noise,
     probe_config,
     timed_config,
 )
+from compare.experiment.parity_record import AFTER_STEPS, GATED, ParityRecord, TimedDrift
 from compare.machine import precision
 from compare.process import runner
 
@@ -49,7 +49,7 @@ APART_FROM_LAYERS = 100
 
 def run_parity(config: RunConfig, directory: Path,
                steps: int = ComparisonConfig.parity_steps,
-               tolerances: Tolerances | None = None) -> dict:
+               tolerances: Tolerances | None = None) -> ParityRecord:
     """The gate (pass/fail: float64 on the CPU, or float32 against its noise floor where a
     framework cannot compute a layer in float64) and the timed configuration's drift
     against its noise floor (recorded, not gated). Probes run in subprocesses; failures are
@@ -82,7 +82,7 @@ def run_parity(config: RunConfig, directory: Path,
 
 
 def _float32_gate(config: RunConfig, directory: Path, steps: int,
-                  tolerances: Tolerances | None) -> dict:
+                  tolerances: Tolerances | None) -> ParityRecord:
     """The float32 gate on the CPU: figures after the steps within NOISE_FACTOR x their noise
     floor (PyTorch against itself moved by 1 ulp) pass where logits, loss and gradients agree."""
     gate = precision.carry(probe_config(config, "fp32"))
@@ -184,18 +184,19 @@ def where(config: RunConfig) -> str:
     return f"{device}, {compute}"
 
 
-def _error_record(errors: dict[str, str], config: RunConfig, steps: int) -> dict:
+def _error_record(errors: dict[str, str], config: RunConfig, steps: int) -> ParityRecord:
     """A check that could not run: which framework failed, on which device, and its line."""
     return {"passed": False, "steps": steps, "tolerances": None,
             "error": "; ".join(f"{FRAMEWORK_NAMES[fw]} on {where(config)}: {line}"
                                for fw, line in errors.items()),
             "errors": {fw: {"device": where(config), "line": line} for fw, line in errors.items()},
-            **{k: None for k in GATED}, "params_max_abs_diff_after_steps": None,
-            "failed": ["probe"]}
+            "logits_max_abs_diff": None, "loss_abs_diff": None, "grad_max_rel_diff": None,
+            "params_rel_update_diff_after_steps": None, "bn_running_stats_max_rel_diff": None,
+            "params_max_abs_diff_after_steps": None, "failed": ["probe"]}
 
 
 def _timed_record(timed: RunConfig, directory: Path, steps: int,
-                  probed: Probed | None = None, apart: tuple[str, ...] = ()) -> dict:
+                  probed: Probed | None = None, apart: tuple[str, ...] = ()) -> TimedDrift:
     """The timed configuration's TF-vs-PyTorch figures, each framework's noise floor, and
     whether the one is within the other; from `probed` where the gate's processes probed it
     already (but for the frameworks `apart`, whose own processes did), else probed here."""
@@ -213,14 +214,15 @@ def _timed_record(timed: RunConfig, directory: Path, steps: int,
     versus = compare_probes(probes["tf"], probes["torch"], steps, Tolerances())
     floors = {fw: compare_probes(probes[f"{fw}-perturbed"], probes[fw], steps, Tolerances())
               for fw in FRAMEWORKS}
-    noise = {k: max(floors[fw][k] for fw in FRAMEWORKS) for k in GATED}
-    within = {k: versus[k] <= max(NOISE_FACTOR * noise[k], limits[k]) for k in GATED}
+    noise = {k: max(figure(floors[fw], k) for fw in FRAMEWORKS) for k in GATED}
+    within = {k: figure(versus, k) <= max(NOISE_FACTOR * noise[k], limits[k]) for k in GATED}
     return {"configuration": described,
-            "figures": {k: versus[k] for k in GATED},
+            "figures": {k: figure(versus, k) for k in GATED},
             "noise_floor": noise,
-            "noise_floors": {fw: {k: floors[fw][k] for k in GATED} for fw in FRAMEWORKS},
+            "noise_floors": {fw: {k: figure(floors[fw], k) for k in GATED} for fw in FRAMEWORKS},
             "within_noise": within, "agrees": all(within.values()),
-            "drift_within_own": all(versus[k] <= NOISE_FACTOR * noise[k] for k in AFTER_STEPS),
+            "drift_within_own": all(figure(versus, k) <= NOISE_FACTOR * noise[k]
+                                    for k in AFTER_STEPS),
             "method": f"the compared precision/TF32/compiler on the run's device, one replica; "
                       f"noise floor: each framework against itself with every initial weight "
                       f"moved by 1 ulp (the larger of the two); agreement: each figure <= "

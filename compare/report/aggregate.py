@@ -11,12 +11,13 @@ from typing import Any
 
 from compare import figures, schema
 from compare.experiment.frameworks import FRAMEWORKS
+from compare.experiment.parity_record import ParityRecord
 from compare.records import OwnLoopRecord
 from compare.report import best, defaults, own_loops, stats
 from compare.report.labels import machine_of, seed_of
 
 
-def summarise(runs: list[schema.Result], parity: dict | None, command: str | None,
+def summarise(runs: list[schema.Result], parity: ParityRecord | None, command: str | None,
               planned: list[dict] | None = None,
               margin: float = stats.EQUIVALENCE_MARGIN,
               order_note: str | None = None,

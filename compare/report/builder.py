@@ -16,7 +16,9 @@ from typing import Any, cast
 
 from compare import files, schema
 from compare.errors import UserError
+from compare.experiment import parity_record
 from compare.experiment.frameworks import FRAMEWORKS
+from compare.experiment.parity_record import ParityRecord
 from compare.records import RunSummary
 from compare.report import best, defaults, own_loops, plots, stats
 from compare.report.aggregate import summarise
@@ -74,8 +76,8 @@ def load_runs(paths: list[Path]) -> list[schema.Result]:
     return runs
 
 
-def write(out_dir: Path, runs: list[schema.Result], parity: dict | None, command: str | None,
-          planned: list[dict] | None = None,
+def write(out_dir: Path, runs: list[schema.Result], parity: ParityRecord | None,
+          command: str | None, planned: list[dict] | None = None,
           margin: float = stats.EQUIVALENCE_MARGIN, order_note: str | None = None) -> list[Path]:
     """summary.json, report.md and report.html for these runs (one comparison)."""
     summary = summarise(runs, parity, command, planned, margin, order_note,
@@ -152,8 +154,8 @@ def _groups_from_runs(runs: list[schema.Result], margin: float) -> list[Group]:
             previous = files.read_json_or_empty(files.ComparisonDir(directory).summary)
             if isinstance(previous.get("groups"), list):
                 previous = {}
-            found = previous.get("parity")
-            if found is not None and (parity is None or not found.get("passed")):
+            found = parity_record.from_json(previous.get("parity"))
+            if found is not None and (parity is None or not found["passed"]):
                 parity = found  # a failed check anywhere in the group is the one to show
             command = command or previous.get("command")
             planned += previous.get("not_run") or []

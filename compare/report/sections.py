@@ -14,6 +14,7 @@ from typing import Any
 from compare import schema
 from compare.experiment.compile_state import CompileState
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS
+from compare.experiment.parity_record import GATED, Figure, TimedDrift
 from compare.figures import TRAIN_TIME
 from compare.report import defaults, plots, tables
 from compare.report import own_loops as own_loop_words
@@ -294,10 +295,6 @@ def top_kernels(g: Group) -> Section | None:
                     "Share of step"), rows)
 
 
-PARITY_CHECKS = ("logits_max_abs_diff", "loss_abs_diff", "grad_max_rel_diff",
-                 "params_rel_update_diff_after_steps", "bn_running_stats_max_rel_diff")
-
-
 def parity(g: Group) -> Section:
     record = g.summary.get("parity")
     if not record:
@@ -310,11 +307,12 @@ def parity(g: Group) -> Section:
     verdict = "PASSED" if record.get("passed") else "FAILED"
     compute = record.get("precision", "float32")
     tolerances = record.get("tolerances") or {}
-    timed = record.get("timed_configuration") or {}
-    figures, floor = timed.get("figures") or {}, timed.get("noise_floor") or {}
-    drift = (timed.get("configuration") or {}).get("device", "")
+    timed: TimedDrift | None = record.get("timed_configuration")
+    figures: dict[Figure, float] = (timed.get("figures") if timed else None) or {}
+    floor: dict[Figure, float] = (timed.get("noise_floor") if timed else None) or {}
+    drift = timed["configuration"].get("device", "") if timed else ""
     rows = [[key, _g3(record.get(key)), _g3(tolerances.get(key)), _g3(figures.get(key)),
-             _g3(floor.get(key))] for key in PARITY_CHECKS]
+             _g3(floor.get(key))] for key in GATED]
     fallback = (f" Float64 could not run ({record['float64_unsupported']}): the gate is "
                 f"float32 against its noise floor." if record.get("float64_unsupported") else "")
     said_drift = ("" if not timed else
