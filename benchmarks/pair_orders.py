@@ -2,7 +2,10 @@
 comparisons trained beside their runs (own-loop.json's `window_pairs` and `own_first`), per
 batch and framework, the seeds' mean difference between the pairs with the shared loop's
 window first and those with the own loop's first (log of the ratio, median per order), and
-how far each pair's ratio spreads (log standard deviation, median over the seeds).
+how far each pair's ratio spreads (log standard deviation, median over the seeds), and the
+window's length (the own loop's median step time by its steps a window, median over the
+seeds). Half the difference is what the window that comes first pays for coming back to the
+processor after the other framework's turn (in log, and in milliseconds of that window).
 
 Records without `own_first` kept one order a seed: the shared loop's window first on even
 seeds, the own loop's on odd ones, so there the difference is between the seeds of each
@@ -48,6 +51,9 @@ def orders(batch_records: list[tuple[int, dict]]) -> list[dict]:
     rows = []
     for (batch, framework), chosen in sorted(groups.items(), reverse=True):
         by_seed, shared_first, own_first, spread = [], [], [], []
+        windows_s = [steps["median"] * steps["steps_per_window"] / 1000 for record in chosen
+                     if (steps := record.get("steady_step_time_ms") or {}).get("median")
+                     and steps.get("steps_per_window")]
         for record in chosen:
             logs = [math.log(shared / own) for shared, own in record["window_pairs"]]
             spread.append(statistics.pstdev(logs))
@@ -66,7 +72,8 @@ def orders(batch_records: list[tuple[int, dict]]) -> list[dict]:
         rows.append({"batch": batch, "framework": framework, "seeds": len(chosen),
                      "pairs": sorted({len(r["window_pairs"]) for r in chosen}),
                      "within_seeds": bool(by_seed), "difference": difference,
-                     "pair_spread": statistics.median(spread)})
+                     "pair_spread": statistics.median(spread),
+                     "window_s": statistics.median(windows_s) if windows_s else None})
     return rows
 
 
@@ -74,13 +81,19 @@ def markdown(rows: list[dict], command: str) -> str:
     lines = ["# The order of a pair's windows and its ratio", "", machine_label(), "",
              f"    {command}", "",
              "| batch | framework | seeds | pairs a seed | shared first - own first (log) "
-             "| pairs' spread (log sd) |", "|---|---|---|---|---|---|"]
+             "| pairs' spread (log sd) | window | the first window's cost |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         how = "within each seed" if row["within_seeds"] else "between the seeds of each order"
         difference = "-" if row["difference"] is None else f"{row['difference']:.3f} ({how})"
+        window = "-" if row["window_s"] is None else f"{row['window_s']:.3f} s"
+        cost = "-"
+        if row["difference"] is not None and row["window_s"] is not None:
+            half = row["difference"] / 2
+            cost = f"{half:.3f} (log), {half * row['window_s'] * 1000:.1f} ms"
         lines.append(f"| {row['batch']} | {row['framework']} | {row['seeds']} | "
                      f"{', '.join(map(str, row['pairs']))} | {difference} | "
-                     f"{row['pair_spread']:.3f} |")
+                     f"{row['pair_spread']:.3f} | {window} | {cost} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,17 +1,19 @@
 """`compare` with its runs side by side, taking turns (the default on a CPU), against
 `--no-turns` (each run after the other), or against another commit taking turns its way
-(`--baseline REF`, checked out into a temporary git worktree and run from there): how wide
-each 3-seed interval comes out.
+(`--baseline REF`, checked out into a temporary git worktree and run from there), or against
+timing windows of another length (`--window-s S`, taking turns): how wide each 3-seed
+interval comes out.
 
 Each round runs the comparison once each way, the order turned every round, alone on the
-host; each comparison goes to DIR/batch<B>-<form>-r<round> (form: turns, no-turns or
-baseline). The table gives, per comparison, the TF / PyTorch ratio of the training time, of
-its first epoch, of the epochs after it and of the median step, and each framework's shared /
-own ratio, with the 95% interval and its width (high / low), read from the comparison's
-summary.json, and per form the median width and the centres' mean.
+host; each comparison goes to DIR/batch<B>-<form>-r<round> (form: turns, no-turns,
+baseline or window). The table gives, per comparison, the TF / PyTorch ratio of the training
+time, of its first epoch, of the epochs after it and of the median step, and each framework's
+shared / own ratio, with the 95% interval and its width (high / low), read from the
+comparison's summary.json, and per form the median width and the centres' mean.
 
     python -m benchmarks.turns_ab --batch 32:10000 --batch 4:2000 --rounds 3 --out DIR
     python -m benchmarks.turns_ab --batch 32:10000 --rounds 3 --baseline 59fcdf5 --out DIR
+    python -m benchmarks.turns_ab --batch 32:10000 --rounds 3 --window-s 0.125 --out DIR
     python -m benchmarks.turns_ab --summarise DIR   # the table of comparisons already run
 """
 
@@ -35,15 +37,18 @@ from benchmarks.tool_overhead import LEARNING_RATES  # noqa: E402
 
 FORMS = ("turns", "no-turns")
 BASELINE = "baseline"  # the form of a --baseline REF comparison: turns, at that commit
+WINDOW = "window"  # the form of a --window-s S comparison: turns, windows of S seconds
 
 
-def comparison_command(batch: int, images: int, form: str, out: Path, seeds: int) -> list[str]:
+def comparison_command(batch: int, images: int, form: str, out: Path, seeds: int,
+                       window_s: float | None = None) -> list[str]:
     turns = "--no-turns" if form == "no-turns" else "--turns"
+    window = ["--timing-window-s", str(window_s)] if form == WINDOW and window_s else []
     lr = LEARNING_RATES.get(("lenet", batch))  # batch 4 learns at the tutorial's rate
     return [sys.executable, "-m", "compare.cli", "compare", "--model", "lenet", "--dataset",
             "synthetic", "--synthetic-size", str(images), "--batch-size", str(batch),
             *(["--lr", lr] if lr else []), "--epochs", "3", "--precision", "fp32",
-            "--seeds", str(seeds), turns, "--out", str(out), "--quiet"]
+            "--seeds", str(seeds), turns, *window, "--out", str(out), "--quiet"]
 
 
 def form_of(comparison: str) -> str:
@@ -58,7 +63,7 @@ def summarise(directory: Path) -> list[dict]:
     return sorted(rows, key=lambda row: row["created_at"])
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], window_s: float | None = None) -> str:
     def cell(entry: dict | None) -> str:
         return ("-" if entry is None else
                 f"{entry['ratio']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}] "
@@ -73,7 +78,8 @@ def table(rows: list[dict]) -> str:
     lines += [f"| {r['comparison']} | {'yes' if r['side_by_side'] else 'no'} | "
               + " | ".join(cell(r.get(key)) for key in keys) + " |" for r in rows]
     forms = {"turns": "taking turns", "no-turns": "one after the other",
-             BASELINE: "taking turns, the baseline commit"}
+             BASELINE: "taking turns, the baseline commit",
+             WINDOW: f"taking turns, windows of {window_s or '?'} s"}
     for form, words in forms.items():
         chosen = [r for r in rows if r.get("form", "turns" if r["side_by_side"] else
                                                "no-turns") == form]
@@ -100,6 +106,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="where the comparisons go")
     parser.add_argument("--baseline", metavar="REF",
                         help="against this commit taking turns, instead of --no-turns")
+    parser.add_argument("--window-s", type=float, metavar="S",
+                        help="against timing windows of S seconds, taking turns, instead of "
+                             "--no-turns")
     parser.add_argument("--summarise", type=Path, metavar="DIR",
                         help="only write the table of the comparisons already in DIR")
     args = parser.parse_args()
@@ -108,12 +117,13 @@ def main() -> None:
         parser.error("--out or --summarise is needed")
     if args.summarise is None:
         with tempfile.TemporaryDirectory(prefix="turns-ab-") as scratch:
-            checkouts = {form: REPO for form in FORMS}
+            checkouts = {form: REPO for form in (*FORMS, WINDOW)}
             if args.baseline:
                 checkouts[BASELINE] = Path(scratch) / "baseline"
                 subprocess.run(["git", "worktree", "add", "--detach", str(checkouts[BASELINE]),
                                 args.baseline], cwd=REPO, check=True, capture_output=True)
-            forms = ("turns", BASELINE) if args.baseline else FORMS
+            forms = (("turns", BASELINE) if args.baseline else ("turns", WINDOW)
+                     if args.window_s else FORMS)
             try:
                 for round_ in range(args.first_round, args.first_round + args.rounds):
                     for batch_images in args.batch:
@@ -122,7 +132,8 @@ def main() -> None:
                             out = directory / f"batch{batch}-{form}-r{round_}"
                             checkout = checkouts[form]
                             run_and_say(out.name, comparison_command(
-                                batch, images, form, out.resolve(), args.seeds), checkout,
+                                batch, images, form, out.resolve(), args.seeds, args.window_s),
+                                checkout,
                                 {**os.environ, "PYTHONPATH": str(checkout)})
             finally:
                 if args.baseline:
@@ -131,12 +142,13 @@ def main() -> None:
     rows = summarise(directory)
     command = "python -m benchmarks.turns_ab " + " ".join(sys.argv[1:])
     (directory / "turns_ab.json").write_text(json.dumps(
-        {"command": command, "machine": machine_label(), "rows": rows}, indent=1) + "\n")
+        {"command": command, "machine": machine_label(), "window_s": args.window_s,
+         "rows": rows}, indent=1) + "\n")
     (directory / "turns_ab.md").write_text(
         f"# `compare` taking turns: how wide each comparison's intervals are\n\n"
         f"{machine_label()}\n\n"
-        f"    {command}\n\n{table(rows)}\n")
-    print(table(rows))
+        f"    {command}\n\n{table(rows, args.window_s)}\n")
+    print(table(rows, args.window_s))
 
 
 if __name__ == "__main__":
