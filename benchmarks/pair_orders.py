@@ -78,7 +78,8 @@ def orders(batch_records: list[tuple[int, dict]]) -> list[dict]:
 
 
 def markdown(rows: list[dict], command: str) -> str:
-    lines = ["# The order of a pair's windows and its ratio", "", machine_label(), "",
+    lines = ["# The order of a pair's windows and its ratio", "",
+             f"Tabulated on {machine_label()}; the comparisons ran where their folder says.", "",
              f"    {command}", "",
              "| batch | framework | seeds | pairs a seed | shared first - own first (log) "
              "| pairs' spread (log sd) | window | the first window's cost |",

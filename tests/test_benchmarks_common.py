@@ -107,12 +107,19 @@ def test_the_beside_benchmark_runs_only_the_comparisons_named_turning_their_orde
 def test_the_order_of_a_pairs_windows_is_told_within_a_seed_or_between_seeds():
     """benchmarks/pair_orders.py: with `own_first`, each seed's two orders' medians apart
     (here the shared loop's window first costs it 10%); without, the seeds of each order."""
-    from benchmarks.pair_orders import orders
+    from benchmarks.pair_orders import markdown, orders
     turning = {"framework": "tf", "seed": 0, "own_first": [False, True] * 3,
-               "window_pairs": [[1.1, 1.0], [1.0, 1.0]] * 3}
-    row, = orders([(4, turning), (4, {**turning, "seed": 1})])
+               "window_pairs": [[1.1, 1.0], [1.0, 1.0]] * 3,
+               "steady_step_time_ms": {"median": 2.0, "steps_per_window": 64}}
+    row, = orders([(4, turning), (4, {**turning, "seed": 1,
+                                      "steady_step_time_ms": {"median": 3.0,
+                                                              "steps_per_window": 64}})])
     assert row["within_seeds"] and row["difference"] == pytest.approx(math.log(1.1))
     assert (row["seeds"], row["pairs"]) == (2, [6])
+    assert row["window_s"] == pytest.approx(0.16)  # the median of 0.128 and 0.192 s
+    # the first window after the other's turn: half the difference, in log and in ms
+    assert markdown([row], "cmd").splitlines()[-1] == (
+        "| 4 | tf | 2 | 6 | 0.095 (within each seed) | 0.048 | 0.160 s | 0.048 (log), 7.6 ms |")
     fixed = [(32, {"framework": "torch", "seed": seed, "window_pairs": [[ratio, 1.0]] * 4})
              for seed, ratio in ((0, 1.2), (1, 1.0), (2, 1.2))]  # even seeds: shared first
     row, = orders(fixed)
