@@ -63,6 +63,12 @@ def summarise(directory: Path) -> list[dict]:
     return sorted(rows, key=lambda row: row["created_at"])
 
 
+def window_of(directory: Path) -> float | None:
+    """The --window-s of the comparisons already in `directory`, as its turns_ab.json says."""
+    saved = directory / "turns_ab.json"
+    return json.loads(saved.read_text()).get("window_s") if saved.exists() else None
+
+
 def table(rows: list[dict], window_s: float | None = None) -> str:
     def cell(entry: dict | None) -> str:
         return ("-" if entry is None else
@@ -140,15 +146,16 @@ def main() -> None:
                     subprocess.run(["git", "worktree", "remove", "--force",
                                     str(checkouts[BASELINE])], cwd=REPO, check=False)
     rows = summarise(directory)
+    window_s = args.window_s or window_of(directory)
     command = "python -m benchmarks.turns_ab " + " ".join(sys.argv[1:])
     (directory / "turns_ab.json").write_text(json.dumps(
-        {"command": command, "machine": machine_label(), "window_s": args.window_s,
+        {"command": command, "machine": machine_label(), "window_s": window_s,
          "rows": rows}, indent=1) + "\n")
     (directory / "turns_ab.md").write_text(
         f"# `compare` taking turns: how wide each comparison's intervals are\n\n"
         f"{machine_label()}\n\n"
-        f"    {command}\n\n{table(rows, args.window_s)}\n")
-    print(table(rows, args.window_s))
+        f"    {command}\n\n{table(rows, window_s)}\n")
+    print(table(rows, window_s))
 
 
 if __name__ == "__main__":

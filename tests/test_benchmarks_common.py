@@ -125,3 +125,27 @@ def test_the_order_of_a_pairs_windows_is_told_within_a_seed_or_between_seeds():
     row, = orders(fixed)
     assert not row["within_seeds"] and row["difference"] == pytest.approx(math.log(1.2))
     assert row["pair_spread"] == 0.0
+
+
+def test_the_windows_benchmark_runs_the_other_length_and_names_it_in_its_table(tmp_path):
+    """benchmarks/turns_ab.py --window-s: only its `window` comparisons ask for that window
+    length, and the table's summary rows give each form's median width and centres."""
+    from benchmarks.turns_ab import comparison_command, table, window_of
+    shorter = comparison_command(4, 12000, "window", tmp_path, 3, 0.125)
+    default = comparison_command(4, 12000, "turns", tmp_path, 3, 0.125)
+    assert shorter[shorter.index("--timing-window-s") + 1] == "0.125" and "--turns" in shorter
+    assert "--timing-window-s" not in default and "--turns" in default
+
+    def row(name: str, form: str, width: float, ratio: float) -> dict:
+        entry = {"ratio": ratio, "low": ratio / width ** 0.5, "high": ratio * width ** 0.5,
+                 "width": width}
+        return {"comparison": name, "side_by_side": True, "form": form,
+                "tf_shared_over_own": entry}
+    text = table([row("batch4-turns-r1", "turns", 1.2, 1.0),
+                  row("batch4-window-r1", "window", 1.1, 0.9),
+                  row("batch4-window-r2", "window", 1.05, 1.0)], 0.125)
+    summary = [line for line in text.splitlines() if "windows of 0.125 s" in line]
+    assert [line.split("|")[7].strip() for line in summary] == ["1.08x", "0.949"]
+    assert window_of(tmp_path) is None
+    (tmp_path / "turns_ab.json").write_text(json.dumps({"window_s": 0.125}))
+    assert window_of(tmp_path) == 0.125

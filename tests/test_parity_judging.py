@@ -245,7 +245,7 @@ def test_a_figure_the_check_could_not_measure_fails_its_floor_too():
     noise = {"params_rel_update_diff_after_steps": 0.1, "bn_running_stats_max_rel_diff": 0.05}
     judged = parity.judge_updates_against_noise(_failed_after_steps(0.1, None), noise)
     assert judged["passed"] is False and judged["failed"] == ["bn_running_stats_max_rel_diff"]
-    assert math.isnan(parity.figure(_failed_after_steps(None, 0.1),
+    assert math.isnan(parity_record.figure(_failed_after_steps(None, 0.1),
                                     "params_rel_update_diff_after_steps"))
 
 

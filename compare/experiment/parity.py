@@ -13,7 +13,6 @@ layer, the check falls back to float32 and its noise-floor rule, naming the laye
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -21,7 +20,14 @@ import numpy as np
 
 from compare.experiment import precision, specs
 from compare.experiment.config import PipelineConfig, RunConfig
-from compare.experiment.parity_record import AFTER_STEPS, GATED, Figure, ParityRecord, TimedDrift
+from compare.experiment.parity_record import (
+    AFTER_STEPS,
+    GATED,
+    Figure,
+    ParityRecord,
+    TimedDrift,
+    figure,
+)
 from compare.experiment.recipe import learning_rate
 
 
@@ -222,13 +228,6 @@ def judge_updates_against_noise(record: ParityRecord, noise: ParityRecord) -> Pa
                             f"{'within' if update <= NOISE_FACTOR * floor else 'over'} "
                             f"{NOISE_FACTOR:g} x its noise floor {floor:.3g} (PyTorch against "
                             f"itself, weights moved by 1 ulp)")}
-
-
-def figure(record: ParityRecord, name: Figure) -> float:
-    """A gated figure of `record`; NaN where the check could not measure it (NaN fails every
-    limit)."""
-    value = record[name]
-    return math.nan if value is None else value
 
 
 def relative_differences(values: dict[str, np.ndarray],

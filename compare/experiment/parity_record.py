@@ -5,6 +5,7 @@ reads and writes by these keys, so a misspelt one is a type error (mypy) where i
 """
 
 # no `from __future__ import annotations`: TypedDict reads NotRequired from the annotations
+import math
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 # A gated figure's name: compare.experiment.parity.Tolerances has a limit of each name
@@ -74,3 +75,10 @@ def from_json(data: Any) -> ParityRecord | None:
     if not isinstance(data, dict) or not isinstance(data.get("passed"), bool):
         return None
     return cast(ParityRecord, data)
+
+
+def figure(record: ParityRecord, name: Figure) -> float:
+    """A gated figure of `record`; NaN where the check could not measure it (NaN fails every
+    limit)."""
+    value = record[name]
+    return math.nan if value is None else value

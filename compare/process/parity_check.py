@@ -19,12 +19,11 @@ from compare.experiment.parity import (
     NOISE_FACTOR,
     Tolerances,
     compare_probes,
-    figure,
     judge_updates_against_noise,
     probe_config,
     timed_config,
 )
-from compare.experiment.parity_record import AFTER_STEPS, GATED, ParityRecord, TimedDrift
+from compare.experiment.parity_record import AFTER_STEPS, GATED, ParityRecord, TimedDrift, figure
 from compare.machine import precision
 from compare.process import runner
 

@@ -310,7 +310,7 @@ def parity(g: Group) -> Section:
     timed: TimedDrift | None = record.get("timed_configuration")
     figures: dict[Figure, float] = (timed.get("figures") if timed else None) or {}
     floor: dict[Figure, float] = (timed.get("noise_floor") if timed else None) or {}
-    drift = timed["configuration"].get("device", "") if timed else ""
+    drift = (timed.get("configuration") or {}).get("device", "") if timed else ""
     rows = [[key, _g3(record.get(key)), _g3(tolerances.get(key)), _g3(figures.get(key)),
              _g3(floor.get(key))] for key in GATED]
     fallback = (f" Float64 could not run ({record['float64_unsupported']}): the gate is "
