@@ -297,7 +297,8 @@ def pytest_sessionfinish(session, exitstatus):
     for obj in gc.get_objects():
         name, module = type(obj).__name__, type(obj).__module__ or ""
         if name == "Trainer" and module.endswith("_impl.train"):
-            obj.close()
+            if hasattr(obj, "train_batches"):  # not one whose building failed half-way
+                obj.close()
         elif name in ("FlowingEpochs", "EpochBatches") and module == "compare.experiment.plan":
             obj.__dict__.pop("iterator", None)  # a tf.data iterator, or a DataLoader's
     gc.collect()

@@ -88,6 +88,30 @@ def test_the_own_loop_trains_in_the_runs_process_a_window_of_each_in_turn(
         assert 0 <= record.final_test_accuracy <= 1 and record.config["own_loop_beside"] is None
 
 
+def test_taking_turns_the_pairs_order_turns_turn_by_turn(tmp_path, monkeypatch):
+    """Where the run takes turns with the other framework's, each turn several pairs long, every
+    pair of a turn has the same order and the next turn the other, so the first window after a
+    handover is the shared loop's in one turn and the twin's in the next (here a turn passes
+    after every second window: turns.taken() as the shared loop's offers advance it)."""
+    from torch_impl import train as torch_train
+    offers = []
+    monkeypatch.setattr(own_loop.turns, "after_window", lambda done: offers.append(done))
+    monkeypatch.setattr(own_loop.turns, "taken", lambda: 1 + len(offers) // 2)
+    for seed in (0, 1):
+        offers.clear()
+        events: list = []
+        code, record = _train_beside(tmp_path / str(seed), torch_train, seed, events,
+                                     monkeypatch)
+        assert code == 0
+        # slot k opens after the run's 4 + k windows, each followed by an offer
+        own_first = [(1 + (4 + slot) // 2 + seed) % 2 == 1 for slot in range(8)]
+        assert own_first == [seed == 0, seed == 0, seed == 1, seed == 1] * 2
+        assert record.own_first == own_first
+        steady = [loop for slot in range(8)
+                  for loop in (("own", "shared") if own_first[slot] else ("shared", "own"))]
+        assert [loop for loop, _, _ in events[8:]] == steady
+
+
 def _torch_run_beside(tmp_path, epochs: int):
     """A PyTorch run with its twin beside it, which must exit 0: (its result, the twin's
     record)."""

@@ -286,7 +286,7 @@ def test_compare_reports_each_framework_against_its_own_loop(tmp_path):
     assert any(s.startswith("The shared loop ran") for s in summary["verdict"])
     # on a CPU each seed's two runs took turns, a window each (compare.process.turns)
     assert summary["side_by_side"] is True
-    assert any("side by side, a timing window of each in turn" in s for s in summary["verdict"])
+    assert any("side by side, taking turns" in s for s in summary["verdict"])
     assert "The shared loop against each framework's own loop" in (out / "report.md").read_text()
     record = json.loads((out / "own-loops" / "tf-seed0" / "own-loop.json").read_text())
     assert record["status"] == "completed" and record["loop"].startswith("Keras Model.compile")

@@ -176,12 +176,13 @@ def test_a_process_whose_arbiter_goes_works_on_alone(tmp_path):
     assert torch.exitcode == 0 and len(_events(log)) == 4
 
 
-def test_the_shared_loop_passes_the_turn_after_each_window_and_leaves_it_out_of_its_clock(
+def test_the_shared_loop_offers_the_turn_after_each_window_and_leaves_it_out_of_its_clock(
         tmp_path, monkeypatch):
-    """A real run (PyTorch, 2 epochs of 4 windows of 2 steps) whose every pass of the turn
-    takes 0.1 s, as the other framework's window would: the turn is passed after each window,
-    the first epoch's too, with the share of the steps trained, and each epoch's
-    training time is its windows' time, without the other's turns."""
+    """A real run (PyTorch, 2 epochs of 4 windows of 2 steps) whose every offer of the turn
+    takes 0.1 s, as the other framework's turn would: the turn is offered after each window,
+    the first epoch's too, with the share of the steps trained, but not after the run's last
+    (the run holds it to its exit, so the other's windows never meet its evaluation); and
+    each epoch's training time is its windows' time, without the other's turns."""
     from conftest import tiny_config
 
     from compare.experiment import datasets
@@ -192,19 +193,57 @@ def test_the_shared_loop_passes_the_turn_after_each_window_and_leaves_it_out_of_
     def pass_turn(done):
         passes.append(done)
         time.sleep(0.1)
-    monkeypatch.setattr(turns, "pass_turn", pass_turn)
+    monkeypatch.setattr(turns, "after_window", pass_turn)
     config = tiny_config(tmp_path, epochs=2, timing_window=2)
     assert worker.train_process(torch_train, config, datasets.config_dataset(config),
                                 torch_train.select_device(config), resume=False) == 0
     run = files.RunDir(tmp_path / "run")
     windows = files.read_csv(run.windows)
     result = files.read_json(run.result)
-    # after each window, with the share of the run's 16 steps trained
-    assert passes == [steps / 16 for steps in range(2, 17, 2)]
+    # after each window but the last, with the share of the run's 16 steps trained
+    assert passes == [steps / 16 for steps in range(2, 16, 2)]
     assert len(windows["epoch"]) == 8
     for epoch in result["epochs"]:
         timed = float(windows["seconds"][windows["epoch"] == epoch["epoch"]].sum())
         assert timed <= epoch["train_time_s"] < timed + 0.05
+
+
+def _windows(path: str, framework: str, log: str, windows: int) -> None:
+    """A stand-in for a run's process: `windows` windows of WINDOW_S, each logged with the
+    turn it fell in (turns.taken()), the turn offered after each as the shared loop does."""
+    turns.join(path, framework)
+    for _ in range(windows):
+        time.sleep(WINDOW_S)
+        with open(log, "a") as f:
+            f.write(f"{framework} {turns.taken()}\n")
+        turns.after_window()
+    os._exit(0)
+
+
+WINDOW_S = 0.1  # s: each stand-in window's work (a margin of half a window for the host)
+
+
+def test_a_turn_holds_windows_until_it_has_lasted_turn_s(tmp_path, monkeypatch):
+    """With turns of at least 3.5 windows' time, each process works 4 windows a turn (the
+    turn passes after the first window that ends TURN_S after it began, never inside one),
+    and taken() counts the turns it has been given."""
+    monkeypatch.setattr(turns, "TURN_S", 3.5 * WINDOW_S)  # the forked processes inherit it
+    log = tmp_path / "log"
+    context = multiprocessing.get_context("fork")
+    with Arbiter(("tf", "torch")) as arbiter:
+        runs = {fw: context.Process(target=_windows, args=(arbiter.path, fw, str(log), 8))
+                for fw in ("tf", "torch")}
+        for process in runs.values():
+            process.start()
+        for fw, process in runs.items():
+            process.join(30)
+            arbiter.ended(fw)
+    assert all(process.exitcode == 0 for process in runs.values())
+    lines = [tuple(line.split()) for line in log.read_text().splitlines()]
+    assert lines == [(fw, str(turn)) for turn in (1, 2) for fw in ("tf", "torch")
+                     for _ in range(4)]
+    assert arbiter.turns[:4] == ["tf", "torch"] * 2
+    assert turns.taken() is None  # this process takes no turns
 
 
 def test_the_turn_goes_to_the_run_that_has_trained_the_smaller_share_of_its_steps():

@@ -196,7 +196,7 @@ def test_the_setup_names_device_precision_wrappers_compile_states_and_spread():
     assert verdict.setup_sentence(bare) == "Measured on CPU, precision ?; ? on ? data, 0 seeds."
     summary["side_by_side"] = True  # the frameworks' runs took turns: said last
     assert verdict.setup_sentence(summary) == (
-        sentence[:-1] + "; each seed's two runs side by side, a timing window of each in turn.")
+        sentence[:-1] + "; each seed's two runs side by side, taking turns.")
 
 
 def test_one_sided_precision_wrappers_and_nodes():

@@ -234,7 +234,7 @@ def setup_sentence(summary: schema.Summary) -> str:
             + (f"; {compiled}" if compiled else "")
             + f"; {model} on {source} data, {seeds} seed{'s' if seeds != 1 else ''}"
             + (f"; {', '.join(spread)}" if spread else "")
-            + ("; each seed's two runs side by side, a timing window of each in turn"
+            + ("; each seed's two runs side by side, taking turns"
                if summary.get("side_by_side") else "") + ".")
 
 

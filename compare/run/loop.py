@@ -204,7 +204,8 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
             left = time.perf_counter()  # the others' turns, between two windows
             if beside is not None:
                 beside.after_window(now - window_start, len(lrs))
-            turns.pass_turn(global_step / total_steps)
+            if global_step < total_steps:  # after the last, the turn is held to the exit
+                turns.after_window(global_step / total_steps)
             if beside is not None and step < steps:
                 beside.before_window()
             away_s += time.perf_counter() - left

@@ -27,7 +27,7 @@ from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
 from compare.experiment.recipe import learning_rate
 from compare.records import OwnLoopRecord
-from compare.run import shutdown, wall_time
+from compare.run import shutdown, turns, wall_time
 from compare.run.interface import DeviceChoice
 from compare.run.summary import steady_step_times
 from compare.run.windows import WindowClock
@@ -169,9 +169,10 @@ class Beside:
     process's caches (XLA's autotuning, the driver's kernels) filled, and the run's start-up and
     training time would understate a user's. The twin's first epoch follows, whole. From the
     second epoch on, the windows go in pairs, one of each loop, the twin's second in one pair
-    and first in the next (the other way round on odd seeds), so each loop comes back to the
-    processor after something else ran (the other loop, or the other framework's turn, which
-    passes between two pairs) as often as the other does. Each pair of windows is one ratio of
+    and first in the next (the other way round on odd seeds), or, where the run takes turns
+    with the other framework's, in one turn and the next (the turn passes between two pairs),
+    so each loop comes back to the processor after something else ran (the other loop, or the
+    other framework's turn) as often as the other does. Each pair of windows is one ratio of
     step times (own-loop.json's `window_pairs`, with `own_first` saying which came first). A
     twin that fails is recorded and left; the run goes on."""
 
@@ -183,6 +184,7 @@ class Beside:
         self.seed = config.seed
         self.shared_epochs = 0  # the shared loop's epochs trained in this process
         self.slot = 0  # the pair the next windows belong to
+        self.own_first: dict[int, bool] = {}  # slot: whether the twin's window came first
         self.shared_ms: dict[int, float] = {}  # slot: the shared loop's ms per step
         self.own_ms: dict[int, float] = {}  # slot: the twin's
         self.own: OwnLoopRun | None = None
@@ -194,7 +196,10 @@ class Beside:
 
     def before_window(self) -> None:
         """The shared loop is about to open a window (outside its clock)."""
-        if self.shared_epochs and self._own_first(self.slot):
+        if not self.shared_epochs:
+            return  # its first epoch: no pairs
+        self.own_first[self.slot] = self._order()
+        if self.own_first[self.slot]:
             self._twin_window()
 
     def after_window(self, seconds: float, steps: int) -> None:
@@ -202,7 +207,7 @@ class Beside:
         if not self.shared_epochs:
             return  # its first epoch: no pairs
         self.shared_ms[self.slot] = 1000.0 * seconds / steps
-        if not self._own_first(self.slot):
+        if not self.own_first.setdefault(self.slot, False):
             self._twin_window()
         self.slot += 1
 
@@ -216,7 +221,7 @@ class Beside:
         if self.own is not None:
             slots = [slot for slot in sorted(self.shared_ms) if slot in self.own_ms]
             self.own.record.window_pairs = [[self.shared_ms[s], self.own_ms[s]] for s in slots]
-            self.own.record.own_first = [self._own_first(s) for s in slots]
+            self.own.record.own_first = [self.own_first[s] for s in slots]
         self._guarded(lambda own: own.finish())
         self.close()
 
@@ -232,9 +237,13 @@ class Beside:
                 own.stop(RuntimeError("the run it trained beside ended before it"))
             own.close()
 
-    def _own_first(self, slot: int) -> bool:
-        """Whether the twin's window comes first in pair `slot`."""
-        return (slot + self.seed) % 2 == 1
+    def _order(self) -> bool:
+        """Whether the twin's window comes first in the pair about to start: turn by turn
+        where the run takes turns with the other framework's (every pair of a turn alike, so
+        that the first window after a handover is the shared loop's in one turn and the
+        twin's in the next), else pair by pair; the shared loop's first on even seeds."""
+        taken = turns.taken()
+        return ((self.slot if taken is None else taken) + self.seed) % 2 == 1
 
     def _twin_window(self) -> None:
         """One window of the twin's, in the current slot."""
