@@ -95,7 +95,7 @@ def test_taking_turns_the_pairs_order_turns_turn_by_turn(tmp_path, monkeypatch):
     after every second window: turns.taken() as the shared loop's offers advance it)."""
     from torch_impl import train as torch_train
     offers = []
-    monkeypatch.setattr(own_loop.turns, "after_window", lambda done: offers.append(done))
+    monkeypatch.setattr(own_loop.turns, "after_window", lambda *offer: offers.append(offer))
     monkeypatch.setattr(own_loop.turns, "taken", lambda: 1 + len(offers) // 2)
     for seed in (0, 1):
         offers.clear()

@@ -11,6 +11,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from compare import files
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.process.comparison import planned_runs
@@ -190,7 +192,8 @@ def test_the_shared_loop_offers_the_turn_after_each_window_and_leaves_it_out_of_
     from torch_impl import train as torch_train
     passes = []
 
-    def pass_turn(done):
+    def pass_turn(done, epochs, window_s):
+        assert (epochs, window_s) == (2, None)  # timing_window: windows of fixed steps
         passes.append(done)
         time.sleep(0.1)
     monkeypatch.setattr(turns, "after_window", pass_turn)
@@ -208,31 +211,37 @@ def test_the_shared_loop_offers_the_turn_after_each_window_and_leaves_it_out_of_
         assert timed <= epoch["train_time_s"] < timed + 0.05
 
 
-def _windows(path: str, framework: str, log: str, windows: int) -> None:
-    """A stand-in for a run's process: `windows` windows of WINDOW_S, each logged with the
-    turn it fell in (turns.taken()), the turn offered after each as the shared loop does."""
+def _windows(path: str, framework: str, log: str, windows: int, window_s: float | None,
+             epoch_share: float) -> None:
+    """A stand-in for a run's process of one epoch: `windows` windows of about `window_s`
+    seconds, each `epoch_share` of the epoch and logged with the turn it fell in
+    (turns.taken()), the turn offered after each as the shared loop does."""
     turns.join(path, framework)
-    for _ in range(windows):
-        time.sleep(WINDOW_S)
+    for window in range(1, windows + 1):
         with open(log, "a") as f:
             f.write(f"{framework} {turns.taken()}\n")
-        turns.after_window()
+        turns.after_window(window * epoch_share, 1, window_s)
     os._exit(0)
 
 
-WINDOW_S = 0.1  # s: each stand-in window's work (a margin of half a window for the host)
-
-
-def test_a_turn_holds_windows_until_it_has_lasted_turn_s(tmp_path, monkeypatch):
-    """With turns of at least 3.5 windows' time, each process works 4 windows a turn (the
-    turn passes after the first window that ends TURN_S after it began, never inside one),
-    and taken() counts the turns it has been given."""
-    monkeypatch.setattr(turns, "TURN_S", 3.5 * WINDOW_S)  # the forked processes inherit it
+@pytest.mark.parametrize("window_s, epoch_share, per_turn", [
+    (0.5, 0.01, 1),  # the default windows: a turn each
+    (None, 0.01, 1),  # windows of fixed steps: a turn each
+    (0.125, 0.01, 4),  # windows of 0.125 s: 4 to a turn (TURN_S, 0.5 s)
+    (0.125, 1 / 24, 3),  # an eighth of an epoch ends the turn first: 3 windows of 1/24
+    (0.1, 0.01, 5),
+])
+def test_a_turn_holds_turn_s_of_windows_or_an_eighth_of_an_epoch(
+        tmp_path, window_s, epoch_share, per_turn):
+    """Each process works as many windows a turn as make TURN_S seconds, or fewer where they
+    bring its steps in the turn to an eighth of an epoch first, and passes the turn only
+    between two windows; taken() counts the turns a process has been given."""
     log = tmp_path / "log"
     context = multiprocessing.get_context("fork")
     with Arbiter(("tf", "torch")) as arbiter:
-        runs = {fw: context.Process(target=_windows, args=(arbiter.path, fw, str(log), 8))
-                for fw in ("tf", "torch")}
+        runs = {fw: context.Process(target=_windows, args=(
+            arbiter.path, fw, str(log), 2 * per_turn, window_s, epoch_share))
+            for fw in ("tf", "torch")}
         for process in runs.values():
             process.start()
         for fw, process in runs.items():
@@ -241,7 +250,7 @@ def test_a_turn_holds_windows_until_it_has_lasted_turn_s(tmp_path, monkeypatch):
     assert all(process.exitcode == 0 for process in runs.values())
     lines = [tuple(line.split()) for line in log.read_text().splitlines()]
     assert lines == [(fw, str(turn)) for turn in (1, 2) for fw in ("tf", "torch")
-                     for _ in range(4)]
+                     for _ in range(per_turn)]
     assert arbiter.turns[:4] == ["tf", "torch"] * 2
     assert turns.taken() is None  # this process takes no turns
 

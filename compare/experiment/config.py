@@ -259,14 +259,12 @@ class RunConfig:
         "it as a caveat).", strategy_check(), vary=True, metavar="|".join(strategy.CHOICES)))
     # Synchronised timing windows end on call boundaries and last about timing_window_s
     # seconds, at most an eighth of an epoch (the loop sizes them from the first epoch's
-    # calls, compare.run.windows); None: the length compare.run.windows.target_s gives the
-    # run (shorter where it takes turns); timing_window, when set, fixes them at that many
-    # steps instead (rounded up to whole calls).
-    timing_window_s: float | None = field(default=None, metadata=option(  # seconds
+    # calls, compare.run.windows); timing_window, when set, fixes them at that many steps
+    # instead (rounded up to whole calls).
+    timing_window_s: float = field(default=0.5, metadata=option(  # seconds
         "--timing-window-s", "Target length of a synchronised timing window, seconds "
-        "(windows end on call boundaries, and last at most an eighth of an epoch); default "
-        "0.5, or 0.125 where compare's two runs take turns on a CPU.",
-        optional(number(0, low_open=True, what="a number of seconds"))))
+        "(windows end on call boundaries, and last at most an eighth of an epoch).",
+        number(0, low_open=True, what="a number of seconds")))
     timing_window: int | None = None  # steps
     # Steps profiled after the last epoch (whole calls), split into phases (compare.run.phases)
     profile_steps: int = field(default=32, metadata=option(
@@ -347,10 +345,10 @@ class ComparisonConfig:
         "own loop (Keras compile + fit; a plain PyTorch loop) on the same model, weights, "
         "batches and recipe, and report the shared loop's time against it.", flag()))
     turns: bool = field(default=True, metadata=option(  # compare.process.turns
-        "--turns/--no-turns", "On a CPU, run each seed's two frameworks side by side, taking "
-        "turns of about a second of timing windows (the one behind in its steps next), so "
-        "that the host's slow spells hit both alike; --no-turns runs them one after the "
-        "other.",
+        "--turns/--no-turns", "On a CPU, run each seed's two frameworks side by side, one "
+        "working at a time in turns of about half a second of timing windows (the one behind "
+        "in its steps next), so that the host's slow spells hit both alike; --no-turns runs "
+        "them one after the other.",
         flag()))
     defaults: bool = field(default=True, metadata=option(  # compare.experiment.compile_state
         "--defaults/--no-defaults", "On a GPU, also train each framework whose own default "

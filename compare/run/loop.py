@@ -205,7 +205,9 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
             if beside is not None:
                 beside.after_window(now - window_start, len(lrs))
             if global_step < total_steps:  # after the last, the turn is held to the exit
-                turns.after_window(global_step / total_steps)
+                turns.after_window(global_step / total_steps, config.epochs,
+                                   None if config.timing_window is not None
+                                   else config.timing_window_s)
             if beside is not None and step < steps:
                 beside.before_window()
             away_s += time.perf_counter() - left

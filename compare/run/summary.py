@@ -14,7 +14,6 @@ import numpy as np
 from compare.experiment.config import RunConfig
 from compare.machine import gpu_metrics
 from compare.records import ProcessClock, RunSummary, StepTimes
-from compare.run.windows import target_s
 
 
 def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list[dict[str, float]],
@@ -31,7 +30,7 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
         train_time_s=sum(e["train_time_s"] for e in epochs),
         eval_time_s=sum(e["eval_time_s"] for e in epochs),
         peak_device_memory_note=peak_memory_note, host_peak_rss_bytes=host_peak_rss_bytes,
-        steady_step_time_ms=StepTimes(window_target_s=(target_s(config)
+        steady_step_time_ms=StepTimes(window_target_s=(config.timing_window_s
                                                        if config.timing_window is None
                                                        else None)),
         target_accuracy=config.target_accuracy)

@@ -1,10 +1,10 @@
 """A framework process's side of taking turns with the other framework's run of the same seed
 (RunConfig.turns): the two processes live side by side, but only the one holding the turn
-works; it passes the turn after the first timing window (the first pair of windows, with an
-own loop beside) that ends TURN_S or more after the turn began, saying what share of its
-steps it has trained. Both runs then meet the host's slow spells within a second or two of
-each other, where runs one after the other meet them minutes apart (docs/measurement.md, "On a
-busy host").
+works; it passes the turn after about TURN_S seconds of its timing windows (a window at the
+default length; beside an own loop, a pair of windows) or an eighth of an epoch, saying what
+share of its steps it has trained. Both runs then meet the host's slow spells within a
+second of each other, where runs one after the other meet them minutes apart
+(docs/measurement.md, "On a busy host").
 
 The parent arbitrates (compare.process.turns) over a Unix socket: a process says its
 framework (HELLO), waits for GO, and when its turn is over sends PASS with its share done (a
@@ -16,20 +16,26 @@ turns only ever delays work, it never stops it.
 from __future__ import annotations
 
 import socket
-import time
 
 HELLO = b"H"  # then the framework's name and a newline
 GO = b"G"  # the parent to a process: your turn
 PASS = b"P"  # a process to the parent: my window is done; then the share done and a newline
 
-# s: the least a turn lasts. The first window after a handover pays for it (caches the other
-# framework's turn took over), TensorFlow's more than PyTorch's, so turns hold several short
-# windows rather than passing after each (docs/benchmarks.md, "Windows of 0.125 s").
-TURN_S = 1.0
+# A turn holds the run's windows until they add up to about TURN_S seconds (as many windows
+# as --timing-window-s says: one at its default, four of 0.125 s) or to MAX_EPOCH_SHARE of
+# an epoch, whichever comes first; beside an own loop each window is a pair, one of each
+# loop. The first window after a handover pays for it (caches the other framework's turn
+# took over), TensorFlow's more than PyTorch's, so shorter windows do not bring more
+# handovers (docs/benchmarks.md, "Windows of 0.125 s"); a turn longer than an eighth of an
+# epoch would let a slow spell of the host fall on one framework's epoch and not the other's
+# (compare.run.windows.MAX_EPOCH_SHARE bounds a window the same way).
+TURN_S = 0.5
+MAX_EPOCH_SHARE = 1 / 8
 
 _connection: socket.socket | None = None  # this process's, while it takes turns
 _taken = 0  # the turns this process has been given
-_began = 0.0  # time.perf_counter() when its current turn began, s
+_windows = 0  # the run's windows in its current turn
+_began_done = 0.0  # the share of its steps trained when its current turn began
 
 
 def join(path: str | None, framework: str) -> None:
@@ -64,10 +70,18 @@ def pass_turn(done: float | None = None) -> None:
     _wait_for_go()
 
 
-def after_window(done: float | None = None) -> None:
-    """A timing window (a pair, beside an own loop) has ended: pass the turn if it has lasted
-    TURN_S, else keep it (no-op when not taking turns); `done` as for pass_turn."""
-    if _connection is not None and time.perf_counter() - _began >= TURN_S:
+def after_window(done: float, epochs: int, window_s: float | None) -> None:
+    """One of the run's timing windows (of about `window_s` seconds; None: of fixed steps, a
+    turn each) has ended, `done` of its steps trained over its `epochs` epochs: pass the turn
+    when the turn's windows come to TURN_S or to MAX_EPOCH_SHARE of an epoch, else keep it
+    (no-op when not taking turns)."""
+    global _windows, _began_done
+    if _connection is None:
+        return
+    _windows += 1
+    per_turn = 1 if window_s is None else max(1, round(TURN_S / window_s))
+    if _windows >= per_turn or (done - _began_done) * epochs >= MAX_EPOCH_SHARE - 1e-9:
+        _windows, _began_done = 0, done
         pass_turn(done)
 
 
@@ -78,7 +92,7 @@ def taken() -> int | None:
 
 
 def _wait_for_go() -> None:
-    global _taken, _began
+    global _taken
     assert _connection is not None
     try:
         answer = _connection.recv(1)
@@ -88,7 +102,6 @@ def _wait_for_go() -> None:
         _leave()
         return
     _taken += 1
-    _began = time.perf_counter()
 
 
 def _leave() -> None:

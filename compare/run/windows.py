@@ -25,21 +25,6 @@ FIRST_WINDOW_STEPS = 10  # several processes: steps per window while the size is
 # compare's shared / own and TF / PyTorch pairs several per epoch, where half-second windows
 # cut an epoch of a second or two into two or three.
 MAX_EPOCH_SHARE = 1 / 8
-# A window's target length, seconds, where --timing-window-s is not given: half a second
-# alone, so the device is synchronised about twice a second; an eighth of that where compare's
-# two runs take turns on a CPU (compare.run.turns), whose turn holds several pairs of the
-# shared and own loops' windows (TURN_S there): a seed's shared / own ratio is as precise as
-# its number of pairs, and the handovers, which each framework's first window after pays for,
-# stay as rare as with half-second windows (docs/measurement.md, "On a busy host").
-ALONE_WINDOW_S = 0.5
-TURNS_WINDOW_S = 0.125
-
-
-def target_s(config: RunConfig) -> float:
-    """The length a window of `config`'s run aims at, seconds."""
-    if config.timing_window_s is not None:
-        return config.timing_window_s
-    return TURNS_WINDOW_S if config.turns is not None else ALONE_WINDOW_S
 
 
 class TimingWindows:
@@ -47,7 +32,7 @@ class TimingWindows:
     and at the end of the epoch).
 
     With config.timing_window, a fixed number of steps rounded up to whole calls. Otherwise
-    sized so that a window lasts about target_s(config): in the session's first epoch
+    sized so that a window lasts about config.timing_window_s: in the session's first epoch
     (its warm-up), after every window but the first (which carries tracing and compilation),
     from the median time per call of that epoch's windows so far, and at most
     MAX_EPOCH_SHARE of an epoch of `steps_per_epoch` steps; then held for the rest of the
@@ -59,7 +44,7 @@ class TimingWindows:
     def __init__(self, config: RunConfig, steps_per_call: int,
                  agree: Callable[[float], float] | None = None,
                  steps_per_epoch: int | None = None):
-        self.target_s = target_s(config)
+        self.target_s = config.timing_window_s
         # the most calls a window may hold (None: no bound)
         self.most_calls = (None if steps_per_epoch is None else
                            math.ceil(math.ceil(steps_per_epoch / steps_per_call)
