@@ -80,7 +80,8 @@ def interval(entry: dict | None) -> dict | None:
 def comparison_figures(folder: Path) -> dict:
     """A comparison's timing figures from its summary.json: the TF / PyTorch ratios of the
     training time, of its first epoch and of the epochs after it, and of the median step, and
-    each framework's shared / own ratio, each with its interval (None where it has none)."""
+    each framework's shared / own ratio, each with its interval (None where it has none); and
+    each framework's median step in ms (None where the summary has none)."""
     summary = json.loads((folder / "summary.json").read_text())
     own = summary.get("own_loops") or {}
     return {"comparison": folder.name, "created_at": summary["created_at"],
@@ -93,7 +94,11 @@ def comparison_figures(folder: Path) -> dict:
                 summary["ratios"].get("steady_train_time_s")),
             "tf_over_torch_steady_step": interval(summary["ratios"]["steady_step_time_ms"]),
             "tf_shared_over_own": interval((own.get("tf") or {}).get("time_ratio")),
-            "torch_shared_over_own": interval((own.get("torch") or {}).get("time_ratio"))}
+            "torch_shared_over_own": interval((own.get("torch") or {}).get("time_ratio")),
+            # each framework's median step, ms (the shared loop; centre over the seeds)
+            **{f"{fw}_step_ms": ((summary.get("frameworks") or {}).get(fw, {})
+                                 .get("steady_step_time_ms") or {}).get("centre")
+               for fw in ("tf", "torch")}}
 
 
 # What a comparison kept in the results keeps: the figures and what they come from, not the

@@ -63,10 +63,16 @@ def summarise(directory: Path) -> list[dict]:
     return sorted(rows, key=lambda row: row["created_at"])
 
 
+def saved(directory: Path, key: str):
+    """What `directory`'s turns_ab.json says of the comparisons already in it (None if it
+    says nothing): their `window_s` (--window-s), or the `command` that ran them."""
+    path = directory / "turns_ab.json"
+    return json.loads(path.read_text()).get(key) if path.exists() else None
+
+
 def window_of(directory: Path) -> float | None:
-    """The --window-s of the comparisons already in `directory`, as its turns_ab.json says."""
-    saved = directory / "turns_ab.json"
-    return json.loads(saved.read_text()).get("window_s") if saved.exists() else None
+    """The --window-s of the comparisons already in `directory`."""
+    return saved(directory, "window_s")
 
 
 def table(rows: list[dict], window_s: float | None = None) -> str:
@@ -98,6 +104,26 @@ def table(rows: list[dict], window_s: float | None = None) -> str:
         centres = [[r[key]["ratio"] for r in chosen if r.get(key)] for key in keys]
         lines.append(f"| geometric mean of the centres, {form} | | " + " | ".join(
             f"{statistics.geometric_mean(c):.3f}" if c else "-" for c in centres) + " |")
+    return "\n".join(lines)
+
+
+def step_table(rows: list[dict], window_s: float | None = None) -> str:
+    """Per batch and form, each framework's median step (ms, the shared loop's): the geometric
+    mean of the comparisons' centres, and their range. A form that moves both frameworks'
+    steps alike leaves their ratio but not their speed."""
+    lines = ["| batch | form | comparisons | TensorFlow/Keras median step, ms | PyTorch median "
+             "step, ms |", "|---|---|---|---|---|"]
+    for batch in sorted({r.get("batch") for r in rows if r.get("batch")}, reverse=True):
+        for form in sorted({r.get("form", "") for r in rows}):
+            chosen = [r for r in rows if r.get("batch") == batch and r.get("form", "") == form]
+            cells = []
+            for fw in ("tf", "torch"):
+                steps = [r[f"{fw}_step_ms"] for r in chosen if r.get(f"{fw}_step_ms")]
+                cells.append(f"{statistics.geometric_mean(steps):.3f} ({min(steps):.3f}-"
+                             f"{max(steps):.3f})" if steps else "-")
+            if chosen:
+                name = f"{form}, {window_s} s windows" if form == WINDOW else form
+                lines.append(f"| {batch} | {name} | {len(chosen)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -147,15 +173,19 @@ def main() -> None:
                                     str(checkouts[BASELINE])], cwd=REPO, check=False)
     rows = summarise(directory)
     window_s = args.window_s or window_of(directory)
-    command = "python -m benchmarks.turns_ab " + " ".join(sys.argv[1:])
+    command = ((args.summarise and saved(directory, "command"))
+               or "python -m benchmarks.turns_ab " + " ".join(sys.argv[1:]))
     (directory / "turns_ab.json").write_text(json.dumps(
         {"command": command, "machine": machine_label(), "window_s": window_s,
          "rows": rows}, indent=1) + "\n")
     (directory / "turns_ab.md").write_text(
         f"# `compare` taking turns: how wide each comparison's intervals are\n\n"
         f"{machine_label()}\n\n"
-        f"    {command}\n\n{table(rows, window_s)}\n")
+        f"    {command}\n\n{table(rows, window_s)}\n\n"
+        f"Each framework's median step, the shared loop's, per batch and form:\n\n"
+        f"{step_table(rows, window_s)}\n")
     print(table(rows, window_s))
+    print(step_table(rows, window_s))
 
 
 if __name__ == "__main__":

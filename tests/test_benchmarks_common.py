@@ -34,7 +34,8 @@ def _summary(folder, tf_own, torch_own, tf_torch):
         "ratios": {"train_time_s": entry(tf_torch), "steady_step_time_ms": {"ratio": 2.0},
                    "steady_train_time_s": entry(tf_own)},
         "own_loops": {"tf": {"time_ratio": entry(tf_own)},
-                      "torch": {"time_ratio": entry(torch_own)}}}))
+                      "torch": {"time_ratio": entry(torch_own)}},
+        "frameworks": {"tf": {"steady_step_time_ms": {"centre": 1.5}}, "torch": {}}}))
 
 
 def test_a_comparison_is_read_back_as_its_intervals_and_pruned_to_what_they_come_from(
@@ -53,6 +54,7 @@ def test_a_comparison_is_read_back_as_its_intervals_and_pruned_to_what_they_come
     assert figures["tf_over_torch_after_first_epoch"]["width"] == pytest.approx(1.2 / 0.9)
     assert figures["tf_over_torch_first_epoch"] is None  # not in the summary
     assert (figures["batch"], figures["seeds"]) == (4, 3)
+    assert (figures["tf_step_ms"], figures["torch_step_ms"]) == (1.5, None)
     prune(folder)
     left = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     assert left == ["own-loops/tf-seed0/own-loop.json", "runs/tf-seed0/result.json",
@@ -130,7 +132,7 @@ def test_the_order_of_a_pairs_windows_is_told_within_a_seed_or_between_seeds():
 def test_the_windows_benchmark_runs_the_other_length_and_names_it_in_its_table(tmp_path):
     """benchmarks/turns_ab.py --window-s: only its `window` comparisons ask for that window
     length, and the table's summary rows give each form's median width and centres."""
-    from benchmarks.turns_ab import comparison_command, table, window_of
+    from benchmarks.turns_ab import comparison_command, saved, table, window_of
     shorter = comparison_command(4, 12000, "window", tmp_path, 3, 0.125)
     default = comparison_command(4, 12000, "turns", tmp_path, 3, 0.125)
     assert shorter[shorter.index("--timing-window-s") + 1] == "0.125" and "--turns" in shorter
@@ -147,5 +149,21 @@ def test_the_windows_benchmark_runs_the_other_length_and_names_it_in_its_table(t
     summary = [line for line in text.splitlines() if "windows of 0.125 s" in line]
     assert [line.split("|")[7].strip() for line in summary] == ["1.08x", "0.949"]
     assert window_of(tmp_path) is None
-    (tmp_path / "turns_ab.json").write_text(json.dumps({"window_s": 0.125}))
+    (tmp_path / "turns_ab.json").write_text(json.dumps({"window_s": 0.125, "command": "x"}))
     assert window_of(tmp_path) == 0.125
+    assert saved(tmp_path, "command") == "x" and saved(tmp_path, "rows") is None
+
+
+def test_the_turns_benchmark_tabulates_each_frameworks_step_per_batch_and_form():
+    """benchmarks/turns_ab.py's second table: per batch and form, the geometric mean of the
+    comparisons' median steps and their range; a comparison without one is left out."""
+    from benchmarks.turns_ab import step_table
+    rows = [{"batch": 4, "form": "turns", "tf_step_ms": 1.0, "torch_step_ms": 2.0},
+            {"batch": 4, "form": "turns", "tf_step_ms": 4.0, "torch_step_ms": None},
+            {"batch": 4, "form": "window", "tf_step_ms": 3.0, "torch_step_ms": 3.0},
+            {"batch": 32, "form": "turns", "tf_step_ms": 5.0, "torch_step_ms": 6.0}]
+    lines = step_table(rows, 0.125).splitlines()[2:]
+    assert [line.split(" | ") for line in lines] == [
+        ["| 32", "turns", "1", "5.000 (5.000-5.000)", "6.000 (6.000-6.000) |"],
+        ["| 4", "turns", "2", "2.000 (1.000-4.000)", "2.000 (2.000-2.000) |"],
+        ["| 4", "window, 0.125 s windows", "1", "3.000 (3.000-3.000)", "3.000 (3.000-3.000) |"]]
