@@ -1,6 +1,6 @@
-"""The parent's side of two framework runs taking turns, a second or so of timing windows
-each (compare.run.turns): one arbiter per pair, a Unix socket in a directory of its own, a thread
-that hands the turn to one process at a time, the first turn to the framework named first,
+"""The parent's side of two framework runs taking turns of about half a second of timing
+windows (compare.run.turns): one arbiter per pair, a Unix socket in a directory of its own, a
+thread that hands the turn to one process at a time, the first turn to the framework named first,
 then to whichever has trained the smaller share of its steps (each says its share as it
 passes), the other on a tie or where a share is unknown. Two runs of the same steps thus go
 through their epochs together, though one framework's step takes twice the other's: each

@@ -207,7 +207,7 @@ class Beside:
         if not self.shared_epochs:
             return  # its first epoch: no pairs
         self.shared_ms[self.slot] = 1000.0 * seconds / steps
-        if not self.own_first.setdefault(self.slot, False):
+        if not self.own_first[self.slot]:  # its order, set by before_window
             self._twin_window()
         self.slot += 1
 

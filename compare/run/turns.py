@@ -19,7 +19,7 @@ import socket
 
 HELLO = b"H"  # then the framework's name and a newline
 GO = b"G"  # the parent to a process: your turn
-PASS = b"P"  # a process to the parent: my window is done; then the share done and a newline
+PASS = b"P"  # a process to the parent: my turn is done; then the share done and a newline
 
 # A turn holds the run's windows until they add up to about TURN_S seconds (as many windows
 # as --timing-window-s says: one at its default, four of 0.125 s) or to MAX_EPOCH_SHARE of
