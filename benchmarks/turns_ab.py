@@ -111,8 +111,9 @@ def step_table(rows: list[dict], window_s: float | None = None) -> str:
     """Per batch and form, each framework's median step (ms, the shared loop's): the geometric
     mean of the comparisons' centres, and their range. A form that moves both frameworks'
     steps alike leaves their ratio but not their speed."""
-    lines = ["| batch | form | comparisons | TensorFlow/Keras median step, ms | PyTorch median "
-             "step, ms |", "|---|---|---|---|---|"]
+    header = ("| batch | form | comparisons | TensorFlow/Keras median step, ms | PyTorch median "
+              "step, ms |")
+    lines = [header, "|---|---|---|---|---|"]
     for batch in sorted({r.get("batch") for r in rows if r.get("batch")}, reverse=True):
         for form in sorted({r.get("form", "") for r in rows}):
             chosen = [r for r in rows if r.get("batch") == batch and r.get("form", "") == form]
