@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(REPO))
 
+from benchmarks import common
+
 EPOCHS = 3
 
 
@@ -111,17 +113,6 @@ def spread(values: list[float]) -> dict:
             "log_std": statistics.stdev(logs) if len(logs) > 1 else None, "n": len(values)}
 
 
-def ratio_interval(ratios: list[float]) -> dict | None:
-    """The geometric mean of the ratios and its 95% t interval on the logs, as the report
-    computes a paired ratio (compare.report.stats); None below 3 ratios."""
-    from compare.report import stats
-    entry = stats.positive_interval(ratios)
-    if entry["interval"] != "ci95":
-        return None
-    return {"ratio": entry["centre"], "low": entry["low"], "high": entry["high"],
-            "width": entry["high"] / entry["low"], "n": entry["n"]}
-
-
 def tool_steps(directory: Path) -> dict[str, dict[int, float]]:
     """Each framework's shared-loop median window step time by seed, from a comparison."""
     found: dict[str, dict[int, float]] = {"tf": {}, "torch": {}}
@@ -160,17 +151,17 @@ def main() -> None:
         "command": "python -m benchmarks.bare_spread " + " ".join(sys.argv[1:]),
         "batch": args.batch, "images": args.images, "epochs": EPOCHS,
         "bare": {"steps_ms": runs, "spread": {fw: spread(v) for fw, v in runs.items()},
-                 "tf_over_torch_first_3": ratio_interval(pairs[:3]),
-                 "tf_over_torch_all": ratio_interval(pairs)},
+                 "tf_over_torch_first_3": common.ratio_interval(pairs[:3]),
+                 "tf_over_torch_all": common.ratio_interval(pairs)},
         "tool": {}}
     for directory in args.tool:
         steps = tool_steps(directory)
         seeds = sorted(set(steps["tf"]) & set(steps["torch"]))
         record["tool"][directory.name] = {
             "spread": {fw: spread(list(v.values())) for fw, v in steps.items() if v},
-            "tf_over_torch": ratio_interval([steps["tf"][s] / steps["torch"][s] for s in seeds])}
-    from benchmarks.common import machine_label
-    record["machine"] = machine_label()
+            "tf_over_torch": common.ratio_interval(
+                [steps["tf"][s] / steps["torch"][s] for s in seeds])}
+    record["machine"] = common.machine_label()
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"bare_spread-batch{args.batch}"
     (args.out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")

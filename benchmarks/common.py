@@ -77,6 +77,18 @@ def interval(entry: dict | None) -> dict | None:
             "width": entry["high"] / entry["low"]}
 
 
+def ratio_interval(ratios: list[float]) -> dict | None:
+    """The geometric mean of paired ratios and its 95% t interval on the logs, as the report
+    computes a paired ratio (compare.report.stats), with its width (high / low); None below
+    3 ratios."""
+    from compare.report import stats
+    entry = stats.positive_interval(ratios)
+    if entry["interval"] != "ci95":
+        return None
+    return {"ratio": entry["centre"], "low": entry["low"], "high": entry["high"],
+            "width": entry["high"] / entry["low"], "n": entry["n"]}
+
+
 def comparison_figures(folder: Path) -> dict:
     """A comparison's timing figures from its summary.json: the TF / PyTorch ratios of the
     training time, of its first epoch and of the epochs after it, and of the median step, and

@@ -1,12 +1,16 @@
 """One setting's values against each other, per framework: `cnncompare run --SETTING A` and
 `--SETTING B`, alternated, in fresh processes; medians and the B/A ratio.
 
-The figure is the training time of the epochs after the first (the first carries tracing and
-the pipeline's start), synchronised with the device, as the report's steady figures are; the
-ratio is B's median over A's (above 1: B trained slower).
+Two figures, each of the epochs after the first (the first carries tracing and the pipeline's
+start), as the report's steady figures are: the training time, synchronised with the device,
+and the median step time of the run's timing windows. For each, the ratio of B's median over
+A's (above 1: B trained slower), and the paired ratio: each of A's runs against the B run
+beside it in time, their geometric mean with its 95% t interval and width (high / low), which
+a host whose speed drifts from one minute to the next widens less than it moves the medians.
 
     python -m benchmarks.setting_ab --setting pipeline --values naive,tuned --repeats 5
     python -m benchmarks.setting_ab --setting strategy --values none,mirrored --repeats 5
+    python -m benchmarks.setting_ab --setting timing-window-s --values 0.5,0.125 --repeats 8
     python -m benchmarks.setting_ab --setting precision --values fp32,mixed --repeats 3 \\
         --dataset folder --data-dir /tmp/cifar10-jpeg --epochs 2
     # as on a CPU without AVX-512 or bfloat16 instructions, from any x86-64 machine:
@@ -56,7 +60,7 @@ def run(framework: str, value: str, args: argparse.Namespace) -> dict:
     done = common.run(framework, args, "--model", args.model, "--batch-size",
                       str(args.batch_size), f"--{args.setting}", value)
     manifest = done["fairness"]
-    return {"seconds": done["seconds"],
+    return {"seconds": done["seconds"], "step_ms": done["step_ms"],
             "precision": (manifest.get("precision") or {}).get("compute_type"),
             "wrapper": (manifest.get("strategy") or {}).get("wrapper")}
 
@@ -68,22 +72,23 @@ def main() -> int:
         sys.exit("--values takes two values: A,B")
     rows = []
     for framework in args.frameworks.split(","):
-        runs = {value: [] for value in values}
+        runs: dict[str, list[dict]] = {value: [] for value in values}
         for i in range(args.repeats):
             for value in (values if i % 2 == 0 else values[::-1]):
                 runs[value].append(run(framework, value, args))
+                step = runs[value][-1]["step_ms"]
                 print(f"{framework} {args.setting}={value} run {i + 1}: "
-                      f"{runs[value][-1]['seconds']:.3f} s", flush=True)
-        medians = {v: statistics.median(r["seconds"] for r in runs[v]) for v in values}
-        rows.append({"framework": framework, "runs": runs, "median_s": medians,
-                     "ratio": medians[values[1]] / medians[values[0]]})
+                      f"{runs[value][-1]['seconds']:.3f} s"
+                      + (f", {step:.3f} ms a step" if step else ""), flush=True)
+        rows.append(summarise(framework, runs, values))
     # what holds the run to another CPU's instructions, if set (tests/as_avx2_cpu.sh sets all)
     limits = [f"{name}='{os.environ[name]}'" for name in AS_ANOTHER_CPU if name in os.environ]
     command = " ".join([*limits, "python -m benchmarks.setting_ab", *sys.argv[1:]])
     document = {"command": command, "cpu": common.machine_label(),
                 "date": time.strftime("%Y-%m-%d"), "setting": args.setting, "values": values,
-                "figure": "training time of the epochs after the first; medians of alternated "
-                          f"runs; ratio = {values[1]} / {values[0]}", "rows": rows}
+                "figure": "training time and median window step time of the epochs after the "
+                          f"first; medians of alternated runs; ratio = {values[1]} / {values[0]}",
+                "rows": rows}
     out = args.out or Path(f"runs/ab-{args.setting}")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.setting}.json").write_text(json.dumps(document, indent=2))
@@ -93,22 +98,60 @@ def main() -> int:
     return 0
 
 
-def markdown(document: dict) -> str:
-    """The table: each value's median and, in brackets, the fastest and slowest run (the
-    spread that says whether a ratio is beyond noise), then the ratio of the medians."""
-    a, b = document["values"]
+def summarise(framework: str, runs: dict[str, list[dict]], values: list[str]) -> dict:
+    """One framework's row: each value's median of both figures, the ratio of the medians
+    (B / A) and the paired ratio of the runs side by side in time (the i-th of each value)."""
+    a, b = values
+    row: dict = {"framework": framework, "runs": runs}
+    for figure, key in (("seconds", "s"), ("step_ms", "step_ms")):
+        if not all(r[figure] for v in values for r in runs[v]):
+            continue  # a figure some run did not record (an own loop's windows)
+        medians = {v: statistics.median(r[figure] for r in runs[v]) for v in values}
+        row[f"median_{key}"] = medians
+        row[f"ratio_{key}"] = medians[b] / medians[a]
+        row[f"paired_{key}"] = common.ratio_interval(
+            [y[figure] / x[figure] for x, y in zip(runs[a], runs[b])])
+    row["ratio"] = row["ratio_s"]  # the medians' ratio of training time, as first written
+    return row
 
-    def cell(runs: list[dict]) -> str:
-        seconds = sorted(r["seconds"] for r in runs)
-        return f"{statistics.median(seconds):.3f} [{seconds[0]:.3f}-{seconds[-1]:.3f}]"
-    lines = [f"# --{document['setting']} {a} against {b} ({document['cpu']}, "
-             f"{document['date']})", "", f"`{document['command']}`", "",
-             f"Training time of the epochs after the first, seconds: median [fastest-slowest] "
-             f"of {len(document['rows'][0]['runs'][a])} alternated runs.", "",
-             f"| framework | {a} | {b} | {b} / {a} (medians) |", "|---|---|---|---|"]
-    lines += [f"| {r['framework']} | {cell(r['runs'][a])} | {cell(r['runs'][b])} | "
-              f"{r['ratio']:.3f} |" for r in document["rows"]]
-    return "\n".join(lines) + "\n"
+
+FIGURES = (("seconds", "s", "Training time of the epochs after the first, seconds"),
+           ("step_ms", "step_ms",
+            "Median step time of the timing windows after the first epoch, ms"))
+
+
+def markdown(document: dict) -> str:
+    """A table per figure: each value's median and, in brackets, the fastest and slowest run
+    (the spread that says whether a ratio is beyond noise), the ratio of the medians and,
+    where written, the paired ratio with its 95% interval and width."""
+    a, b = document["values"]
+    rows = document["rows"]
+
+    def cell(runs: list[dict], figure: str) -> str:
+        values = sorted(r[figure] for r in runs)
+        return f"{statistics.median(values):.3f} [{values[0]:.3f}-{values[-1]:.3f}]"
+
+    def paired(entry: dict | None) -> str:
+        if not entry:
+            return "-"
+        return (f"{entry['ratio']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}] "
+                f"({entry['width']:.2f}x)")
+    title_line = (f"# --{document['setting']} {a} against {b} ({document['cpu']}, "
+                  f"{document['date']})")
+    lines = [title_line, "", f"`{document['command']}`", ""]
+    for figure, key, title in FIGURES:
+        if not all(f"ratio_{key}" in r or (key == "s" and "ratio" in r) for r in rows):
+            continue  # a figure an earlier version of this script did not write
+        lines += [(f"{title}: median [fastest-slowest] of {len(rows[0]['runs'][a])} "
+                   "alternated runs; the paired ratio pairs each run with the other value's "
+                   "beside it in time."), "",
+                  f"| framework | {a} | {b} | {b} / {a} (medians) | {b} / {a} (paired) |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['framework']} | {cell(r['runs'][a], figure)} | "
+                  f"{cell(r['runs'][b], figure)} | {r.get(f'ratio_{key}', r['ratio']):.3f} | "
+                  f"{paired(r.get(f'paired_{key}'))} |" for r in rows]
+        lines.append("")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
