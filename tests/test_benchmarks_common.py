@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import sys
 
 import pytest
@@ -167,3 +168,45 @@ def test_the_turns_benchmark_tabulates_each_frameworks_step_per_batch_and_form()
         ["| 32", "turns", "1", "5.000 (5.000-5.000)", "6.000 (6.000-6.000) |"],
         ["| 4", "turns", "2", "2.000 (1.000-4.000)", "2.000 (2.000-2.000) |"],
         ["| 4", "window, 0.125 s windows", "1", "3.000 (3.000-3.000)", "3.000 (3.000-3.000) |"]]
+
+
+def test_a_setting_is_summed_up_by_its_medians_and_by_its_runs_paired_in_time():
+    """The paired ratio follows each run's neighbour in time, which a drift of the host moves
+    together, where the medians' ratio mixes runs from either end of the drift."""
+    from benchmarks.common import ratio_interval
+    from benchmarks.setting_ab import markdown, summarise
+    # the host slows by 30% over the runs; B is 5% slower than the A beside it, every time
+    drift = [1.0, 1.1, 1.2, 1.3]
+    runs = {"0.5": [{"seconds": 2.0 * d, "step_ms": 4.0 * d} for d in drift],
+            "0.125": [{"seconds": 2.1 * d, "step_ms": 4.0 * d * (1.05 if i % 2 else 0.95)}
+                      for i, d in enumerate(drift)]}
+    row = summarise("torch", runs, ["0.5", "0.125"])
+    assert row["paired_s"]["ratio"] == pytest.approx(1.05)
+    assert row["paired_s"]["width"] == pytest.approx(1.0)  # every pair the same ratio
+    step = ratio_interval([0.95, 1.05, 0.95, 1.05])
+    assert row["paired_step_ms"] == pytest.approx(step)
+    assert step["low"] < 1.0 < step["high"] and step["width"] == pytest.approx(
+        step["high"] / step["low"])
+    assert row["ratio_s"] == pytest.approx((2.1 * 1.15) / (2.0 * 1.15))
+    assert row["ratio_step_ms"] == pytest.approx(
+        statistics.median([4.0 * 0.95, 4.4 * 1.05, 4.8 * 0.95, 5.2 * 1.05]) / 4.6)
+    assert ratio_interval([1.0, 1.1]) is None  # too few pairs for an interval
+    table = markdown({"setting": "timing-window-s", "values": ["0.5", "0.125"], "cpu": "a CPU",
+                      "date": "2026-11-29", "command": "python -m benchmarks.setting_ab",
+                      "rows": [row]})
+    assert ("| torch | 2.300 [2.000-2.600] | 2.415 [2.100-2.730] | 1.050 | "
+            "1.050 [1.050, 1.050] (1.00x) |") in table
+    assert ("| torch | 4.600 [4.000-5.200] | 4.590 [3.800-5.460] | 0.998 | "
+            "0.999 [0.911, 1.095] (1.20x) |") in table
+
+
+def test_a_setting_whose_runs_lack_a_figure_is_summed_up_without_it():
+    """An own loop records no windows (`step_ms` None): the table leaves that figure out."""
+    from benchmarks.setting_ab import markdown, summarise
+    runs = {"a": [{"seconds": s, "step_ms": None} for s in (1.0, 1.2, 1.1)],
+            "b": [{"seconds": s, "step_ms": None} for s in (1.1, 1.3, 1.2)]}
+    row = summarise("tf", runs, ["a", "b"])
+    assert "paired_step_ms" not in row and row["ratio"] == pytest.approx(1.2 / 1.1)
+    table = markdown({"setting": "s", "values": ["a", "b"], "cpu": "c", "date": "d",
+                      "command": "x", "rows": [row]})
+    assert "Median step time" not in table and "| tf | 1.100 [1.000-1.200] |" in table
