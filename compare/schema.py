@@ -198,6 +198,8 @@ MANIFEST: dict[str, ManifestField] = {
     "data_plan_seed": ManifestField(_C, "the seed of the shared data plan"),
     "device_kind": ManifestField(_C, "gpu or cpu"),
     "device": ManifestField(_I, "the device in the framework's words"),
+    "host_allocator": ManifestField(_C, "the C library's malloc in the framework's process: who "
+                                        "set its thresholds, and to what"),
 }
 
 

@@ -6,6 +6,7 @@ processes and DataLoader workers)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from compare import schema
 from compare.cli import cli
 from compare.experiment import datasets
 from compare.experiment.config import PipelineConfig
+from compare.machine import allocator
 from compare.run import loop
 from compare.run import recorder as recorder_module
 
@@ -95,6 +97,11 @@ def test_cli_run_writes_a_valid_result(tmp_path, name):
                                                  "as_set": OWN[name]["bn_as_set"],
                                                  "set_by": "the run"}
     assert result["fairness"]["init_source"].startswith("shared numpy weights")
+    # the framework's process kept its freed buffers (compare.machine.allocator)
+    users = [n for n in allocator.USER_SETTINGS if n in os.environ]
+    assert result["fairness"]["host_allocator"]["set_by"] == (
+        "nobody: not glibc, left as it is" if allocator._glibc()[0] is None
+        else f"the environment ({', '.join(users)})" if users else "cnncompare")
     steps = (out / "steps.csv").read_text().splitlines()
     assert steps[0] == "global_step,epoch,lr,loss" and len(steps) == 1 + 2 * 10
     assert (out / OWN[name]["model_file"]).exists() and (out / "windows.csv").exists()

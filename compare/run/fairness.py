@@ -18,7 +18,7 @@ from compare.experiment.config import (
     steps_per_call_source,
 )
 from compare.experiment.recipe import update_rule
-from compare.machine import cluster
+from compare.machine import allocator, cluster
 from compare.run.interface import DeviceChoice
 
 # Keys the framework half must provide (tests check both trainers against this list).
@@ -101,6 +101,8 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "data_plan_seed": config.seed,
         "device_kind": choice.kind,
         "device": choice.description,
+        # the C library's malloc in this process, as both frameworks' host buffers meet it
+        "host_allocator": allocator.describe(),
         **own,  # anything else the framework records
     }
 

@@ -21,6 +21,7 @@ from compare import errors
 from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.experiment.datasets import Dataset
+from compare.machine import allocator
 from compare.run import progress, shutdown, wall_time
 from compare.run.interface import DeviceChoice
 
@@ -86,6 +87,9 @@ def _settle_in(args: argparse.Namespace) -> None:
     # docs/benchmarks.md); and, in a child of a fork server, it would copy every page of that
     # heap it touches. Imported modules are never freed anyway.
     gc.freeze()
+    # Freed buffers stay in malloc's heap for the next step, in both frameworks and both loops
+    # alike, not unmapped and faulted back in (compare.machine.allocator)
+    allocator.keep_freed_memory()
     shutdown.install_trainer()  # stops are remembered from here on, and act where it is safe
 
 

@@ -1,0 +1,99 @@
+"""The host's memory allocator in a framework process: glibc's malloc told to keep what a
+training step frees, so that the next step does not fault its pages back in.
+
+Both frameworks allocate a CPU step's buffers (the batch, the activations, the gradients)
+through the C library's malloc. glibc's default gives a buffer over its dynamic threshold
+(128 KiB at first, up to 32 MiB) its own mapping, unmapped again when freed, and returns the
+free top of its heap to the system once it exceeds twice that threshold. Which buffers a
+step gets back from the heap and which it maps afresh then depends on the order in which
+the code around the step frees them: the shared loop's step is a function that frees its
+batch before the next one is loaded, the plain PyTorch loop holds it until then, and the
+one took several times the other's page faults a step and measured slower for them
+(docs/measurement.md, "The host's allocator").
+With both thresholds fixed high (mallopt), freed memory stays in the heap for the next step
+in either loop and framework; a process's peak memory is unchanged, the memory it returns
+to the system while training is what it keeps.
+
+A process whose environment already sets glibc's malloc tunables keeps the user's; on
+another C library nothing is changed. Either way the state is recorded (`describe`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import asdict, dataclass
+
+# mallopt's parameter numbers (glibc's malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+# Buffers up to this size come from the heap, not a mapping of their own (bytes). Above
+# glibc's own dynamic ceiling (32 MiB on 64-bit) so that a large network's activations at a
+# large batch are kept too.
+MMAP_THRESHOLD_BYTES = 256 << 20
+# Free memory at the top of the heap is returned to the system only beyond this (bytes).
+TRIM_THRESHOLD_BYTES = 1 << 30
+# What a user sets glibc's malloc with before a process starts: left as set.
+USER_SETTINGS = ("GLIBC_TUNABLES", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
+                 "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_", "MALLOC_ARENA_MAX")
+
+
+@dataclass(frozen=True)
+class AllocatorState:
+    """How this process's malloc was set, for the fairness manifest."""
+
+    library: str  # "glibc 2.36", or what else the process links
+    set_by: str  # "cnncompare", "the environment (NAME)" or "nobody: ..."
+    mmap_threshold_bytes: int | None = None  # as set by cnncompare; None: not set here
+    trim_threshold_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+_state: AllocatorState | None = None  # this process's, once keep_freed_memory has run
+
+
+def keep_freed_memory() -> AllocatorState:
+    """Fix glibc's malloc thresholds high in this process (its children by fork inherit
+    them), unless the environment sets malloc's tunables or the C library is not glibc;
+    the state either way, kept for `describe`."""
+    global _state
+    libc, version = _glibc()
+    if libc is None:
+        _state = AllocatorState(library=version, set_by="nobody: not glibc, left as it is")
+    elif named := [name for name in USER_SETTINGS if name in os.environ]:
+        _state = AllocatorState(library=version,
+                                set_by=f"the environment ({', '.join(named)})")
+    elif (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+          and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)):
+        _state = AllocatorState(library=version, set_by="cnncompare",
+                                mmap_threshold_bytes=MMAP_THRESHOLD_BYTES,
+                                trim_threshold_bytes=TRIM_THRESHOLD_BYTES)
+    else:
+        _state = AllocatorState(library=version, set_by="nobody: mallopt refused, left as it is")
+    return _state
+
+
+def describe() -> dict[str, object]:
+    """This process's allocator state (the manifest's `host_allocator`)."""
+    if _state is None:
+        return AllocatorState(library=_glibc()[1], set_by="nobody: not a framework process "
+                              "of cnncompare's, left as it is").to_dict()
+    return _state.to_dict()
+
+
+def _glibc() -> tuple[ctypes.CDLL | None, str]:
+    """The process's C library if it is glibc (with mallopt), and its name and version."""
+    try:
+        libc = ctypes.CDLL(None)
+        version_of = libc.gnu_get_libc_version
+    except (OSError, AttributeError):
+        return None, "not glibc"
+    version_of.restype = ctypes.c_char_p
+    version = f"glibc {version_of().decode()}"
+    if not hasattr(libc, "mallopt"):
+        return None, version
+    libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    libc.mallopt.restype = ctypes.c_int
+    return libc, version
