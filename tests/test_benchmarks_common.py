@@ -210,3 +210,32 @@ def test_a_setting_whose_runs_lack_a_figure_is_summed_up_without_it():
     table = markdown({"setting": "s", "values": ["a", "b"], "cpu": "c", "date": "d",
                       "command": "x", "rows": [row]})
     assert "Median step time" not in table and "| tf | 1.100 [1.000-1.200] |" in table
+
+
+def test_the_allocator_benchmark_sums_up_each_setting_and_pairs_its_runs_in_time():
+    """benchmarks/allocator_ab.py: each setting's shared / own interval over its runs, and
+    each kept run's steps against the glibc-default run beside it."""
+    from benchmarks.allocator_ab import markdown, summarise
+
+    def run(setting, ratio, shared, own, faults):
+        return {"setting": setting, "seed": 0, "host_allocator": "x", "shared_over_own": ratio,
+                "shared_step_ms": shared, "own_step_ms": own, "minor_faults_per_step": faults}
+    runs = [run("kept", 1.00, 4.0, 4.0, 60.0), run("glibc-default", 1.04, 4.16, 4.0, 100.0),
+            run("glibc-default", 1.05, 4.41, 4.2, 110.0), run("kept", 1.01, 4.242, 4.2, 62.0),
+            run("kept", 0.99, 3.96, 4.0, 61.0), run("glibc-default", 1.03, 4.12, 4.0, 90.0)]
+    found = summarise(runs)
+    assert found["kept"]["shared_over_own"]["ratio"] == pytest.approx(
+        math.exp(statistics.mean(math.log(r) for r in (1.00, 1.01, 0.99))))
+    assert found["glibc-default"]["minor_faults_per_step"] == 100.0
+    assert found["kept"]["shared_step_ms"] == 4.0
+    # pairs in order of their runs: (4.0, 4.16), (4.242, 4.41), (3.96, 4.12)
+    shared = found["kept_over_default_shared_step"]
+    assert shared["ratio"] == pytest.approx(math.exp(statistics.mean(
+        math.log(k / d) for k, d in ((4.0, 4.16), (4.242, 4.41), (3.96, 4.12)))))
+    assert shared["high"] < 1.0  # kept ran faster beside every default run
+    assert found["kept_over_default_own_step"]["ratio"] == pytest.approx(1.0)
+    table = markdown({"framework": "torch", "cpu": "a CPU", "date": "2026-11-29",
+                      "command": "python -m benchmarks.allocator_ab",
+                      "batches": [{"batch": 32, "summary": found}]})
+    assert "| 32 | kept | 1.000 [" in table and "| 4.000 | 4.000 | 61.0 |" in table
+    assert "| 32 | glibc-default | 1.040 [" in table and "| 100.0 |" in table
