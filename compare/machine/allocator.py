@@ -29,8 +29,10 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 # Buffers up to this size come from the heap, not a mapping of their own (bytes). Above
 # glibc's own dynamic ceiling (32 MiB on 64-bit) so that a large network's activations at a
-# large batch are kept too.
+# large batch are kept too; glibc before 2.35 refuses more than that ceiling, which it then
+# gets.
 MMAP_THRESHOLD_BYTES = 256 << 20
+OLDER_GLIBC_MMAP_THRESHOLD_BYTES = 32 << 20
 # Free memory at the top of the heap is returned to the system only beyond this (bytes).
 TRIM_THRESHOLD_BYTES = 1 << 30
 # What a user sets glibc's malloc with before a process starts: left as set.
@@ -44,7 +46,7 @@ class AllocatorState:
 
     library: str  # "glibc 2.36", or what else the process links
     set_by: str  # "cnncompare", "the environment (NAME)" or "nobody: ..."
-    mmap_threshold_bytes: int | None = None  # as set by cnncompare; None: not set here
+    mmap_threshold_bytes: int | None = None  # as cnncompare set it; None: not set here
     trim_threshold_bytes: int | None = None
 
     def to_dict(self) -> dict[str, object]:
@@ -65,13 +67,16 @@ def keep_freed_memory() -> AllocatorState:
     elif named := [name for name in USER_SETTINGS if name in os.environ]:
         _state = AllocatorState(library=version,
                                 set_by=f"the environment ({', '.join(named)})")
-    elif (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-          and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)):
-        _state = AllocatorState(library=version, set_by="cnncompare",
-                                mmap_threshold_bytes=MMAP_THRESHOLD_BYTES,
-                                trim_threshold_bytes=TRIM_THRESHOLD_BYTES)
     else:
-        _state = AllocatorState(library=version, set_by="nobody: mallopt refused, left as it is")
+        mmap = next((size for size in (MMAP_THRESHOLD_BYTES, OLDER_GLIBC_MMAP_THRESHOLD_BYTES)
+                     if libc.mallopt(M_MMAP_THRESHOLD, size)), None)
+        trim = (TRIM_THRESHOLD_BYTES if libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+                else None)
+        refused = [name for name, size in (("mmap", mmap), ("trim", trim)) if size is None]
+        _state = AllocatorState(
+            library=version, mmap_threshold_bytes=mmap, trim_threshold_bytes=trim,
+            set_by="cnncompare" + (f" (mallopt refused the {' and '.join(refused)} "
+                                   "threshold)" if refused else ""))
     return _state
 
 
