@@ -64,7 +64,6 @@ def test_malloc_settings_in_the_environment_are_the_users_and_left_alone():
     assert found["faults"] > 100  # glibc's own thresholds: each step maps its buffers afresh
 
 
-
 class _Glibc:
     """A C library whose mallopt takes an mmap threshold up to `most` and, unless told to
     refuse it, any trim threshold; it records what it was asked."""
