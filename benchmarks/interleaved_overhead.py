@@ -25,6 +25,7 @@ Writes DIR/interleaved.json and DIR/interleaved.md. A worker is this script with
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -40,6 +41,7 @@ if not __package__:  # run by path: the checkout on sys.path
 
 from benchmarks import common
 from benchmarks.tool_overhead import LEARNING_RATES
+from compare.machine import allocator
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,6 +53,10 @@ def worker(framework: str, model: str, batch: int, epochs: int, images: int,
     """One process: both loops of one run, an epoch each in turn; writes each loop's median
     window step time (ms) per epoch to `out`."""
     impl = importlib.import_module(f"{framework}_impl.train")  # one framework a process
+    # the process as cnncompare's framework processes settle in (compare.run.worker): the
+    # import heap out of the collector's reach, freed buffers kept in malloc's heap
+    gc.freeze()
+    allocator.keep_freed_memory()
     from compare.experiment import datasets
     from compare.experiment.config import recipe_config
     from compare.experiment.recipe import learning_rate
@@ -116,14 +122,16 @@ def worker(framework: str, model: str, batch: int, epochs: int, images: int,
 
 # --------------------------------------------------------------------------- the parent
 
-def ratio_interval(ratios: list[float]) -> dict:
-    """Geometric mean of paired ratios with its 95% t interval and width (high / low)."""
-    from compare.report.stats import paired_ratio
-    found = paired_ratio(dict(enumerate(ratios)), dict.fromkeys(range(len(ratios)), 1.0),
-                         "shared/own loop")
-    low, high = found["low"], found["high"]
-    return {"ratio": found["ratio"], "low": low, "high": high, "pairs": found["n"],
-            "width": high / low if low and high else None}
+def row(framework: str, config: str, processes: list[dict]) -> dict:
+    """One framework's figures on one configuration: a ratio per pair of epochs after the
+    first of each loop (shared / own median window step), every process's pooled, their
+    geometric mean, 95% interval and width (None below 3 pairs)."""
+    ratios = [shared / own for process in processes
+              for shared, own in zip(process["shared_ms"][1:], process["own_ms"][1:])]
+    found = common.ratio_interval(ratios) or dict.fromkeys(("ratio", "low", "high", "width"))
+    return {"framework": framework, "config": config, "ratios": ratios,
+            "ratio": found["ratio"], "low": found["low"], "high": found["high"],
+            "width": found["width"], "pairs": len(ratios), "processes": processes}
 
 
 def measure(framework: str, config: str, process: int, args: argparse.Namespace) -> dict:
@@ -163,10 +171,7 @@ def main() -> int:
     for config in args.configs.split(","):
         for framework in args.frameworks.split(","):
             processes = [measure(framework, config, p, args) for p in range(args.processes)]
-            ratios = [s / o for p in processes
-                      for s, o in zip(p["shared_ms"][1:], p["own_ms"][1:])]
-            rows.append({"framework": framework, "config": config, "ratios": ratios,
-                         **ratio_interval(ratios), "processes": processes})
+            rows.append(row(framework, config, processes))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "processes"}),
                   flush=True)
     result = {"machine": common.machine_label(), "measured_at": time.strftime("%Y-%m-%d"),
@@ -181,9 +186,9 @@ def main() -> int:
              f"mean of the paired epochs after the first, 95% interval (width).", "",
              "| configuration | framework | shared / own | pairs |", "|---|---|---|---|"]
     for r in rows:
-        spread = (f" [{r['low']:.3f}, {r['high']:.3f}] ({r['width']:.2f}x)"
-                  if r["low"] else "")
-        lines.append(f"| {r['config']} | {r['framework']} | {r['ratio']:.3f}{spread} | "
+        figure = (f"{r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] ({r['width']:.2f}x)"
+                  if r["ratio"] else "fewer than 3 pairs")
+        lines.append(f"| {r['config']} | {r['framework']} | {figure} | "
                      f"{r['pairs']} |")
     lines += ["", "    " + result["command"]]
     (args.out / "interleaved.md").write_text("\n".join(lines) + "\n")

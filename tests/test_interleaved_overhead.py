@@ -31,8 +31,19 @@ def test_both_loops_train_every_epoch_in_one_process(tmp_path, first):
     assert all(0 < ms < 1000 for ms in found["own_ms"] + found["shared_ms"])
 
 
-def test_the_ratio_is_a_geometric_mean_with_its_interval():
-    found = interleaved_overhead.ratio_interval([0.9, 1.0, 1.1, 1.0])
-    assert found["ratio"] == pytest.approx((0.9 * 1.1) ** 0.25)
-    assert found["low"] < found["ratio"] < found["high"] and found["pairs"] == 4
+def test_a_row_pairs_each_epoch_after_the_first_across_processes():
+    # each loop's first epoch (tracing, warm-up) is no pair; the others pair epoch by epoch
+    processes = [{"shared_ms": [50.0, 9.0, 11.0], "own_ms": [20.0, 10.0, 10.0]},
+                 {"shared_ms": [70.0, 10.0, 10.5], "own_ms": [30.0, 10.0, 10.0]}]
+    found = interleaved_overhead.row("torch", "lenet:32", processes)
+    assert found["ratios"] == pytest.approx([0.9, 1.1, 1.0, 1.05])
+    assert found["pairs"] == 4
+    assert found["ratio"] == pytest.approx((0.9 * 1.1 * 1.0 * 1.05) ** 0.25)
+    assert found["low"] < found["ratio"] < found["high"]
     assert found["width"] == pytest.approx(found["high"] / found["low"])
+
+
+def test_a_row_of_two_pairs_has_no_interval():
+    processes = [{"shared_ms": [50.0, 9.0, 11.0], "own_ms": [20.0, 10.0, 10.0]}]
+    found = interleaved_overhead.row("tf", "lenet:4", processes)
+    assert found["pairs"] == 2 and found["ratio"] is None and found["width"] is None
