@@ -5,7 +5,11 @@ window first and those with the own loop's first (log of the ratio, median per o
 how far each pair's ratio spreads (log standard deviation, median over the seeds), and the
 window's length (the own loop's median step time by its steps a window, median over the
 seeds). Half the difference is what the window that comes first pays for coming back to the
-processor after the other framework's turn (in log, and in milliseconds of that window).
+processor after something else ran (in log, and in milliseconds of that window): after the
+other framework's turn where a turn holds one pair (compare.run.turns, at the default
+windows), else after the other framework's turn in a turn's first pair and after the other
+loop's window in its later pairs (with `--timing-window-s 0.125`, four pairs a turn), so the
+cost is then a mix of the two.
 
 Records without `own_first` kept one order a seed: the shared loop's window first on even
 seeds, the own loop's on odd ones, so there the difference is between the seeds of each
