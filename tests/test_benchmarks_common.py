@@ -7,7 +7,9 @@ import math
 import os
 import statistics
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.common import comparison_figures, prune, run_and_say
@@ -239,3 +241,53 @@ def test_the_allocator_benchmark_sums_up_each_setting_and_pairs_its_runs_in_time
                       "batches": [{"batch": 32, "summary": found}]})
     assert "| 32 | kept | 1.000 [" in table and "| 4.000 | 4.000 | 61.0 |" in table
     assert "| 32 | glibc-default | 1.040 [" in table and "| 100.0 |" in table
+
+
+def test_the_chance_of_a_resolving_interval_is_the_one_three_normal_seeds_give():
+    """benchmarks/seed_spread.py: the closed form against 3 seeds drawn many times, each
+    interval computed as the report computes it (compare.report.stats)."""
+    from benchmarks.seed_spread import chance_within, noise_for, spread_limit
+    from compare.report import stats
+    sigma = 0.03
+    draws = np.random.default_rng(1).normal(0.0, sigma, size=(20000, 3))
+    t = stats._t_quantile(2)
+    widths = np.exp(2 * t * draws.std(axis=1, ddof=1) / math.sqrt(3))
+    assert chance_within(sigma) == pytest.approx(float(np.mean(widths <= 1.2)), abs=0.01)
+    entry = stats.seed_ratios(dict(enumerate(np.exp(draws[0]))), "shared/own loop")
+    assert entry["high"] / entry["low"] == pytest.approx(widths[0])
+    # at the limit itself a spread of sigma stays under it with 1 - 1/e
+    assert chance_within(spread_limit()) == pytest.approx(1 - math.exp(-1))
+    assert chance_within(noise_for(0.95)) == pytest.approx(0.95)
+    assert chance_within(0.0) == 1.0
+
+
+def _own_loop(folder: Path, framework: str, seed: int, pairs: list, own_first: list) -> None:
+    path = folder / "own-loops" / f"{framework}-seed{seed}" / "own-loop.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"framework": framework, "seed": seed, "status": "completed",
+                                "config": {"batch_size": 4}, "window_pairs": pairs,
+                                "own_first": own_first}))
+
+
+def test_the_seeds_spread_is_set_against_their_pairs_noise(tmp_path):
+    """benchmarks/seed_spread.py: seeds whose pairs move but whose ratios agree spread by 0
+    while their pairs predict noise; seeds whose pairs agree within each seed but not across
+    seeds spread while their pairs predict none. A draw of a seed's pairs keeps each order's
+    among themselves: pairs that differ only by order move no draw."""
+    from benchmarks.seed_spread import comparisons, rows, seed_noise
+    orders = [False, True] * 4
+    moving = [[ratio, 1.0] for ratio in (1.1, 0.9, 1.3, 1.0, 0.95, 1.2, 1.05, 0.85)]
+    for seed in range(3):
+        _own_loop(tmp_path / "agreeing", "tf", seed, moving, orders)
+        _own_loop(tmp_path / "apart", "torch", seed, [[1.0 + 0.1 * seed, 1.0]] * 8, orders)
+    found = comparisons([tmp_path])
+    assert sorted(found) == [(tmp_path / "agreeing", "tf"), (tmp_path / "apart", "torch")]
+    by_framework = {row["framework"]: row for row in rows(found)}
+    agreeing, apart = by_framework["tf"], by_framework["torch"]
+    assert agreeing["seeds_spread"] == 0.0 and agreeing["pairs_noise"] > 0.02
+    assert agreeing["within"] == 1 and agreeing["chance_from_seeds"] == 1.0
+    assert apart["pairs_noise"] == pytest.approx(0.0, abs=1e-12) and apart["within"] == 0
+    assert apart["seeds_spread"] == pytest.approx(float(np.std(np.log([1.0, 1.1, 1.2]),
+                                                               ddof=1)))
+    by_order = {"window_pairs": [[1.1, 1.0], [1.0, 1.0]] * 4, "own_first": orders}
+    assert seed_noise(by_order, np.random.default_rng(0)) == pytest.approx(0.0, abs=1e-12)
