@@ -1,6 +1,7 @@
 """What the A/B benchmark scripts share: the `cnncompare run` options each offers, one run in
 a fresh process read back, one comparison run and said, its figures read back and its folder
-pruned to them, and the machine's name for the results' titles."""
+pruned to them, the machine's name for the results' titles, and the main of a script that
+tabulates comparisons already run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,3 +136,23 @@ def machine_label() -> str:
     file per kind (compare.machine.cpu.cpu_description)."""
     from compare.machine.cpu import cpu_description
     return cpu_description()
+
+
+def tabulate_folders(description: str, module: str,
+                     tabulate: Callable[[list[Path]], list[dict]],
+                     markdown: Callable[[list[dict], str], str]) -> None:
+    """The main of a script that tabulates comparisons already run: FOLDER... (comparison
+    folders, or folders holding them) and --out FILE.md; prints the table and, with --out,
+    writes it there and its rows and command beside it (FILE.json)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, help="also write the table here (and .json)")
+    args = parser.parse_args()
+    rows = tabulate(args.folders)
+    command = f"python -m {module} " + " ".join(sys.argv[1:])
+    text = markdown(rows, command)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+        args.out.with_suffix(".json").write_text(
+            json.dumps({"command": command, "rows": rows}, indent=1) + "\n")

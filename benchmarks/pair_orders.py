@@ -21,7 +21,6 @@ order (the mean of their medians).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -32,7 +31,7 @@ from pathlib import Path
 if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import machine_label  # noqa: E402
+from benchmarks.common import machine_label, tabulate_folders  # noqa: E402
 
 
 def records(folders: list[Path]) -> list[tuple[int, dict]]:
@@ -103,18 +102,9 @@ def markdown(rows: list[dict], command: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path, help="also write the table here (and .json)")
-    args = parser.parse_args()
-    rows = orders(records(args.folders))
-    command = "python -m benchmarks.pair_orders " + " ".join(sys.argv[1:])
-    text = markdown(rows, command)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-        args.out.with_suffix(".json").write_text(
-            json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
+    def tabulate(folders: list[Path]) -> list[dict]:
+        return orders(records(folders))
+    tabulate_folders(__doc__.split("\n\n")[0], "benchmarks.pair_orders", tabulate, markdown)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ pairs make it, and only more seconds of paired training a seed narrow the interv
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -37,7 +36,7 @@ from scipy import stats as scipy_stats
 if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import machine_label
+from benchmarks.common import machine_label, tabulate_folders
 from compare.report import stats
 from compare.report.own_loops import pairs_ratio
 
@@ -135,18 +134,9 @@ def markdown(table: list[dict], command: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path, help="also write the table here (and .json)")
-    args = parser.parse_args()
-    table = rows(comparisons(args.folders))
-    command = "python -m benchmarks.seed_spread " + " ".join(sys.argv[1:])
-    text = markdown(table, command)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-        args.out.with_suffix(".json").write_text(
-            json.dumps({"command": command, "rows": table}, indent=1) + "\n")
+    def tabulate(folders: list[Path]) -> list[dict]:
+        return rows(comparisons(folders))
+    tabulate_folders(__doc__.split("\n\n")[0], "benchmarks.seed_spread", tabulate, markdown)
 
 
 if __name__ == "__main__":

@@ -269,11 +269,12 @@ def _own_loop(folder: Path, framework: str, seed: int, pairs: list, own_first: l
                                 "own_first": own_first}))
 
 
-def test_the_seeds_spread_is_set_against_their_pairs_noise(tmp_path):
+def test_the_seeds_spread_is_set_against_their_pairs_noise(tmp_path, monkeypatch):
     """benchmarks/seed_spread.py: seeds whose pairs move but whose ratios agree spread by 0
     while their pairs predict noise; seeds whose pairs agree within each seed but not across
     seeds spread while their pairs predict none. A draw of a seed's pairs keeps each order's
     among themselves: pairs that differ only by order move no draw."""
+    from benchmarks import seed_spread
     from benchmarks.seed_spread import comparisons, rows, seed_noise
     orders = [False, True] * 4
     moving = [[ratio, 1.0] for ratio in (1.1, 0.9, 1.3, 1.0, 0.95, 1.2, 1.05, 0.85)]
@@ -289,5 +290,13 @@ def test_the_seeds_spread_is_set_against_their_pairs_noise(tmp_path):
     assert apart["pairs_noise"] == pytest.approx(0.0, abs=1e-12) and apart["within"] == 0
     assert apart["seeds_spread"] == pytest.approx(float(np.std(np.log([1.0, 1.1, 1.2]),
                                                                ddof=1)))
+    # the script's table and rows, with the command that made them (benchmarks.common)
+    out = tmp_path / "table.md"
+    monkeypatch.setattr(sys, "argv", ["seed_spread.py", str(tmp_path), "--out", str(out)])
+    seed_spread.main()
+    saved = json.loads(out.with_suffix(".json").read_text())
+    assert saved["command"] == f"python -m benchmarks.seed_spread {tmp_path} --out {out}"
+    assert [row["framework"] for row in saved["rows"]] == ["torch", "tf"]
+    assert "| 4 | torch | 1 | 0.091 | 0.000 | 0 of 1 | 0.15 | 1.00 |" in out.read_text()
     by_order = {"window_pairs": [[1.1, 1.0], [1.0, 1.0]] * 4, "own_first": orders}
     assert seed_noise(by_order, np.random.default_rng(0)) == pytest.approx(0.0, abs=1e-12)
