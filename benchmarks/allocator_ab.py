@@ -106,24 +106,22 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def markdown(document: dict) -> str:
-    def interval(entry: dict | None) -> str:
-        return ("-" if not entry else f"{entry['ratio']:.3f} [{entry['low']:.3f}, "
-                f"{entry['high']:.3f}] ({entry['width']:.2f}x)")
     title = (f"# The host allocator's setting, {document['framework']} with its own loop "
              f"beside ({document['cpu']}, {document['date']})")
     header = ("| batch | setting | shared / own (runs) | shared step, ms | own step, ms | "
               "minor page faults a step (whole process) |")
     lines = [title, "", f"    {document['command']}", "", header, "|---|---|---|---|---|---|"]
+    cell = common.ratio_cell
     for entry in document["batches"]:
         for setting in SETTINGS:
             s = entry["summary"][setting]
-            lines.append(f"| {entry['batch']} | {setting} | {interval(s['shared_over_own'])} | "
+            lines.append(f"| {entry['batch']} | {setting} | {cell(s['shared_over_own'])} | "
                          f"{s['shared_step_ms']:.3f} | {s['own_step_ms']:.3f} | "
                          f"{s['minor_faults_per_step']:.1f} |")
     lines += ["", "Kept against glibc's default, each run against the one beside it in time:", "",
               "| batch | shared loop's step | own loop's step |", "|---|---|---|"]
-    lines += [f"| {e['batch']} | {interval(e['summary']['kept_over_default_shared_step'])} | "
-              f"{interval(e['summary']['kept_over_default_own_step'])} |"
+    lines += [f"| {e['batch']} | {cell(e['summary']['kept_over_default_shared_step'])} | "
+              f"{cell(e['summary']['kept_over_default_own_step'])} |"
               for e in document["batches"]]
     return "\n".join(lines) + "\n"
 

@@ -91,6 +91,15 @@ def ratio_interval(ratios: list[float]) -> dict | None:
             "width": entry["high"] / entry["low"], "n": entry["n"]}
 
 
+def ratio_cell(entry: dict | None) -> str:
+    """A ratio_interval (or comparison_figures' interval) as a table shows it: ratio [low,
+    high] (width x); "-" without one."""
+    if not entry:
+        return "-"
+    return (f"{entry['ratio']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}] "
+            f"({entry['width']:.2f}x)")
+
+
 def comparison_figures(folder: Path) -> dict:
     """A comparison's timing figures from its summary.json: the TF / PyTorch ratios of the
     training time, of its first epoch and of the epochs after it, and of the median step, and

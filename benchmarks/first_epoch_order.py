@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common import machine_label, run_and_say  # noqa: E402
+from benchmarks.common import machine_label, ratio_cell, run_and_say  # noqa: E402
 from benchmarks.turns_ab import summarise  # noqa: E402
 
 ARMS = ("first", "odd")  # this checkout's rule; the own loop's first epoch first on odd seeds
@@ -55,9 +55,6 @@ def odd_first_epoch(comparison: Path, framework: str) -> float | None:
 
 
 def table(directory: Path) -> str:
-    def cell(entry: dict | None) -> str:
-        return ("-" if entry is None else f"{entry['ratio']:.3f} [{entry['low']:.3f}, "
-                f"{entry['high']:.3f}] ({entry['width']:.2f}x)")
     rows = summarise(directory)
     for row in rows:
         row["arm"] = row["comparison"].split("-")[1]
@@ -66,7 +63,7 @@ def table(directory: Path) -> str:
     lines = ["| comparison | TF / PyTorch training time | TensorFlow/Keras: shared / `fit` | "
              "PyTorch: shared / plain loop | seed 1's first epoch / seeds 0 and 2's, TF; "
              "PyTorch |", "|---|---|---|---|---|"]
-    lines += [f"| {r['comparison']} | " + " | ".join(cell(r[k]) for k in KEYS) + " | "
+    lines += [f"| {r['comparison']} | " + " | ".join(ratio_cell(r[k]) for k in KEYS) + " | "
               + "; ".join("-" if r["odd"][fw] is None else f"{r['odd'][fw]:.3f}"
                           for fw in ("tf", "torch")) + " |" for r in rows]
     for arm in ARMS:

@@ -186,8 +186,7 @@ def main() -> int:
              f"mean of the paired epochs after the first, 95% interval (width).", "",
              "| configuration | framework | shared / own | pairs |", "|---|---|---|---|"]
     for r in rows:
-        figure = (f"{r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}] ({r['width']:.2f}x)"
-                  if r["ratio"] else "fewer than 3 pairs")
+        figure = common.ratio_cell(r) if r["ratio"] else "fewer than 3 pairs"
         lines.append(f"| {r['config']} | {r['framework']} | {figure} | "
                      f"{r['pairs']} |")
     lines += ["", "    " + result["command"]]

@@ -131,11 +131,6 @@ def markdown(document: dict) -> str:
         values = sorted(r[figure] for r in runs)
         return f"{statistics.median(values):.3f} [{values[0]:.3f}-{values[-1]:.3f}]"
 
-    def paired(entry: dict | None) -> str:
-        if not entry:
-            return "-"
-        return (f"{entry['ratio']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}] "
-                f"({entry['width']:.2f}x)")
     title_line = (f"# --{document['setting']} {a} against {b} ({document['cpu']}, "
                   f"{document['date']})")
     lines = [title_line, "", f"`{document['command']}`", ""]
@@ -149,7 +144,7 @@ def markdown(document: dict) -> str:
                   "|---|---|---|---|---|"]
         lines += [f"| {r['framework']} | {cell(r['runs'][a], figure)} | "
                   f"{cell(r['runs'][b], figure)} | {r.get(f'ratio_{key}', r['ratio']):.3f} | "
-                  f"{paired(r.get(f'paired_{key}'))} |" for r in rows]
+                  f"{common.ratio_cell(r.get(f'paired_{key}'))} |" for r in rows]
         lines.append("")
     return "\n".join(lines)
 

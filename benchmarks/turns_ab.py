@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common import comparison_figures, machine_label, run_and_say  # noqa: E402
+from benchmarks.common import comparison_figures, machine_label, ratio_cell, run_and_say
 from benchmarks.tool_overhead import LEARNING_RATES  # noqa: E402
 
 FORMS = ("turns", "no-turns")
@@ -76,10 +76,6 @@ def window_of(directory: Path) -> float | None:
 
 
 def table(rows: list[dict], window_s: float | None = None) -> str:
-    def cell(entry: dict | None) -> str:
-        return ("-" if entry is None else
-                f"{entry['ratio']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}] "
-                f"({entry['width']:.2f}x)")
     keys = ("tf_over_torch_train_time", "tf_over_torch_first_epoch",
             "tf_over_torch_after_first_epoch", "tf_over_torch_steady_step", "tf_shared_over_own",
             "torch_shared_over_own")
@@ -88,7 +84,7 @@ def table(rows: list[dict], window_s: float | None = None) -> str:
               "PyTorch: shared / plain loop |")
     lines = [header, "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['comparison']} | {'yes' if r['side_by_side'] else 'no'} | "
-              + " | ".join(cell(r.get(key)) for key in keys) + " |" for r in rows]
+              + " | ".join(ratio_cell(r.get(key)) for key in keys) + " |" for r in rows]
     forms = {"turns": "taking turns", "no-turns": "one after the other",
              BASELINE: "taking turns, the baseline commit",
              WINDOW: f"taking turns, windows of {window_s or '?'} s"}
