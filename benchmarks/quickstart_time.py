@@ -12,9 +12,14 @@ it; the last run's table of this checkout is printed after the figures.
 
     python -m benchmarks.quickstart_time [--runs 3] [--baseline REF|fresh-processes]
         [--json FILE]
+    python -m benchmarks.quickstart_time --fresh-clone [--runs 3] [--json FILE]
 
 Prints each run's wall seconds, the medians and the pairwise ratios this / baseline, then
 each stage's medians and its median pairwise difference.
+
+`--fresh-clone` times the command as the README states it instead, with no baseline: each run
+in a new clone of this checkout's HEAD (no bytecode of the project's own modules yet) with an
+empty cnncompare home (the synthetic dataset generated afresh), after the install.
 """
 
 from __future__ import annotations
@@ -78,13 +83,42 @@ def stages(output: str, wall_s: float) -> dict[str, float]:
             "report": number(rows["report"][-1]), "command": number(rows["command"][-1])}
 
 
+def fresh_clone_runs(runs: int) -> list[tuple[float, str]]:
+    """Each run's wall seconds and output, from a new clone with an empty cnncompare home."""
+    done = []
+    with tempfile.TemporaryDirectory(prefix="cnncompare-fresh-") as tmp:
+        for index in range(runs):
+            clone, home = Path(tmp) / f"clone-{index}", Path(tmp) / f"home-{index}"
+            subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+            env = {**os.environ, "CNNCOMPARE_HOME": str(home)}
+            done.append(timed(clone, clone / "runs" / "quickstart", env))
+            print(f"run {index + 1}: {done[-1][0]:.1f} s", file=sys.stderr, flush=True)
+    return done
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="counted runs of each [default: 3]")
     parser.add_argument("--baseline", default=FRESH,
                         help=f"a git ref, or {FRESH} [default: {FRESH}]")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--fresh-clone", action="store_true",
+                        help="each run in a new clone with an empty cache, no baseline")
     args = parser.parse_args()
+    if args.fresh_clone:
+        runs = fresh_clone_runs(args.runs)
+        this = [seconds for seconds, _ in runs]
+        figures = {"measured_by": "python -m benchmarks.quickstart_time " + " ".join(sys.argv[1:]),
+                   "machine": machine_label(), "command": "cnncompare " + " ".join(COMMAND),
+                   "form": "a new clone each run, an empty cnncompare home, after the install",
+                   "this_s": this, "this_median_s": statistics.median(this),
+                   "this_stages_s": [stages(output, seconds) for seconds, output in runs]}
+        print(f"{figures['command']} on {figures['machine']}, fresh clones: "
+              f"{', '.join(f'{s:.1f}' for s in this)} s, median {figures['this_median_s']:.1f} s")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        return
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="cnncompare-quickstart-") as tmp:
         scratch = Path(tmp)
