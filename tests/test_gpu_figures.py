@@ -1,4 +1,4 @@
-"""Every GPU figure that README.md and docs/gpu.md quote is the shipped result file's.
+"""Every GPU figure docs/gpu.md quotes is the shipped result file's (the README's are generated).
 
 TABLE declares each figure the GPU sections quote: the text around it as written, the file under
 benchmarks/results/ it comes from, how to read the value there and how the text rounds it; the
@@ -22,12 +22,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-README, GPU = "README.md", "docs/gpu.md"
+GPU = "docs/gpu.md"
 text_of = functools.cache(  # a document, every run of whitespace one space (texts cross lines)
     lambda doc: re.sub(r"\s+", " ", (ROOT / doc).read_text()))
-SECTIONS = {README: [("**Status:**", "## Why the comparison"),  # (from, up to this text)
-                      ("## Measured so far", "On a 2-core Intel Xeon CPU")],
-            GPU: [("## The verdict: ResNet-9 on an NVIDIA H200", "## What is claimed on a GPU")]}
+# (from, up to this text); the README's GPU figures are its generated table
+# (benchmarks/claims.py, tests/test_claims_tables.py), so none of its prose is checked here
+SECTIONS = {GPU: [("## The verdict: ResNet-9 on an NVIDIA H200", "## What is claimed on a GPU")]}
 _N = r"\d+(?:,\d{3})*(?:\.\d+)?"
 UNIT_FIGURE = re.compile(  # a number with a unit ("8x8" is a shape; "2 seeds" has no unit)
     rf"(?<![\w.,])[+-]?{_N}(?:\s?(?:-|to)\s?{_N})?\s?(?:img/s|ms|s|MiB|mJ|J|%|x|pts|points)"
