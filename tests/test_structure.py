@@ -268,13 +268,14 @@ def test_both_port_modules_satisfy_their_protocol(tf_two_cpus):
 
 
 def test_every_quoted_figure_names_the_script_and_file_that_hold_it():
-    """README and docs quote a measured figure beside "`<a script in benchmarks>` → `FILE`": the
-    script exists, the file is in the repository and names the script (its command:
-    `python -m benchmarks.NAME`, or the path to its file as older results were run),
-    and every figure of three decimals in that paragraph is in the file."""
+    """README and docs (research pages included) quote a measured figure beside "`<a script in
+    benchmarks>` → `FILE`": the script exists, the file is in the repository and names the
+    script (its command: `python -m benchmarks.NAME`, or the path to its file as older results
+    were run), and every figure of three decimals in that paragraph is in the file."""
     import re
     marker = re.compile(r"`(benchmarks/[\w/]+\.py)` →\s+`(benchmarks/results/[\w./-]+)`")
-    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
+             *sorted((REPO / "docs" / "research").glob("*.md"))]
     found = 0
     for page in pages:
         for paragraph in page.read_text().split("\n\n"):

@@ -9,7 +9,7 @@ step gets back from the heap and which it maps afresh then depends on the order 
 the code around the step frees them: the shared loop's step is a function that frees its
 batch before the next one is loaded, the plain PyTorch loop holds it until then, and the
 one faulted more pages back in than the other and measured slower for it
-(docs/measurement.md, "The host's allocator").
+(docs/research/cpu-timing.md, "The host's allocator").
 With both thresholds fixed high (mallopt), freed memory stays in the heap for the next step
 in either loop and framework; a process's peak memory is unchanged, the memory it returns
 to the system while training is what it keeps.

@@ -137,7 +137,7 @@ def seed_spread(summary: schema.Summary) -> dict[str, float]:
 def _spread_sentence(summary: schema.Summary) -> str:
     """Whose seeds keep an unresolved training-time ratio unresolved: one framework's (a
     noisy host widens one framework's times more than the other's; on a 2-core CPU bare Keras
-    scripts spread more than bare PyTorch ones, docs/benchmarks.md) or both alike."""
+    scripts spread more than bare PyTorch ones, docs/research/cpu-timing.md) or both alike."""
     ratio = (summary.get("ratios") or {}).get(TRAIN_TIME.key) or {}
     spreads = seed_spread(summary)
     if stats.side(ratio) != 0 or len(spreads) < 2 or max(spreads.values()) < QUIET_SPREAD:

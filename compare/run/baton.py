@@ -4,8 +4,9 @@ runs it on a worker and hands back at each of its timing windows).
 
 Only for a framework whose thread pools are the process's (TensorFlow's): PyTorch's OpenMP
 pool belongs to the thread that calls it, and a second thread's pool beside the first slows
-both loops' steps on a small CPU (docs/benchmarks.md, benchmarks/two_threads.py), so
-PyTorch's own loop pauses by yielding instead (torch_impl/own_loop.py).
+both loops' steps on a small CPU (docs/research/cpu-timing.md,
+benchmarks/research/two_threads.py), so PyTorch's own loop pauses by yielding instead
+(torch_impl/own_loop.py).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ PASS = b"P"  # a process to the parent: my turn is done; then the share done and
 # an epoch, whichever comes first; beside an own loop each window is a pair, one of each
 # loop. The first window after a handover pays for it (caches the other framework's turn
 # took over), TensorFlow's more than PyTorch's, so shorter windows do not bring more
-# handovers (docs/benchmarks.md, "Windows of 0.125 s"); a turn longer than an eighth of an
+# handovers (docs/research/cpu-timing.md); a turn longer than an eighth of an
 # epoch would let a slow spell of the host fall on one framework's epoch and not the other's
 # (compare.run.windows.MAX_EPOCH_SHARE bounds a window the same way).
 TURN_S = 0.5

@@ -83,9 +83,10 @@ def _settle_in(args: argparse.Namespace) -> None:
     wall_time.mark("imported")  # the interpreter and the framework: before main runs
     # The imported modules' objects (about 330,000 in a PyTorch process) move out of the
     # cyclic collector's reach: a full collection then scans only what this run made.
-    # Otherwise each full pass walks the whole import heap (the pauses: benchmarks/gc_pauses.py,
-    # docs/benchmarks.md); and, in a child of a fork server, it would copy every page of that
-    # heap it touches. Imported modules are never freed anyway.
+    # Otherwise each full pass walks the whole import heap (the pauses:
+    # benchmarks/research/gc_pauses.py, docs/research/cpu-timing.md); and, in a child of a
+    # fork server, it would copy every page of that heap it touches. Imported modules are
+    # never freed anyway.
     gc.freeze()
     # Freed buffers stay in malloc's heap for the next step, in both frameworks and both loops
     # alike, not unmapped and faulted back in (compare.machine.allocator)
