@@ -200,6 +200,9 @@ MANIFEST: dict[str, ManifestField] = {
     "device": ManifestField(_I, "the device in the framework's words"),
     "host_allocator": ManifestField(_C, "the C library's malloc in the framework's process: who "
                                         "set its thresholds, and to what"),
+    "interpreter": ManifestField(_I, "the Python the framework's process ran in, and what "
+                                     "chose it ($CNNCOMPARE_TF_PYTHON, `cnncompare setup gpu`, "
+                                     "cnncompare's own)"),
 }
 
 

@@ -1,5 +1,5 @@
 """The `cnncompare` command line: one module per command (run, compare, sweep, report, env,
-doctor, data), their shared options in options.py, the group and `main` in app.py."""
+doctor, data, setup), their shared options in options.py, the group and `main` in app.py."""
 
 from compare.cli.app import cli, main
 

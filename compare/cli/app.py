@@ -17,6 +17,7 @@ from compare.cli.options import CONTEXT, Errors
 from compare.cli.port import port
 from compare.cli.report import report
 from compare.cli.run import run
+from compare.cli.setup import setup
 from compare.cli.sweep import sweep
 
 
@@ -36,10 +37,11 @@ def cli() -> None:
       cnncompare env
       cnncompare doctor
       cnncompare data info --dataset folder --data-dir ~/cifar10-jpeg
+      cnncompare setup gpu
     """
 
 
-for command in (run, compare, sweep, report, models, port, env, doctor, data):
+for command in (run, compare, sweep, report, models, port, env, doctor, data, setup):
     cli.add_command(command)
 
 

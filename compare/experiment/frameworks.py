@@ -14,6 +14,9 @@ FRAMEWORK_PACKAGES = {"tf": "tensorflow", "torch": "torch"}  # what a version re
 REQUIRES = {fw: (package, *also) for (fw, package), also in zip(
     FRAMEWORK_PACKAGES.items(), (("keras",), ("torchvision",)))}
 IMPL_PACKAGES = {"tf": "tf_impl", "torch": "torch_impl"}  # each framework's twin package
+# The TensorFlow the project is tested with (pyproject asks only >=2.16): the version
+# `cnncompare setup gpu` installs in TensorFlow's own environment (compare.setup)
+TENSORFLOW_PIN = "2.21.0"
 # TensorFlow's and absl's C++ start-up chatter kept off the user's terminal: 2 shows errors only
 QUIET_LOGS = {"TF_CPP_MIN_LOG_LEVEL": "2", "ABSL_MIN_LOG_LEVEL": "2"}
 REPOSITORY = Path(__file__).resolve().parents[2]  # holds compare, tf_impl and torch_impl

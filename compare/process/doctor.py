@@ -19,6 +19,8 @@ from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, recipe_config
 from compare.machine import environment, precision
 from compare.machine.doctor import gpu_diagnosis
 from compare.process import runner, warm
+from compare.setup.config import interpreter, read
+from compare.setup.plan import staleness
 
 
 def examine(model: str, frameworks: tuple[str, ...] = FRAMEWORKS,
@@ -35,7 +37,8 @@ def _examine(model: str, frameworks: tuple[str, ...], device: str) -> dict[str, 
     machine = environment.machine()
     report: dict[str, Any] = {"machine": machine, "model": model, "frameworks": {}}
     for framework in (fw for fw in FRAMEWORKS if fw in frameworks):
-        entry: dict[str, Any] = {"name": FRAMEWORK_NAMES[framework]}
+        entry: dict[str, Any] = {"name": FRAMEWORK_NAMES[framework],
+                                 "interpreter": _interpreter(framework)}
         try:
             runner.check_installed(framework)
         except FrameworkMissing as exc:
@@ -65,6 +68,18 @@ def _examine(model: str, frameworks: tuple[str, ...], device: str) -> dict[str, 
     else:
         report["verdict"], report["ready"] = _pair_verdict(report["frameworks"])
     return report
+
+
+def _interpreter(framework: str) -> dict[str, Any]:
+    """The interpreter the framework runs in, what chose it (compare.setup.config), and why
+    it is out of date where the set-up built it and it no longer holds what a set-up would
+    install (compare.setup.plan.staleness)."""
+    chosen = interpreter(framework)
+    found: dict[str, Any] = {"python": chosen.python, "from": chosen.described}
+    recorded = read().environments.get(framework)
+    if chosen.source == "setup" and recorded is not None:
+        found.update(stale=staleness(framework), mended_by=recorded.setup_command)
+    return found
 
 
 def _train_in_process(framework: str, model: str, kind: str) -> dict[str, Any]:
@@ -119,6 +134,12 @@ def print_report(report: dict[str, Any]) -> None:
         table = Table(title=f"{entry['name']}: {entry['verdict']}", show_header=True)
         for column in ("device", "precision", "step", "result"):
             table.add_column(column)
+        ran = entry.get("interpreter") or {}
+        if ran.get("from") and ran["from"] != "cnncompare's own":
+            console.print(f"{entry['name']} runs in {ran['python']} ({ran['from']})")
+        if ran.get("stale"):
+            console.print(f"[yellow]{entry['name']}'s environment is out of date: "
+                          f"{'; '.join(ran['stale'])}: run `{ran['mended_by']}` again[/yellow]")
         env = entry.get("environment", {})
         if env:
             version = env.get("tensorflow") or env.get("torch")

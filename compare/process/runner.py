@@ -18,6 +18,7 @@ from compare.experiment.config import FRAMEWORK_NAMES, RunConfig
 from compare.experiment.frameworks import REQUIRES, impl_module, process_environment
 from compare.process import warm
 from compare.run import progress, shutdown, wall_time
+from compare.setup.config import Interpreter, interpreter, read
 
 # each framework's entry (a test may name a stand-in here)
 MODULES = {framework: impl_module(framework, "train") for framework in REQUIRES}
@@ -48,15 +49,17 @@ class Outcome:
 
 
 def python_for(framework: str) -> str:
-    """The interpreter a framework runs in: $CNNCOMPARE_TF_PYTHON / $CNNCOMPARE_TORCH_PYTHON
-    when set (one virtual environment per framework, e.g. TensorFlow's CUDA 12 wheels apart
-    from PyTorch's CUDA 13 ones), else this process's."""
-    return os.environ.get(f"CNNCOMPARE_{framework.upper()}_PYTHON") or sys.executable
+    """The interpreter a framework runs in (one virtual environment per framework, e.g.
+    TensorFlow's CUDA 12 wheels apart from PyTorch's CUDA 13 ones): $CNNCOMPARE_TF_PYTHON /
+    $CNNCOMPARE_TORCH_PYTHON where set, else the one `cnncompare setup gpu` recorded, else
+    this process's (compare.setup.config.interpreter, the one rule)."""
+    return interpreter(framework).python
 
 
 def check_installed(framework: str) -> None:
     """FrameworkMissing naming the pip command, if the framework cannot be imported."""
-    python = python_for(framework)
+    chosen = interpreter(framework)
+    python = chosen.python
     if python != sys.executable:  # another environment: ask its interpreter
         probe = ("import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] "
                  "if importlib.util.find_spec(m) is None))")
@@ -65,17 +68,27 @@ def check_installed(framework: str) -> None:
                                   capture_output=True, text=True, timeout=120)
         except OSError as exc:
             raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]}: cannot start {python} "
-                                   f"(CNNCOMPARE_{framework.upper()}_PYTHON): {exc}") from None
+                                   f"({chosen.described}): {exc}{_fix(chosen)}") from None
         if done.returncode != 0:
             raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]}: the interpreter "
-                                   f"{python} (CNNCOMPARE_{framework.upper()}_PYTHON) does "
-                                   f"not run: {done.stderr.strip().splitlines()[-1:]}")
+                                   f"{python} ({chosen.described}) does not run: "
+                                   f"{done.stderr.strip().splitlines()[-1:]}{_fix(chosen)}")
         missing = done.stdout.split()
     else:
         missing = [m for m in REQUIRES[framework] if importlib.util.find_spec(m) is None]
     if missing:
-        raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]} is not installed (missing "
-                               f"{', '.join(missing)}): pip install {' '.join(missing)}")
+        where = f" in {python} ({chosen.described})" if python != sys.executable else ""
+        raise FrameworkMissing(f"{FRAMEWORK_NAMES[framework]} is not installed{where} (missing "
+                               f"{', '.join(missing)}): pip install {' '.join(missing)}"
+                               f"{_fix(chosen)}")
+
+
+def _fix(chosen: Interpreter) -> str:
+    """What mends an interpreter the set-up recorded: running it again."""
+    recorded = read().environments.get(chosen.framework)
+    if chosen.source != "setup" or recorded is None:
+        return ""
+    return f", or run `{recorded.setup_command}` again"
 
 
 def child_environment() -> dict[str, str]:

@@ -20,6 +20,7 @@ from compare.experiment.config import (
 from compare.experiment.recipe import update_rule
 from compare.machine import allocator, cluster
 from compare.run.interface import DeviceChoice
+from compare.setup.config import ran_in
 
 # Keys the framework half must provide (tests check both trainers against this list).
 FRAMEWORK_KEYS = ("precision", "precision_policy", "tf32", "cudnn_autotune", "loss_scaling",
@@ -103,6 +104,8 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "device": choice.description,
         # the C library's malloc in this process, as both frameworks' host buffers meet it
         "host_allocator": allocator.describe(),
+        # the Python this process runs in, and what chose it (compare.setup.config)
+        "interpreter": ran_in(config.framework),
         **own,  # anything else the framework records
     }
 

@@ -81,12 +81,18 @@ def stat_fingerprint(paths: list[Path]) -> str:
 
 
 def describe_cache() -> dict[str, Any]:
-    """Every file under the cache root with its size in bytes, and the total."""
+    """Every file under the cache root with its size in bytes, and the total; each
+    framework environment `cnncompare setup gpu` built (compare.setup) as one entry."""
+    from compare.setup.config import ENVIRONMENTS
     root = home()
     entries = []
     if root.exists():
+        built = {p for p in (root / ENVIRONMENTS).glob("*") if p.is_dir()}
         for p in sorted(root.rglob("*")):
-            if p.is_file():
+            if p in built:
+                entries.append({"path": str(p), "bytes": sum(
+                    f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())})
+            elif p.is_file() and not built & set(p.parents):
                 entries.append({"path": str(p), "bytes": p.stat().st_size})
     return {"root": str(root), "files": entries, "bytes": sum(e["bytes"] for e in entries)}
 
