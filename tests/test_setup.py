@@ -247,3 +247,26 @@ def test_the_data_cache_lists_a_built_environment_as_one_entry(isolated_home):
     found = datasets.describe_cache()
     assert {e["path"]: e["bytes"] for e in found["files"]} == {
         str(root): 20, str(isolated_home / "arrays" / "c.npz"): 5}
+
+
+@pytest.mark.parametrize("origin, args", [
+    ("file://{folder}", ("{folder}",)),  # installed from a folder, not editable
+    (None, ("cnncompare==0.3.0",)),  # from the index
+])
+def test_an_installed_copy_goes_in_as_it_was_installed(tmp_path, monkeypatch, origin, args):
+    """Where cnncompare runs from site-packages (no checkout beside it), its requirements and
+    its install come from its metadata there."""
+    folder = tmp_path / "source"
+    folder.mkdir()
+    info = tmp_path / "cnncompare-0.3.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: cnncompare\nVersion: 0.3.0\nRequires-Dist: torch>=2.3\n"
+        "Requires-Dist: keras>=3.10\nRequires-Dist: pytest>=8; extra == \"test\"\n")
+    if origin:
+        (info / "direct_url.json").write_text(json.dumps(
+            {"url": origin.format(folder=folder), "dir_info": {}}))
+    monkeypatch.setattr(plan, "REPOSITORY", tmp_path)
+    assert plan.project_requirements() == ("keras>=3.10",)
+    assert plan.project_install() == plan.Project(
+        tuple(a.format(folder=folder) for a in args), "0.3.0", None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -40,8 +41,16 @@ def _unchanged(home: Path) -> tuple:
             [(p.name, p.stat().st_ino, p.stat().st_mtime_ns) for p in folders])
 
 
+@pytest.fixture
+def environments_removed(isolated_home):
+    """The environment built (1.5 GB) goes when the test ends: pytest keeps its folders."""
+    yield
+    shutil.rmtree(isolated_home / "environments", ignore_errors=True)
+
+
 @pytest.mark.slow  # pip installs TensorFlow's CPU build (about 90 s), doctor, one comparison
-def test_the_set_up_builds_tensorflows_environment_and_compare_finds_it(isolated_home, tmp_path):
+def test_the_set_up_builds_tensorflows_environment_and_compare_finds_it(
+        isolated_home, tmp_path, environments_removed):
     began = time.monotonic()
     built = _cli("setup", "gpu", "--cpu", minutes=5)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]

@@ -12,6 +12,7 @@ import platform
 import re
 import subprocess
 from dataclasses import dataclass
+from importlib.metadata import Distribution
 from pathlib import Path
 
 from compare.experiment.frameworks import REPOSITORY, REQUIRES, TENSORFLOW_PIN
@@ -172,8 +173,7 @@ def project_requirements() -> tuple[str, ...]:
         import tomllib
         declared = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
     else:
-        from importlib import metadata
-        declared = metadata.requires(PROJECT) or []
+        declared = _installed().requires or []
     kept = []
     for requirement in declared:
         name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
@@ -193,14 +193,18 @@ def project_install() -> Project:
         version = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"][
             "version"]
         return Project(("-e", str(REPOSITORY)), version, str(REPOSITORY))
-    from importlib import metadata
-    installed = next(iter(metadata.distributions(name=PROJECT, path=[str(REPOSITORY)])), None)
-    if installed is None:
-        installed = metadata.distribution(PROJECT)
+    installed = _installed()
     origin = json.loads(installed.read_text("direct_url.json") or "{}").get("url", "")
     if origin.startswith("file://") and Path(origin[len("file://"):]).is_dir():
         return Project((origin[len("file://"):],), installed.version, None)
     return Project((f"{PROJECT}=={installed.version}",), installed.version, None)
+
+
+def _installed() -> Distribution:
+    """The installed cnncompare that runs here: the one beside its packages, else any."""
+    from importlib import metadata
+    found = next(iter(metadata.distributions(name=PROJECT, path=[str(REPOSITORY)])), None)
+    return found if found is not None else metadata.distribution(PROJECT)
 
 
 def wanted(kind: str) -> Wanted:
