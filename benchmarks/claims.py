@@ -22,6 +22,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+if not __package__:  # run by path (python benchmarks/claims.py): the checkout on sys.path
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.port_coverage import round_trip  # noqa: E402
+
 RESULTS = REPO / "benchmarks" / "results"
 BATTERY = "benchmarks/gpu_battery.py"  # every GPU comparison ran in the GPU battery
 
@@ -188,7 +193,7 @@ def _quickstart(data: Any) -> str:
 
 def _ported(data: Any) -> str:
     """How many zoo classifiers ported to the other framework and back, with proof."""
-    done = [e for e in data["entries"] if e["there"]["ported"] and e["back"]["ported"]]
+    done = [entry for entry in data["entries"] if round_trip(entry)]
     return f"{len(done)} of {len(data['entries'])}"
 
 

@@ -130,7 +130,7 @@ def _row(entry: dict) -> str:
     figures = (f"logits {there['logits_max_abs_diff']:.1e}, gradients "
                f"{there['grad_max_rel_diff']:.1e}")
     if back and back["ported"]:  # the twin's twin: proven equal, with every parameter
-        back_text = (f"equal, logits {back['logits_max_abs_diff']:.1e}" if _round_trip(entry)
+        back_text = (f"equal, logits {back['logits_max_abs_diff']:.1e}" if round_trip(entry)
                      else "proven, but its parameter count differs")
     else:
         back_text = f"refused: {back['line']}" if back else ""
@@ -139,7 +139,7 @@ def _row(entry: dict) -> str:
             f"{there['seconds']:.0f} s | {back_text} |")
 
 
-def _round_trip(entry: dict) -> bool:
+def round_trip(entry: dict) -> bool:
     """Ported with proof, and its twin ported back with proof and every parameter."""
     there, back = entry["there"], entry.get("back") or {}
     return bool(there["ported"] and back.get("ported")
@@ -147,7 +147,7 @@ def _round_trip(entry: dict) -> bool:
 
 
 def table(entries: list[dict]) -> str:
-    ported = sum(_round_trip(e) for e in entries)
+    ported = sum(round_trip(e) for e in entries)
     rows = [f"{ported} of {len(entries)} port with proof and back.", "",
             "| from | model | port (float64 proof: max abs logits, max relative gradient) | "
             "parameters (source / twin) | port time | the twin ported back |",

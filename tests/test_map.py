@@ -1,8 +1,8 @@
-"""The map of where to change what, README.md's paragraph "To add a **network**: ..." and
-docs/architecture.md's table "Where to change what", says exactly where: every file or
-folder it names exists, and every name it gives beside them (`KINDS`, `KERAS_LAYERS`...) is
-defined at the top level of one of the Python files named in the same clause (a clause: the
-text up to a semicolon; a folder stands for its modules). A moved file or a renamed
+"""The map of where to change what, docs/architecture.md's table "Where to change what" (the
+README links to it), says exactly where: every file or folder it names exists, and every
+name it gives beside them (`KINDS`, `KERAS_LAYERS`...) is defined at the top level of one of
+the Python files named in the same clause (a clause: the text up to a semicolon; a folder
+stands for its modules). A moved file or a renamed
 declaration fails here, naming the row."""
 
 from __future__ import annotations
@@ -29,15 +29,7 @@ def _table() -> list[tuple[str, str]]:
     return [(f"docs/architecture.md: {what}", where) for what, where in rows]
 
 
-def _paragraph() -> list[tuple[str, str]]:
-    """README.md's paragraph, by its bold items: (what to add, where)."""
-    paragraphs = (REPO / "README.md").read_text().split("\n\n")
-    (text,) = [p for p in paragraphs if p.startswith("To add a **")]
-    parts = re.split(r"\*\*([^*]+)\*\*:", " ".join(text.split()))
-    return [(f"README.md: {what}", where) for what, where in zip(parts[1::2], parts[2::2])]
-
-
-ENTRIES = _table() + _paragraph()
+ENTRIES = _table()
 
 
 def _clauses(text: str) -> list[tuple[list[str], list[str]]]:
@@ -70,7 +62,7 @@ def _defined(path: Path) -> set[str]:
 
 def test_the_map_has_its_rows_and_items():
     whats = [where for where, _ in ENTRIES]
-    assert len(_table()) >= 7 and len(_paragraph()) >= 5, whats
+    assert len(_table()) >= 7, whats
     for where, text in ENTRIES:  # each says where: a path at least
         assert any(paths for paths, _ in _clauses(text)), where
 
