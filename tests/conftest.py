@@ -239,9 +239,31 @@ def gpus_only_for_gpu_tests(request, monkeypatch):
     counts, and trains on the CPU as on a machine without a GPU. This process's own CUDA
     started at collection with the GPUs visible (the gpu tests use them); its in-process
     training asks for the CPU itself (tiny_config's device="cpu"). Proven in
-    tests/test_session.py."""
+    tests/test_session.py. A gpu test runs each framework in the interpreter the user's own
+    commands run it in (RECORDED_INTERPRETERS), though its $CNNCOMPARE_HOME is its own."""
     if hides_gpus(request.node):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+        return
+    for name, python in RECORDED_INTERPRETERS.items():
+        if not os.environ.get(name):
+            monkeypatch.setenv(name, python)
+
+
+def recorded_interpreters() -> dict[str, str]:
+    """The interpreters `cnncompare setup gpu` recorded in the user's own $CNNCOMPARE_HOME
+    (read before any test gets a home of its own), as the variables that would name them:
+    on a GPU host, TensorFlow's environment with its CUDA libraries. None where the
+    configuration cannot be read."""
+    from compare.errors import UserError
+    from compare.setup import config
+    try:
+        recorded = config.read().environments
+    except UserError:
+        return {}
+    return {config.variable(framework): env.python for framework, env in recorded.items()}
+
+
+RECORDED_INTERPRETERS = recorded_interpreters()
 
 
 _tf_trainers: weakref.WeakSet = weakref.WeakSet()  # every tf_impl Trainer this process built

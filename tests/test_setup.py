@@ -270,3 +270,14 @@ def test_an_installed_copy_goes_in_as_it_was_installed(tmp_path, monkeypatch, or
     assert plan.project_requirements() == ("keras>=3.10",)
     assert plan.project_install() == plan.Project(
         tuple(a.format(folder=folder) for a in args), "0.3.0", None)
+
+
+def test_the_gpu_tests_run_each_framework_where_the_users_commands_do(isolated_home):
+    """The user's recorded interpreters reach the gpu tests (pytest -m gpu, the battery's
+    test stages) as the variables that name them, though each test has a home of its own."""
+    from conftest import recorded_interpreters
+    assert recorded_interpreters() == {}
+    config.write(config.Configuration().with_environment(RECORDED))
+    assert recorded_interpreters() == {"CNNCOMPARE_TF_PYTHON": RECORDED.python}
+    (isolated_home / "config.json").write_text("{torn")
+    assert recorded_interpreters() == {}
