@@ -87,6 +87,7 @@ from benchmarks.battery.commands import (  # noqa: E402
     REPO,
     STAGE_FRAMEWORKS,
     TINY,
+    checkout_commit,
 )
 from benchmarks.battery.estimates import (  # noqa: E402
     ASSUMED_HOST_STEP_MS,
@@ -256,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = read_json(ctx.out / "battery.json")
     battery = {"started_at": previous.get("started_at") or time.strftime("%Y-%m-%d %H:%M:%S %z"),
                "machine": platform.node(), "python": platform.python_version(),
+               # what ran: the GPU tests' reports name it too (docs/gpu.md's record)
+               "commit": checkout_commit(),
                "device": ctx.device, "tiny": TINY.described(ctx.device) if ctx.tiny else False,
                "data": ctx.data,
                "stages": list(previous.get("stages") or [])}

@@ -18,7 +18,7 @@ from benchmarks import gpu_battery as battery
 from benchmarks.battery import calls as battery_calls
 from benchmarks.battery import running
 from benchmarks.battery import stages as battery_stages
-from benchmarks.battery.commands import TINY_SKIPPED
+from benchmarks.battery.commands import TINY_SKIPPED, checkout_commit
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -155,6 +155,9 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
     calls = battery_calls.rental_calls(battery_plan()["calls"], root, root / ".tfgpu",
                                  root / ".data" / "cifar10-jpeg.tar.gz", scratch=str(scratch))
     assert all(len(c["bash"]) <= 2000 and c["carry_bytes"] <= 64 * 2**20 for c in calls)
+    # the commit the plan was made at goes with each call: the device's copy has no .git
+    assert all(f"BATTERY_COMMIT={checkout_commit()} PYTHONPATH=." in c["bash"]
+               for c in calls if c["stages"])
     assert calls[0]["carry"] == [".data/cifar10-jpeg.tar.gz"]
     carried = [p for c in calls for p in c["carry"] if p.startswith(".tfgpu/c")]
     assert carried == [".tfgpu/c00", ".tfgpu/c01", ".tfgpu/c02"]  # one a call, in order
@@ -194,13 +197,17 @@ def test_rental_calls_carry_the_data_and_the_bundle_and_rebuild_it_on_the_device
     assert results and results[0].returncode != 0  # its sum does not match: stop there
 
 
-def test_time_left_keeps_a_spare_minute_for_packing(tmp_path):
+def test_time_left_keeps_a_spare_minute_for_packing(tmp_path, monkeypatch):
     """--time-left 70: 60 s are kept for the pack and the command's end, so doctor (estimated
     at 22 s: two processes' start-up and 10 s of steps) does not start in the 10 s left; it
-    is recorded as skipped with the reason. The set-up before it takes well under a second."""
+    is recorded as skipped with the reason. The set-up before it takes well under a second.
+    battery.json records the commit the checkout is at (BATTERY_COMMIT in a rental)."""
+    monkeypatch.setenv("BATTERY_COMMIT", "abc1234")
     assert battery.main(["--tiny", "--device", "cpu", "--framework", "torch", "--stage",
                          "doctor", "--time-left", "70", "--out", str(tmp_path)]) == 0
-    (stage,) = json.loads((tmp_path / "battery.json").read_text())["stages"]
+    summary = json.loads((tmp_path / "battery.json").read_text())
+    assert summary["commit"] == "abc1234"
+    (stage,) = summary["stages"]
     assert stage["status"] == "skipped", stage
     left = int(re.search(r"exceeds the (\d+) s left", stage["note"]).group(1))
     assert 0 <= left <= 10, stage["note"]

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,58 @@ def test_a_stopped_battery_stops_the_stage_it_runs(tmp_path):
     assert battery.wait(timeout=patience(60)) == 128 + signal.SIGTERM
     with pytest.raises(ProcessLookupError):  # stopped and reaped by the battery
         os.kill(stage_pid, 0)
+
+
+def test_each_gpu_test_stage_writes_a_report_naming_its_framework_and_commit(tmp_path,
+                                                                              monkeypatch):
+    """Each framework's GPU tests write a JUnit XML report into the battery's --out (packed,
+    and in every rental call's live.tar.gz), its suite named by the framework and the commit
+    the tests ran at: docs/gpu.md's record of the GPU tests is read from these reports. The
+    commit is BATTERY_COMMIT where given (a rental's copy of the checkout has no .git), else
+    git's."""
+    from benchmarks.battery import commands
+    ctx = battery.context(battery.arguments(["--tiny", "--out", str(tmp_path)]))
+    monkeypatch.setenv("BATTERY_COMMIT", "abc1234")
+    for framework in ("torch", "tf"):
+        argv = commands.test_commands(framework, ctx)[0]
+        assert argv[argv.index("--junitxml") + 1] == str(
+            tmp_path.resolve() / f"pytest-gpu-{framework}.xml")
+        assert argv[argv.index("-o") + 1] == f"junit_suite_name=gpu-tests-{framework}@abc1234"
+    monkeypatch.delenv("BATTERY_COMMIT")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert commands.checkout_commit() in (head, f"{head}-dirty")
+
+
+def test_a_stopped_gpu_test_stage_still_writes_its_named_report(tmp_path):
+    """A GPU-test stage stopped (by its limit or with the battery) is interrupted first, as
+    Ctrl-C does, so pytest writes its JUnit report of the tests that ended: SIGTERM left none
+    on an H100, where -q's dots named no test. So even where the battery itself ignores
+    SIGINT, as a rental's queue started in a shell's background does."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    started = tmp_path / "started"
+    (tmp_path / "test_cut.py").write_text(
+        "import pathlib, time\n\n\ndef test_ends():\n    pass\n\n\n"
+        "def test_runs_on():\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n    time.sleep(600)\n")
+    report = tmp_path / "report.xml"
+    argv = [sys.executable, "-m", "pytest", "-c", str(tmp_path / "pytest.ini"), "-v",
+            "-p", "no:cacheprovider", "--junitxml", str(report), str(tmp_path / "test_cut.py")]
+    battery = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from benchmarks.battery import running; running.stop_stages_with_the_battery(); "
+         f"running.run_command({argv!r}, Path({str(tmp_path / 'log')!r}), 600, "
+         "interrupt=True)"],
+        cwd=REPO, env=running.child_environment(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + patience(60)
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), (tmp_path / "log").read_text()
+    battery.send_signal(signal.SIGTERM)
+    assert battery.wait(timeout=patience(60)) == 128 + signal.SIGTERM
+    cases = {case.get("name"): case for case in ElementTree.parse(report).iter("testcase")}
+    assert "test_ends" in cases and not list(cases["test_ends"])  # passed, by name
 
 
 def test_a_gpu_test_stage_says_what_ran_even_when_cut_by_its_limit():

@@ -23,6 +23,7 @@ def test_every_poll_brings_back_the_results_on_disk_without_data_or_checkpoints(
                        (run / "checkpoint" / "state.json", "{}"),
                        (rental / "battery" / "reference" / "cifar10" / "train.pt", "x"),
                        (rental / "battery" / "battery.json", "{}"),
+                       (rental / "battery" / "pytest-gpu-tf.xml", "<testsuites/>"),
                        (rental / "pack" / "battery.md", "| stage |\n")):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -35,7 +36,7 @@ def test_every_poll_brings_back_the_results_on_disk_without_data_or_checkpoints(
     assert "stage resnet9-verdict (both)" in done.stdout  # the queue's last lines, said
     with tarfile.open(out / "live.tar.gz") as tar:
         names = set(tar.getnames())
-    assert {"queue.log", "battery/battery.json",
+    assert {"queue.log", "battery/battery.json", "battery/pytest-gpu-tf.xml",  # GPU tests'
             "battery/resnet9-verdict/runs/tf-seed0/result.json",
             "battery/resnet9-verdict/runs/tf-seed0/steps.csv"} <= names
     assert not any(n.endswith(".pt") or "/checkpoint" in n for n in names), names
@@ -199,3 +200,28 @@ def test_a_queue_in_a_given_order_brings_tensorflow_in_before_a_comparison_of_bo
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert calls.read_text().split("\n")[:-1] == ["cuda-graphs none", "resnet9-own-best active"]
+
+
+def test_every_stage_of_the_queue_is_given_the_commit_start_was_told(tmp_path):
+    """The device's copy of the checkout has no .git: `BATTERY_COMMIT=HASH rental.sh start`
+    keeps the commit, and each stage's battery is given it (battery.json and each GPU-test
+    report record it), in a queue started again by `reorder` too."""
+    rental, fake_bin = tmp_path / "rental", tmp_path / "bin"
+    (rental / "repo").mkdir(parents=True)
+    (rental / "warmed").touch()
+    (rental / "deadline").write_text(str(int(time.time()) + 600))
+    (rental / "commit").write_text("abc1234\n")  # what `start` keeps
+    calls = tmp_path / "calls.txt"
+    fake_bin.mkdir()
+    (fake_bin / "python3").write_text(  # each stage's battery: its stage and the commit
+        "#!/bin/bash\nwhile [ \"$1\" != --stage ]; do shift; done\n"
+        f"echo \"$2 ${{BATTERY_COMMIT:-none}}\" >> {calls}\n")
+    (fake_bin / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "BATTERY_COMMIT"}
+    env.update(RENTAL_DIR=str(rental), PATH=f"{fake_bin}:{os.environ['PATH']}",
+               RENTAL_ORDER="torch:gpu-tests:")
+    done = subprocess.run(["bash", str(REPO / "benchmarks/battery/rental.sh"), "queue"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().split("\n")[:-1] == ["gpu-tests abc1234"]

@@ -7,7 +7,14 @@ import math
 from pathlib import Path
 
 from benchmarks.battery.bundle import CARRY_BYTES, part_bytes_that_fit, travelling_bytes
-from benchmarks.battery.commands import FRAMEWORKS, STAGE_FRAMEWORKS, STAGE_LIMIT_S, shown
+from benchmarks.battery.commands import (
+    COMMIT_ENV,
+    FRAMEWORKS,
+    STAGE_FRAMEWORKS,
+    STAGE_LIMIT_S,
+    checkout_commit,
+    shown,
+)
 from benchmarks.battery.estimates import Context
 from benchmarks.battery.running import CUDNN_CHOICE
 from benchmarks.battery.stages import RENTAL_CORE_S, RENTAL_S, Stage
@@ -143,13 +150,15 @@ def rental_calls(calls: list[dict], root: Path, bundle: Path | None, data: Path 
                                    activate]
             out[first_tf + 1:first_tf + 1] = extra
     tree = travelling_bytes(root)
+    commit = checkout_commit()  # the device's copy of the checkout has no .git to ask
     for call in out:
         # the checkout first, before the bundle's folder that activate.sh put on PYTHONPATH
-        run = (("PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} python -m benchmarks.gpu_battery "
-                "--framework " + call["framework"]
-                + "".join(f" --stage {s}" for s in call["stages"])
-                + "".join(f" {shown(o)}" for o in data_options)
-                + f" --time-left {STAGE_LIMIT_S} --out {scratch}/battery --pack \"$OUT\"")
+        run = ((f"{COMMIT_ENV}={commit} " if commit else "")
+               + "PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} python -m benchmarks.gpu_battery "
+               "--framework " + call["framework"]
+               + "".join(f" --stage {s}" for s in call["stages"])
+               + "".join(f" {shown(o)}" for o in data_options)
+               + f" --time-left {STAGE_LIMIT_S} --out {scratch}/battery --pack \"$OUT\""
                if call["stages"] else "true")
         call["setup"] = " && ".join(call["setup"])
         call["bash"] = " && ".join(x for x in (call["setup"], run) if x)

@@ -4,6 +4,8 @@ for --tiny, the plumbing rehearsal on a CPU (what it runs instead)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -136,6 +138,37 @@ def doctor_commands(framework: str, ctx: Context) -> list[list[str]]:
     return [[*CLI, "doctor", "--json", "--framework", framework, "--device", ctx.device]]
 
 
+COMMIT_ENV = "BATTERY_COMMIT"  # the checkout's commit, where its copy has no .git (a rental's)
+
+
+def _git_commit() -> str | None:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                              capture_output=True, text=True, timeout=30, check=False)
+        changed = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain",
+                                  "--untracked-files=no"], cwd=REPO, capture_output=True,
+                                 text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0 or changed.returncode != 0:
+        return None
+    return head.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
+
+
+def checkout_commit() -> str | None:
+    """The commit the checkout is at, as battery.json and each GPU-test report record it:
+    BATTERY_COMMIT where given (a rental's copy of the checkout has no .git: the plan's calls
+    and `rental.sh start` pass it), else git's short hash, '-dirty' where tracked files differ
+    from it; None where neither tells."""
+    return os.environ.get(COMMIT_ENV, "").strip() or _git_commit()
+
+
+def gpu_test_report(framework: str) -> str:
+    """The JUnit XML report of a framework's GPU tests, in the battery's --out (packed, and
+    in each rental call's live.tar.gz): every test named with its outcome."""
+    return f"pytest-gpu-{framework}.xml"
+
+
 def test_commands(framework: str, ctx: Context) -> list[list[str]]:
     # GPU tests are named test_torch_*, test_tf_* or test_both_* (tests/test_gpu.py and
     # tests/test_gpu_features.py)
@@ -143,9 +176,12 @@ def test_commands(framework: str, ctx: Context) -> list[list[str]]:
     if ctx.tests:
         chosen = f"({chosen}) and ({' or '.join(ctx.tests)})"
     # -v: each test's outcome on a line of its own as it ends, so a stage cut by its limit
-    # still says which tests passed and which failed (summary_of_tests)
+    # still says which tests passed and which failed (summary_of_tests); the report names
+    # each test, its suite the framework and the commit the tests ran at (docs/gpu.md's
+    # record of the GPU tests is read from these reports)
     return [[sys.executable, "-m", "pytest", "-m", "gpu", "-k", chosen, "-v", "-rs",
-             "-p", "no:cacheprovider", "--junitxml", str(ctx.out / f"pytest-gpu-{framework}.xml")]]
+             "-p", "no:cacheprovider", "--junitxml", str(ctx.out / gpu_test_report(framework)),
+             "-o", f"junit_suite_name=gpu-tests-{framework}@{checkout_commit() or 'unknown'}"]]
 
 
 def suite_commands(framework: str, ctx: Context) -> list[list[str]]:

@@ -25,7 +25,9 @@
 #   `start`: that order only (a later rental runs what an earlier one did not), and with it
 #   RENTAL_FILL=...: untimed stages run in that order while TensorFlow is on its way;
 #   RENTAL_OPTIONS=...: more options of every stage's battery
-#   ("--tests resume,doctor": the GPU-test stage runs only those)
+#   ("--tests resume,doctor": the GPU-test stage runs only those); BATTERY_COMMIT=HASH
+#   before `start`: the commit the checkout is at (its copy here has no .git), which
+#   battery.json and each GPU-test report (pytest-gpu-FRAMEWORK.xml) record
 # Every verb ends by copying the battery's pack (at most 8 files) into $OUT. A call after
 # `hold` copies the checkout onto the host while timed stages run: make none but the last.
 #
@@ -60,7 +62,8 @@ report() {  # what the queue is doing and has done; the pack into $OUT
   (cd $S && nice -n 19 tar czf "$OUT"/live.tar.gz "${skip[@]}" queue.log $(ls -d battery 2>/dev/null))
   if [ "$(stat -c %s "$OUT"/live.tar.gz)" -gt $(( 15 * 1024 * 1024 )) ]; then  # the summaries
     (cd $S && find queue.log battery -name '*.json' -o -name '*.md' -o -name '*.log' \
-       -o -name queue.log | grep -v -e /checkpoint/ -e /profile/ -e /tensorboard/ \
+       -o -name '*.xml' -o -name queue.log \
+       | grep -v -e /checkpoint/ -e /profile/ -e /tensorboard/ \
        | nice -n 19 tar czf "$OUT"/live.tar.gz -T -)
   fi
 }
@@ -72,7 +75,8 @@ battery() {  # battery FRAMEWORK STAGE [SEEDS]: one stage, within the queue's de
   # what they finished) and the pack, so all of it is done by the deadline, where the last
   # poll returns
   say "stage $2 ($1), ${left} s left"
-  BATTERY_QUIET_MARKER=$S/quiet PYTHONPATH=$S/repo:$S/repo/$PYDEPS${PYTHONPATH:+:$PYTHONPATH} \
+  BATTERY_COMMIT=${BATTERY_COMMIT:-$(cat $S/commit 2>/dev/null)} BATTERY_QUIET_MARKER=$S/quiet \
+    PYTHONPATH=$S/repo:$S/repo/$PYDEPS${PYTHONPATH:+:$PYTHONPATH} \
     python3 -m benchmarks.gpu_battery \
     --framework "$1" --stage "$2" ${3:+--seeds $3} --limit-factor 4 \
     --dataset folder --data-dir $S/data --time-left $left \
@@ -179,6 +183,7 @@ case ${1:-} in
   start)  # start SECONDS: unpack the data, snapshot the checkout, start the queue
     mkdir -p $S/data $S/repo $S/parts
     date +%s > $S/started; echo $(( $(date +%s) + ${2:?seconds the queue may run} )) > $S/deadline
+    [ -n "${BATTERY_COMMIT:-}" ] && echo "$BATTERY_COMMIT" > $S/commit  # for every later queue
     tar xzf $DATA -C $S/data
     snapshot
     nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader

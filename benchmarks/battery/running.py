@@ -13,32 +13,34 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.battery.commands import CUDNN_BUILDS, REPO, shown
+from benchmarks.battery.commands import CUDNN_BUILDS, REPO, gpu_test_report, shown
 from benchmarks.battery.estimates import Context
 from benchmarks.battery.stages import Stage
 
 
 def run_command(argv: list[str], log: Path, limit_s: float, stdout: Path | None = None,
-                env: dict[str, str] | None = None) -> dict:
+                env: dict[str, str] | None = None, interrupt: bool = False) -> dict:
     """Run argv with its output streamed to `log` (stdout to `stdout` when given, e.g.
     doctor's JSON), in its own process group, killed at `limit_s`; in `env` when given, else
-    in this process's environment."""
+    in this process's environment. `interrupt`: stopped by SIGINT first, as Ctrl-C stops it
+    (pytest then writes its JUnit report of the tests that ended; SIGTERM leaves none)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with open(log, "a") as err, (open(stdout, "w") if stdout else open(log, "a")) as out:
         err.write(f"$ {' '.join(shown(a) for a in argv)}\n")
         err.flush()
         process = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err,
-                                   start_new_session=True, env=child_environment(env))
+                                   start_new_session=True, env=child_environment(env),
+                                   preexec_fn=_sigint_heard if interrupt else None)
         try:
             code = process.wait(timeout=limit_s)
             timed_out = False
         except subprocess.TimeoutExpired:
             timed_out = True
-            _stop(process)
+            _stop(process, interrupt)
             code = process.returncode
         except BaseException:  # the battery stopped (stop_stages_with_the_battery, Ctrl-C):
-            _stop(process)     # its own session would outlive it, on the GPU, unwatched
+            _stop(process, interrupt)  # its own session would outlive it, on the GPU, unwatched
             raise
     return {"exit_code": code, "seconds": time.perf_counter() - started, "timed_out": timed_out}
 
@@ -58,9 +60,18 @@ def child_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the process group (trainers write what they finished), SIGKILL after 30 s."""
-    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+def _sigint_heard() -> None:
+    """In the child before it starts: SIGINT back to its default, so Python raises
+    KeyboardInterrupt on it. A rental's queue runs in the background of a shell, which starts
+    its commands with SIGINT ignored, and a child inherits that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _stop(process: subprocess.Popen, interrupt: bool = False) -> None:
+    """SIGTERM to the process group (trainers write what they finished), SIGKILL after 30 s;
+    `interrupt`: SIGINT for 20 s of those first (pytest writes its report)."""
+    for sig, wait in (((signal.SIGINT, 20), (signal.SIGTERM, 10)) if interrupt
+                      else ((signal.SIGTERM, 30),)) + ((signal.SIGKILL, 10),):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
@@ -223,7 +234,8 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
                 done["note"] = ("no fallback cuDNN unpacked (rental.sh part fNN): the "
                                 "fallback's commands did not run")
                 break
-        outcome = run_command(argv, log, max(1.0, left), stdout, env=env)
+        outcome = run_command(argv, log, max(1.0, left), stdout, env=env,
+                              interrupt=stage.name in ("gpu-tests", "suite"))
         done["commands"].append({"argv": " ".join(shown(a) for a in argv), **outcome,
                                  **({"cudnn": cudnn_in_use(env or dict(os.environ))}
                                     if stage.fallback_from is not None else {})})
@@ -253,7 +265,7 @@ def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
     if stage.name == "gpu-tests" and done["status"] == "ok":
         # pytest exits 0 when every test skips, which proves nothing: on a GPU host the
         # stage failed, elsewhere it was skipped for want of a GPU, never "ok"
-        reasons = every_test_skipped(ctx.out / f"pytest-gpu-{framework}.xml")
+        reasons = every_test_skipped(ctx.out / gpu_test_report(framework))
         if reasons is not None:
             done["status"] = "failed" if ctx.device == "gpu" else "skipped"
             done["note"] = ("every GPU test skipped: " if ctx.device == "gpu"
