@@ -190,6 +190,9 @@ MANIFEST: dict[str, ManifestField] = {
     "compile_state": ManifestField(_I, "compiled or eager, and whether that is the framework's "
                                        "own default on this device (Keras' jit_compile=\"auto\"; "
                                        "PyTorch eager)"),
+    "compile_cache": ManifestField(_C, "the compilers' caches on disk at the run's start: "
+                                       "cold (empty, the run's own) or warm (filled by an "
+                                       "untimed run of the same configuration)"),
     "channels_last": ManifestField(_C, "the memory format of activations"),
     "pipeline": ManifestField(_I, "the input pipeline the framework built"),
     "loss_scale_check": ManifestField(_I, "the framework's own overflow check (no setting)"),

@@ -3,9 +3,13 @@ Trainer computes in and how, in words a reader can set beside PyTorch's."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import tensorflow as tf
 
 from compare.experiment import networks, specs, strategy
+from compare.run import compile_cache
 from tf_impl import data as tf_data
 from tf_impl.device import FRAMEWORK
 
@@ -106,23 +110,56 @@ def framework_default_compile(trainer) -> bool:
             model._jit_compile = None  # noqa: SLF001
 
 
-def compile_baseline() -> dict[str, int]:
-    """Nothing to subtract: what `compiled` reads belongs to the Trainer's own tf.function."""
-    return {}
+XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory"  # TF_XLA_FLAGS (tensorflow/compiler/jit)
+
+
+def compile_cache_environment(directory: Path) -> dict[str, str]:
+    """Where TensorFlow keeps what it compiled across processes, all in `directory`: XLA's
+    persistent cache of compiled programs (TF_XLA_FLAGS), XLA's autotuning results per fusion
+    on a GPU (XLA_FLAGS) and the CUDA driver's PTX cache. Both flag sets are read at XLA's
+    first compile (a flag XLA does not know aborts the process: each is TensorFlow 2.21's);
+    the user's other flags stay."""
+    def joined(name: str, flag: str) -> str:
+        return " ".join(filter(None, (os.environ.get(name, ""), flag)))
+    return {"TF_XLA_FLAGS": joined("TF_XLA_FLAGS", f"{XLA_CACHE_FLAG}={directory / 'xla'}"),
+            "XLA_FLAGS": joined("XLA_FLAGS", "--xla_gpu_per_fusion_autotune_cache_dir="
+                                f"{directory / 'autotune'}"),
+            "CUDA_CACHE_PATH": str(directory / "cuda")}
+
+
+def _xla_cache_folder() -> Path | None:
+    """The persistent cache XLA writes to in this process: TF_XLA_FLAGS' last such flag."""
+    flags = [flag.split("=", 1)[1] for flag in os.environ.get("TF_XLA_FLAGS", "").split()
+             if flag.startswith(f"{XLA_CACHE_FLAG}=")]
+    return Path(flags[-1]) if flags else None
+
+
+def compile_baseline() -> dict:
+    """XLA's persistent cache as the Trainer finds it (what `compiled` compares with); what
+    `compiled` reads of the traces belongs to the Trainer's own tf.function."""
+    return {"cache": compile_cache.entries(_xla_cache_folder())}
 
 
 def compiled(trainer) -> dict:
     """What compiled of the training step so far, read from TensorFlow (not the config): for
     each trace of the function XLA compiles under --compile (the forward and backward, with
     the update where it compiles that too), whether XLA must compile it (its graph's
-    _XlaMustCompile) and the HLO instructions XLA builds for it."""
+    _XlaMustCompile) and the HLO instructions XLA builds for it; and what XLA found in its
+    persistent cache: each program it compiled afresh it saves there (a hit is read, not
+    saved), whatever else of the run compiled with XLA (evaluation, Keras' `fit`) included.
+    TensorFlow reports no compile time without its verbose logs: null."""
     function = trainer._jit_part
     traced = function._list_all_concrete_functions()  # no public list of traces
     must = [c for c in traced if c.function_def.attr["_XlaMustCompile"].b]
     hlo = sum(sum(" = " in line for line in function.experimental_get_compiler_ir(
         *c.structured_input_signature[0])(stage="hlo").splitlines()) for c in must)
+    found = compile_cache.found(trainer.compile_baseline["cache"])
     return {"compiler": "XLA (jit_compile)", "compiled": bool(must) and hlo > 0,
-            "traces": len(traced), "xla_traces": len(must), "hlo_instructions": hlo}
+            "traces": len(traced), "xla_traces": len(must), "hlo_instructions": hlo,
+            "cache": {**found, "hits": found["entries_read"], "misses": found["entries_saved"],
+                      "compile_s": None,
+                      "how": "XLA's persistent cache: programs saved (compiled afresh) and "
+                             "programs read, from the cache folder's files"}}
 
 
 def _keras_convention(momentum):

@@ -3,10 +3,14 @@ Trainer computes in and how, in words a reader can set beside TensorFlow's."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import torch
 import torch.distributed as dist
 
 from compare.experiment import networks, specs
+from compare.run import compile_cache
 from torch_impl import data as torch_data
 from torch_impl.device import FRAMEWORK
 from torch_impl.optimizer import _optimizer_kind
@@ -86,21 +90,57 @@ def framework_default_compile(trainer) -> bool:
     return False
 
 
-def compile_baseline() -> dict[str, int]:
+def compile_cache_environment(directory: Path) -> dict[str, str]:
+    """Where PyTorch keeps what it compiled across processes, all in `directory`: inductor's
+    caches (its FX graph cache and AOTAutograd's), Triton's kernels and autotuning, and the
+    CUDA driver's PTX cache; each read where it is first used."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(directory / "inductor"),
+            "TRITON_CACHE_DIR": str(directory / "triton"),
+            "CUDA_CACHE_PATH": str(directory / "cuda")}
+
+
+def _cache_folder() -> Path | None:
+    """The folder inductor caches in for this process (its variable)."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return Path(folder) if folder else None
+
+
+def _counts() -> dict[str, float]:
     """torch._dynamo's process-wide counters now (graphs captured, graph breaks, frames
-    compiled): what `compiled` subtracts."""
-    from torch._dynamo.utils import counters
+    compiled; inductor's FX graphs and AOTAutograd's graphs found in or missing from their
+    caches) and the seconds dynamo spent compiling."""
+    from torch._dynamo.utils import calculate_time_spent, counters
     return {"graphs": counters["stats"]["unique_graphs"],
             "graph_breaks": sum(counters["graph_break"].values()),
-            "frames": counters["frames"]["ok"]}
+            "frames": counters["frames"]["ok"],
+            "fx_graph_hits": counters["inductor"]["fxgraph_cache_hit"],
+            "fx_graph_misses": counters["inductor"]["fxgraph_cache_miss"],
+            "aot_autograd_hits": counters["aot_autograd"]["autograd_cache_hit"],
+            "aot_autograd_misses": counters["aot_autograd"]["autograd_cache_miss"],
+            "compile_s": calculate_time_spent().get("total_wall_time", 0.0)}
+
+
+def compile_baseline() -> dict:
+    """The counters now, and inductor's cache folder as the Trainer finds it: what
+    `compiled` subtracts and compares with."""
+    return {"counts": _counts(), "cache": compile_cache.entries(_cache_folder())}
 
 
 def compiled(trainer) -> dict:
     """What compiled of the training step so far, read from the compiler (not the config):
     dynamo's captured graphs, graph breaks and compiled frames (a frame compiled again is a
     recompile) since the Trainer was built (dynamo counts per process: a second Trainer
-    compiling in the same process counts here too)."""
-    now = compile_baseline()
-    found = {key: now[key] - trainer.compile_baseline[key] for key in now}
+    compiling in the same process, Keras-free own loop included, counts here too), and what
+    inductor found in its caches, with the seconds dynamo spent compiling."""
+    now, before = _counts(), trainer.compile_baseline["counts"]
+    found = {key: now[key] - before[key] for key in now}
     return {"compiler": "torch.compile (dynamo + inductor)", "compiled": found["graphs"] > 0,
-            **found}
+            **{key: int(found[key]) for key in ("graphs", "graph_breaks", "frames")},
+            "cache": {**compile_cache.found(trainer.compile_baseline["cache"]),
+                      "hits": int(found["fx_graph_hits"]),
+                      "misses": int(found["fx_graph_misses"]),
+                      "aot_autograd_hits": int(found["aot_autograd_hits"]),
+                      "aot_autograd_misses": int(found["aot_autograd_misses"]),
+                      "compile_s": round(found["compile_s"], 3),
+                      "how": "torch._dynamo's counters: inductor's FX graph cache hits and "
+                             "misses, AOTAutograd's, and dynamo's compile seconds"}}

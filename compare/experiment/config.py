@@ -35,6 +35,7 @@ DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
 PIPELINES = ("naive", "tuned", "device")
 PARALLEL = ("data", "model")  # --parallel: replicas, or the network cut into stages
+COMPILE_CACHES = ("cold", "warm")  # --compile-cache (compare.run.compile_cache)
 DATASETS = ("cifar10", "tfds", "torchvision", "folder", "synthetic")
 # Generated training images (--dataset synthetic): a smoke test's worth, few enough that the
 # README's first command, eight runs of two epochs on them, ends in about a minute
@@ -225,6 +226,13 @@ class RunConfig:
         "--cuda-graphs/--no-cuda-graphs", "PyTorch on a GPU: replay the model's forward and "
         "backward as CUDA graphs (torch.compile mode reduce-overhead); TensorFlow ignores it.",
         flag(), vary=True))
+    # Both frameworks' compile caches on disk in one state; cold by default (docs/measurement.md)
+    compile_cache: str = field(default="cold", metadata=option(
+        "--compile-cache", "Compiled runs start from empty compile caches of their own (cold) or "
+        "from caches an untimed run of the same configuration filled (warm: compare runs it "
+        "first; run reuses cnncompare's cache folder). What each compiler found is in "
+        "result.json's compilation.", choice(COMPILE_CACHES), vary=True))
+    compile_cache_dir: str | None = None  # warm: the folder compare's untimed run filled
     cudnn_benchmark: bool = True  # cuDNN autotuning (torch; TF autotunes always)
     deterministic: bool = False  # framework determinism flags
     shared_init: bool = field(default=True, metadata=option(

@@ -100,6 +100,9 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
         return EXIT_FAILED
 
     importing.join()  # no import competes with a timed run for the CPU
+    if config.compile_cache == "warm" and not resume:  # untimed: fills what the timed runs read
+        run_queue(warm_ups(queue, directory), "compare: compile caches warm-up (untimed)",
+                  config.quiet, console)
     done = run_queue(queue, "compare", config.quiet, console)
     reported = time.time()
     for path in write_reports(directory, done.outcomes, earlier, waiting, parity, command, order):
@@ -167,7 +170,8 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
         run = config.replace(framework=framework, seed=seed,
                              out=str(directory.run(framework, seed).path),
                              tensorboard_dir=str(directory.tensorboard),
-                             profile_steps=config.profile_steps if seed == config.seed else 0)
+                             profile_steps=config.profile_steps if seed == config.seed else 0,
+                             compile_cache_dir=_cache_folder(directory, config, framework))
         pair = [QueuedRun(f"{framework} seed {seed}", run, resume)]
         own_out = str(directory.own_loop(framework, seed).path)
         if comparison.own_loops and config.micro_batches == 1:  # own loops take whole batches
@@ -183,17 +187,52 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
             pair.append(QueuedRun(
                 f"{framework} seed {seed} at its defaults",
                 own_default.replace(out=str(defaults_directory.run(framework, seed).path),
-                                    tensorboard_dir=str(defaults_directory.tensorboard)),
+                                    tensorboard_dir=str(defaults_directory.tensorboard),
+                                    compile_cache_dir=_cache_folder(directory, config, framework,
+                                                                    "defaults")),
                 resume))
         if comparison.best:
             best = precision.carry(best_config(run, framework, device_kind)).replace(
                 out=str(best_directory.run(framework, seed).path),
-                tensorboard_dir=str(best_directory.tensorboard))
+                tensorboard_dir=str(best_directory.tensorboard),
+                compile_cache_dir=_cache_folder(directory, config, framework, "best"))
             pair.append(QueuedRun(f"{framework} seed {seed} best settings", best, resume))
         planned += pair if (index // 2) % 2 == 0 else pair[::-1]
     if comparison.turns and device_kind == "cpu" and not resume and config.devices == 1:
         return side_by_side(planned)
     return planned
+
+
+def _cache_folder(directory: files.ComparisonDir, config: RunConfig, framework: str,
+                  variant: str = "matched") -> str | None:
+    """Where a warm comparison keeps one framework's compile caches for one form of its runs
+    (matched, at its defaults, at its best: each compiles programs of its own); None when
+    cold (each run makes its own, compare.run.compile_cache)."""
+    if config.compile_cache != "warm":
+        return None
+    return str(directory.path / "compile-cache" / f"{variant}-{framework}")
+
+
+def warm_ups(queue: list[QueuedRun], directory: files.ComparisonDir) -> list[QueuedRun]:
+    """One untimed run for each cache folder a compiling run of `queue` reads, in the queue's
+    order: the first such run's configuration for one epoch (the compiled programs do not
+    depend on the epochs: the learning rate enters each step as an input), its own loop
+    beside it where the runs have one, so that its programs are cached too. Its results go
+    to DIR/warm-up, which no report reads."""
+    warmed: dict[str, QueuedRun] = {}
+    for queued in queue:
+        folder = queued.config.compile_cache_dir
+        if folder is None or folder in warmed or queued.own_loop \
+                or not compile_state.run_compiles(queued.config):
+            continue
+        out = directory.path / "warm-up" / Path(folder).name
+        warmed[folder] = QueuedRun(
+            f"{queued.config.framework} warm-up ({Path(folder).name})",
+            queued.config.replace(
+                epochs=1, out=str(out), profile_steps=0, tensorboard_dir=None,
+                own_loop_beside=(str(out / "own-loop") if queued.config.own_loop_beside
+                                 else None)))
+    return list(warmed.values())
 
 
 def side_by_side(planned: list[QueuedRun]) -> list[QueuedRun]:

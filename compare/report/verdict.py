@@ -98,10 +98,30 @@ def _speed_sentence(summary: schema.Summary) -> str:
         return sentence
     held = ", ".join(f"{FRAMEWORK_NAMES[fw]} {100 * share:.0f}%" for fw, share in shares.items())
     return (f"{sentence} The first epoch (tracing, compilation, warm-up) is over a third of "
-            f"the training time ({held}), so apart: start-up, "
+            f"the training time ({held}{compile_caches_phrase(summary)}), so apart: start-up, "
             f"{words.time_ratio(ratios.get(WARMUP_TIME.key) or {}, 'first epoch')}; steady "
             f"training, {words.time_ratio(steady, 'epochs after the first', mark)}. The "
             f"headline is training time, first epoch included.")
+
+
+def compile_caches(summary: schema.Summary) -> dict[str, str | None]:
+    """Each compiling framework's cache state at its runs' start (None: not recorded)."""
+    fairness = summary.get("fairness") or {}
+    return {fw: manifest.get("compile_cache") for fw in FRAMEWORKS
+            if (manifest := fairness.get(fw) or {})
+            and (manifest.get("compile_state") or {}).get("compiled")}
+
+
+def compile_caches_phrase(summary: schema.Summary) -> str:
+    """How the compilers started, for the start-up sentence: "; both compilers' caches
+    cold", or each framework's state; nothing where no framework compiled or none said."""
+    states = compile_caches(summary)
+    if not states or not any(states.values()):
+        return ""
+    if len(states) == 2 and len(set(states.values())) == 1:
+        return f"; both compilers' caches {next(iter(states.values()))}"
+    return "; " + ", ".join(f"{FRAMEWORK_NAMES[fw]}'s compiler caches {state or 'unrecorded'}"
+                            for fw, state in states.items())
 
 
 def first_epoch_shares(summary: schema.Summary) -> dict[str, float]:
@@ -307,6 +327,11 @@ def fairness_caveats(summary: schema.Summary) -> list[str]:
         caveats.append("one framework trained under its distribution wrapper and the other "
                        "without (" + _wrapper_phrase(summary) + "): the wrapper's cost falls "
                        "on one side only")
+    caches = {fw: (f or {}).get("compile_cache") for fw, f in fairness.items() if f}
+    if compile_caches(summary) and len(set(caches.values())) > 1:
+        caveats.append("the compilers' caches started in different states (" + ", ".join(
+            f"{FRAMEWORK_NAMES[fw]} {state or 'unrecorded'}" for fw, state in caches.items())
+            + "): their start-up is not like for like")
     handicaps = {f["precision"].get("handicap") for f in fairness.values()
                  if isinstance((f or {}).get("precision"), dict)}
     caveats += [f"--precision mixed handicaps a framework on this machine ({h})"

@@ -93,6 +93,8 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
         "compile_state": compile_state.resolve(
             config, choice.kind, replicas, choice.processes,
             framework_says=own.pop("compile_default")).to_dict(),
+        # the compilers' caches on disk at the start: cold or warm (compare.run.compile_cache)
+        "compile_cache": config.compile_cache,
         "channels_last": own.pop("channels_last"),
         "pipeline": _pipeline(config, own.pop("pipeline")),
         # Each framework's own behaviour that no setting changes (the report's notes).

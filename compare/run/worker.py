@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import sys
@@ -21,8 +22,9 @@ from compare import errors
 from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.experiment.datasets import Dataset
+from compare.experiment.frameworks import impl_module
 from compare.machine import allocator
-from compare.run import progress, shutdown, wall_time
+from compare.run import compile_cache, progress, shutdown, wall_time
 from compare.run.interface import DeviceChoice
 
 
@@ -129,10 +131,14 @@ def _run(impl: ModuleType, config: RunConfig, args: argparse.Namespace) -> int:
                 probe(impl, then, data, Path(args.then[1]), args.parity_steps,
                       floor=Path(args.then[2]))
         return 0
-    if args.own_loop:
-        from compare.run import own_loop
-        return own_loop.run(impl, config, dataset)
-    return impl.train(config, dataset, resume=args.resume)
+    # The framework's compilers read and fill the caches in the state the run asks for
+    # (compare.run.compile_cache): before any op, so before anything has compiled
+    manifest = importlib.import_module(impl_module(impl.FRAMEWORK, "manifest"))
+    with compile_cache.in_place(manifest, config):
+        if args.own_loop:
+            from compare.run import own_loop
+            return own_loop.run(impl, config, dataset)
+        return impl.train(config, dataset, resume=args.resume)
 
 
 def carried_precision(config: RunConfig) -> RunConfig:

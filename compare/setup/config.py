@@ -13,9 +13,9 @@ from typing import Any
 
 from compare import files
 from compare.errors import UserError
+from compare.experiment.datasets.cache import ENVIRONMENTS
 
 CONFIG_FILE = "config.json"
-ENVIRONMENTS = "environments"  # the folder under $CNNCOMPARE_HOME that holds them
 VERSION = 1
 SETUP_COMMAND = "cnncompare setup gpu"
 

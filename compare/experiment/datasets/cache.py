@@ -80,14 +80,21 @@ def stat_fingerprint(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
+# Folders under the root that hold one built thing per child, each listed as one entry: the
+# framework environments `cnncompare setup gpu` builds (compare.setup) and each framework's
+# warm compile caches (compare.run.compile_cache)
+ENVIRONMENTS = "environments"
+COMPILE_CACHES = "compile-cache"
+
+
 def describe_cache() -> dict[str, Any]:
-    """Every file under the cache root with its size in bytes, and the total; each
-    framework environment `cnncompare setup gpu` built (compare.setup) as one entry."""
-    from compare.setup.config import ENVIRONMENTS
+    """Every file under the cache root with its size in bytes, and the total; each folder of
+    ENVIRONMENTS and COMPILE_CACHES as one entry."""
     root = home()
     entries = []
     if root.exists():
-        built = {p for p in (root / ENVIRONMENTS).glob("*") if p.is_dir()}
+        built = {p for folder in (ENVIRONMENTS, COMPILE_CACHES)
+                 for p in (root / folder).glob("*") if p.is_dir()}
         for p in sorted(root.rglob("*")):
             if p in built:
                 entries.append({"path": str(p), "bytes": sum(
