@@ -75,6 +75,7 @@ class RunSummary(JsonRecord):
     steps_per_call: int | None = None
     epochs_completed: int = 0
     eval_time_s: float = 0.0
+    time_to_result_s: float | None = None  # training and every evaluation: a user's wait
     final_test_accuracy: float | None = None
     best_test_accuracy: float | None = None
     warmup_time_s: float | None = None  # the first epoch's training time

@@ -51,6 +51,7 @@ def test_each_figure_is_computed_by_the_run_summary_and_declared_in_the_schema()
         500.0, pytest.approx(0.05), 1.0)
     assert read["final_test_accuracy"] == read["best_test_accuracy"] == 0.8
     assert read["warmup_time_s"] == 2.0 and read["achieved_flops_per_s"] == 100 * 500.0
+    assert read["time_to_result_s"] == 5.0  # 4 s of training and two evaluations of 0.5 s
     assert read["peak_device_memory_bytes"] is None and read["energy_per_image_j"] is None
 
 
@@ -101,7 +102,7 @@ def test_each_figure_is_declared_whole_and_once():
         assert figure.versus in ("ratio", "difference", None), figure.key
         assert figure.how.strip(), figure.key
     assert figures.RATIO_KEYS == ("train_time_s", "images_per_s", "steady_step_time_ms",
-                                  "warmup_time_s", "steady_train_time_s",
+                                  "warmup_time_s", "steady_train_time_s", "time_to_result_s",
                                   "peak_device_memory_bytes", "energy_j")
     assert [f.key for f in figures.FIGURES if f.versus == "difference"] == [
         figures.DIFFERENCE_KEY] == ["final_test_accuracy"]
@@ -140,6 +141,7 @@ def _rich_result(framework: str, seed: int, train_time: float) -> dict:
     result["summary"].update(host_peak_rss_bytes=2**30, achieved_flops_per_s=1e12 / train_time,
                              mfu=0.1, energy_j=50.0 * train_time, energy_per_image_j=0.01,
                              time_to_target_s=train_time / 2,
+                             time_to_result_s=train_time + 1.0,
                              peak_device_memory_bytes=2**28 * (1 + seed))
     return result
 

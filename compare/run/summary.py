@@ -40,6 +40,7 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
     summary.final_test_accuracy = accuracies[-1]
     summary.best_test_accuracy = max(accuracies)
     summary.warmup_time_s = epochs[0]["train_time_s"]
+    summary.time_to_result_s = summary.train_time_s + summary.eval_time_s
     steady = steady_epochs(epochs)
     steady_time = sum(e["train_time_s"] for e in steady)
     if steady_time > 0:
