@@ -6,6 +6,7 @@ can give both ratios: matched, and best against best.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,3 +74,58 @@ def advice_rows(device_kind: str) -> list[dict[str, str]]:
     return [{"framework": framework, "setting": a.setting, "value": str(a.value),
              "source": a.source}
             for framework in FRAMEWORKS for a in BEST[(framework, device_kind)]]
+
+
+@dataclass(frozen=True)
+class EpochTimes:
+    """One mode's training epochs in an untimed trial at the comparison's cache state: the
+    first (compiling, capturing graphs) and a steady one after it, in seconds."""
+
+    first_s: float
+    steady_s: float
+
+    def run_s(self, epochs: int) -> float:
+        """A run of `epochs` at these rates."""
+        return self.first_s + (epochs - 1) * self.steady_s
+
+
+@dataclass(frozen=True)
+class GraphsRule:
+    """Whether PyTorch's best runs replay CUDA graphs: they do where the graphs' run of the
+    comparison's own length, its first epoch included, is the shorter; measured, not
+    extrapolated from another cache state or another run's epochs."""
+
+    epochs: int
+    without: EpochTimes  # torch.compile alone
+    with_graphs: EpochTimes  # torch.compile in reduce-overhead mode (CUDA graphs)
+    cache_state: str  # the comparison's --compile-cache, which both trials ran at
+
+    @property
+    def pays(self) -> bool:
+        return self.with_graphs.run_s(self.epochs) < self.without.run_s(self.epochs)
+
+    @property
+    def break_even_epochs(self) -> float | None:
+        """The run length at which the graphs' costlier first epoch is repaid (None: their
+        steady epochs are no faster, so never)."""
+        saved = self.without.steady_s - self.with_graphs.steady_s
+        if saved <= 0:
+            return None
+        return 1 + max(0.0, self.with_graphs.first_s - self.without.first_s) / saved
+
+    def words(self) -> str:
+        """The decision and the figures that made it."""
+        even = self.break_even_epochs
+        return (f"CUDA graphs {'on' if self.pays else 'off'} in PyTorch's best runs: "
+                f"{self.epochs} epochs at {self.with_graphs.run_s(self.epochs):.1f} s with them "
+                f"against {self.without.run_s(self.epochs):.1f} s without (first epoch "
+                f"{self.with_graphs.first_s:.1f} s against {self.without.first_s:.1f} s, then "
+                f"{self.with_graphs.steady_s:.2f} s against {self.without.steady_s:.2f} s an "
+                f"epoch; compile caches {self.cache_state}; "
+                + ("never repaid" if even is None else f"repaid from {even:.1f} epochs") + ")")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epochs": self.epochs, "cache_state": self.cache_state, "pays": self.pays,
+                "without": dataclasses.asdict(self.without),
+                "with_graphs": dataclasses.asdict(self.with_graphs),
+                "break_even_epochs": self.break_even_epochs, "words": self.words()}

@@ -15,7 +15,7 @@ from compare import files, report, schema
 from compare.errors import EXIT_FAILED, UserError
 from compare.experiment import compile_state, parity_record
 from compare.experiment import parity as parity_module
-from compare.experiment.best import best_config
+from compare.experiment.best import EpochTimes, GraphsRule, best_config
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
 from compare.experiment.parity_record import ParityRecord
 from compare.machine import precision
@@ -103,6 +103,8 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
     if config.compile_cache == "warm" and not resume:  # untimed: fills what the timed runs read
         run_queue(warm_ups(queue, directory), "compare: compile caches warm-up (untimed)",
                   config.quiet, console)
+    if comparison.best and device_kind == "gpu" and not resume:
+        queue = _graphs_decided(queue, directory, config, console)
     done = run_queue(queue, "compare", config.quiet, console)
     reported = time.time()
     for path in write_reports(directory, done.outcomes, earlier, waiting, parity, command, order):
@@ -233,6 +235,84 @@ def warm_ups(queue: list[QueuedRun], directory: files.ComparisonDir) -> list[Que
                 own_loop_beside=(str(out / "own-loop") if queued.config.own_loop_beside
                                  else None)))
     return list(warmed.values())
+
+
+GRAPHS_TRIAL_EPOCHS = 2  # a trial of each mode: its first epoch and a steady one
+
+
+def graphs_trials(queue: list[QueuedRun],
+                  directory: files.ComparisonDir) -> tuple[QueuedRun, QueuedRun] | None:
+    """The untimed trials that decide whether PyTorch's best runs replay CUDA graphs: its first
+    best run's configuration for GRAPHS_TRIAL_EPOCHS epochs, without and with them, at the
+    comparison's cache state (warm: each mode from its own folder, warmed first); None
+    without a PyTorch best run."""
+    best = next((q for q in queue if q.config.variant == "best"
+                 and q.config.framework == "torch" and not q.own_loop), None)
+    if best is None:
+        return None
+    folder = best.config.compile_cache_dir
+
+    def trial(graphs: bool) -> QueuedRun:
+        name = "with-graphs" if graphs else "without-graphs"
+        return QueuedRun(f"torch best, CUDA graphs {'on' if graphs else 'off'} (untimed trial)",
+                         best.config.replace(
+                             epochs=GRAPHS_TRIAL_EPOCHS, cuda_graphs=graphs, profile_steps=0,
+                             out=str(directory.best / "cuda-graphs-trial" / name),
+                             tensorboard_dir=None, own_loop_beside=None,
+                             compile_cache_dir=(f"{folder}-graphs" if folder and graphs
+                                                else folder)))
+    return trial(False), trial(True)
+
+
+def graphs_rule(epochs: int, cache_state: str, without: dict | None,
+                with_graphs: dict | None) -> GraphsRule | None:
+    """The rule from the two trials' run summaries (None where either trial gave no first and
+    steady epoch: the best runs then keep graphs off, and say why)."""
+    def times(summary: dict | None) -> EpochTimes | None:
+        if not summary or not summary.get("warmup_time_s") or (
+                summary.get("epochs_completed") or 0) < GRAPHS_TRIAL_EPOCHS:
+            return None
+        steady = (summary["train_time_s"] - summary["warmup_time_s"]) / (
+            summary["epochs_completed"] - 1)
+        return EpochTimes(summary["warmup_time_s"], steady)
+    off, on = times(without), times(with_graphs)
+    return GraphsRule(epochs, off, on, cache_state) if off and on else None
+
+
+def with_graphs_rule(queue: list[QueuedRun], rule: GraphsRule | None) -> list[QueuedRun]:
+    """The queue with PyTorch's best runs replaying CUDA graphs where the rule says they pay
+    (from their own cache folder when warm), as the trials ran them."""
+    if rule is None or not rule.pays:
+        return queue
+    return [dataclasses.replace(q, config=q.config.replace(
+        cuda_graphs=True, compile_cache_dir=(f"{q.config.compile_cache_dir}-graphs"
+                                             if q.config.compile_cache_dir else None)))
+            if q.config.variant == "best" and q.config.framework == "torch" else q
+            for q in queue]
+
+
+def _graphs_decided(queue: list[QueuedRun], directory: files.ComparisonDir, config: RunConfig,
+                    console: Console) -> list[QueuedRun]:
+    """Runs the CUDA graphs trials (untimed), writes their rule to DIR/best/cuda-graphs.json
+    and returns the queue it gives."""
+    trials = graphs_trials(queue, directory)
+    if trials is None:
+        return queue
+    if config.compile_cache == "warm":
+        run_queue(warm_ups([trials[1]], directory), "compare: CUDA graphs warm-up (untimed)",
+                  config.quiet, console)
+    done = run_queue(list(trials), "compare: CUDA graphs trial (untimed)", config.quiet,
+                     console)
+    summaries = [schema.read_result(o.result_path)["summary"].to_dict()
+                 if o is not None and o.result_path.exists() else None
+                 for _, o in done.outcomes]
+    epochs = next(q.config.epochs for q in queue if q.config.variant == "best")
+    rule = graphs_rule(epochs, config.compile_cache, *summaries)
+    record = rule.to_dict() if rule else {"pays": False, "words": "CUDA graphs off in "
+                                          "PyTorch's best runs: a trial gave no steady epoch"}
+    files.write_json(Path(directory.best) / "cuda-graphs.json", record)
+    console.print(record["words"])
+    return with_graphs_rule(queue, rule)
 
 
 def side_by_side(planned: list[QueuedRun]) -> list[QueuedRun]:
