@@ -223,7 +223,7 @@ def phase_split(g: Group) -> Section | None:
         return None
     columns = ("Framework", "Seed", "Clock", "Steps", "Step",
                *(tables.PHASE_HEADINGS[k] for k in phases.PHASES), "Other", "Device idle",
-               "Input stall")
+               "Input stall", "Profiler's cost", "Device idle less the profiler's time")
     rows = []
     for p in found:
         if p["error"]:
@@ -231,7 +231,8 @@ def phase_split(g: Group) -> Section | None:
                         + [""] * (len(columns) - 3))
         else:
             rows.append([p["framework"], p["seed"], p["clock"], p["steps"], p["step"],
-                         *p["cells"], p["other"], p["device_idle"], p["input_stall"]])
+                         *p["cells"], p["other"], p["device_idle"], p["input_stall"],
+                         p["profiler_cost"], p["device_idle_less_profiler"]])
     legend = " ".join(f"**{tables.PHASE_HEADINGS[k]}**: {v}." for k, v in phases.PHASES.items())
     traces = "; ".join(f"{p['framework']} seed {p['seed']}: `{p['files']}`"
                        + (f" ({p['notes']})" if p["notes"] else "")
@@ -252,7 +253,12 @@ def phase_split(g: Group) -> Section | None:
         notes=f"{legend} **Device idle** (GPU): the device ran nothing. **Input stall**: the "
               "device computed nothing because the step was still waiting for its batch (GPU: "
               "device idle inside the input phase; CPU: the input phase), the same in both "
-              "frameworks. Traces (TensorFlow: `tensorboard --logdir FOLDER`, profile tab; "
+              "frameworks. **Profiler's cost**: the profiled step over the run's own "
+              "unprofiled median step; the profiler slows the frameworks unequally (it works "
+              "on the host, between a framework's launches), so compare the idle shares "
+              "**less the profiler's time**: the device's idle time less what the profiler "
+              "added, over the unprofiled step (an estimate). Traces (TensorFlow: "
+              "`tensorboard --logdir FOLDER`, profile tab; "
               f"PyTorch: the .json in ui.perfetto.dev): {traces or 'none kept'}.")
 
 

@@ -210,8 +210,16 @@ def phase_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
                     return "n/a"
                 return fmt(ms, "ms") + (f" ({share[name]:.0%})" if share[name] is not None
                                         else "")
+            cost = phases.profiler_cost(profile["step_ms"],
+                                        r["summary"].steady_step_time_ms.median,
+                                        profile["device_idle_ms"])
             row.update({"steps": profile["steps"], "clock": profile["clock"],
                         "step": fmt(profile["step_ms"], "ms"),
+                        "profiler_cost": ("n/a" if cost["slowdown"] is None
+                                          else f"{cost['slowdown']:.2f}x"),
+                        "device_idle_less_profiler": (
+                            "n/a" if cost["device_idle_less_profiler"] is None
+                            else f"{cost['device_idle_less_profiler']:.0%}"),
                         "other": cell("other", profile["other_ms"]),
                         "device_idle": cell("device_idle", profile["device_idle_ms"]),
                         "input_stall": cell("input_stall", profile["input_stall_ms"]),

@@ -212,6 +212,21 @@ def split(capture: Capture, steps: int, wall_s: float) -> dict[str, Any]:
     return result
 
 
+def profiler_cost(profiled_step_ms: float, unprofiled_step_ms: float | None,
+                  device_idle_ms: float | None) -> dict[str, float | None]:
+    """What the profiler costs a step: its profiled step over the run's own unprofiled median
+    step (the same training, the profiler off), and the device's idle time less the time the
+    profiler added, as a share of the unprofiled step (the profiler works on the host, so on a
+    GPU its time shows as the device idling: an estimate, never below 0). None where the run
+    has no unprofiled step or the device's idle time was not read."""
+    if not unprofiled_step_ms:
+        return {"slowdown": None, "device_idle_less_profiler": None}
+    added = max(0.0, profiled_step_ms - unprofiled_step_ms)
+    idle = (None if device_idle_ms is None
+            else max(0.0, device_idle_ms - added) / unprofiled_step_ms)
+    return {"slowdown": profiled_step_ms / unprofiled_step_ms, "device_idle_less_profiler": idle}
+
+
 def shares(split_result: dict[str, Any]) -> dict[str, float | None]:
     """Each figure's fraction of the profiled step: the phases (which can add to over 1
     where they overlap), other, device idle and input stall; None where not measured."""
