@@ -206,6 +206,10 @@ MANIFEST: dict[str, ManifestField] = {
     "interpreter": ManifestField(_I, "the Python the framework's process ran in, and what "
                                      "chose it ($CNNCOMPARE_TF_PYTHON, `cnncompare setup gpu`, "
                                      "cnncompare's own)"),
+    "cuda_libraries": ManifestField(_I, "the CUDA runtime, cuBLAS, cuDNN and NCCL files the "
+                                        "framework's process had loaded when the run ended, and "
+                                        "which cuDNN the TensorFlow bundle chose "
+                                        "(CNNCOMPARE_TF_CUDNN), where set"),
 }
 
 

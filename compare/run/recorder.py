@@ -19,6 +19,7 @@ from typing import Any, Callable
 from compare import files, schema
 from compare.experiment import specs
 from compare.experiment.config import RunConfig
+from compare.machine.doctor import loaded_cuda_libraries
 from compare.run.interface import ScalarWriter, Trainer
 from compare.run.summary import summarise_run
 
@@ -143,6 +144,11 @@ class Recorder:
             self.scalars.close()
             self.scalars = None
         self.result["finished_at"] = _now()
+        # the CUDA libraries the run used, read once all of them are loaded (cuDNN loads at
+        # the first convolution)
+        self.result["fairness"]["cuda_libraries"] = {
+            "loaded": loaded_cuda_libraries(),
+            "chosen_by": os.environ.get("CNNCOMPARE_TF_CUDNN")}
         try:
             self.result["compilation"] = self.trainer.compilation()
         except Exception as exc:  # noqa: BLE001 - a compiler's API must not cost the result
