@@ -79,6 +79,9 @@ class RunSummary(JsonRecord):
     final_test_accuracy: float | None = None
     best_test_accuracy: float | None = None
     warmup_time_s: float | None = None  # the first epoch's training time
+    # the first epoch beyond its steps at the steady median step: compiling, tracing,
+    # autotuning, allocator growth (both frameworks alike, on the run's own clock)
+    startup_overhead_s: float | None = None
     images_per_s: float | None = None  # epochs after the first
     input_wait_fraction: float | None = None
     peak_device_memory_bytes: int | None = None

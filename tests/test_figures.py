@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 def _summarised_run() -> RunSummary:
     """A two-epoch run's summary as compare.run.summary writes it (CPU, a target accuracy)."""
     epochs = [{"epoch": e, "train_time_s": 2.0, "eval_time_s": 0.5, "test_accuracy": 0.4 * e,
-               "images": 1000, "input_wait_s": 0.1, "peak_device_memory_bytes": None,
+               "images": 1000, "steps": 16, "input_wait_s": 0.1,
+               "peak_device_memory_bytes": None,
                "gpu": {"energy_j": None, "note": "no NVML"}} for e in (1, 2)]
     windows = [{"epoch": e, "seconds": 0.5, "steps": 8} for e in (1, 1, 2, 2)]
     return run_summary.summarise_run(
@@ -52,6 +53,8 @@ def test_each_figure_is_computed_by_the_run_summary_and_declared_in_the_schema()
     assert read["final_test_accuracy"] == read["best_test_accuracy"] == 0.8
     assert read["warmup_time_s"] == 2.0 and read["achieved_flops_per_s"] == 100 * 500.0
     assert read["time_to_result_s"] == 5.0  # 4 s of training and two evaluations of 0.5 s
+    # the first epoch's 2 s less its 16 steps at the steady median of 62.5 ms
+    assert read["startup_overhead_s"] == 1.0
     assert read["peak_device_memory_bytes"] is None and read["energy_per_image_j"] is None
 
 
@@ -102,8 +105,8 @@ def test_each_figure_is_declared_whole_and_once():
         assert figure.versus in ("ratio", "difference", None), figure.key
         assert figure.how.strip(), figure.key
     assert figures.RATIO_KEYS == ("train_time_s", "images_per_s", "steady_step_time_ms",
-                                  "warmup_time_s", "steady_train_time_s", "time_to_result_s",
-                                  "peak_device_memory_bytes", "energy_j")
+                                  "warmup_time_s", "startup_overhead_s", "steady_train_time_s",
+                                  "time_to_result_s", "peak_device_memory_bytes", "energy_j")
     assert [f.key for f in figures.FIGURES if f.versus == "difference"] == [
         figures.DIFFERENCE_KEY] == ["final_test_accuracy"]
 
@@ -142,6 +145,7 @@ def _rich_result(framework: str, seed: int, train_time: float) -> dict:
                              mfu=0.1, energy_j=50.0 * train_time, energy_per_image_j=0.01,
                              time_to_target_s=train_time / 2,
                              time_to_result_s=train_time + 1.0,
+                             startup_overhead_s=train_time / 10,
                              peak_device_memory_bytes=2**28 * (1 + seed))
     return result
 

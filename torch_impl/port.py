@@ -7,10 +7,8 @@ kinds, and give a model's logits, loss and gradients on the proof batch.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +19,7 @@ from torch import nn
 
 from compare.experiment import porting, specs
 from compare.experiment.porting import Node, Refused
+from compare.experiment.user_code import load_module
 from compare.run import port_worker
 from torch_impl import model as framework_model  # the protocol's too
 from torch_impl import port_kinds as kinds
@@ -46,23 +45,9 @@ def load(reference: str, kwargs: dict) -> nn.Module:
         raise Refused(f"{reference}: name a module class or function as FILE.py:NAME or "
                       f"package.module:NAME")
     try:
-        if where.endswith(".py"):
-            path = Path(where).expanduser().resolve()
-            if not path.is_file():
-                raise Refused(f"{where}: no such file")
-            loader = importlib.util.spec_from_file_location(f"cnncompare_port_{path.stem}",
-                                                            path)
-            if loader is None or loader.loader is None:
-                raise Refused(f"{where}: Python cannot load it as a module")
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[loader.name] = module  # torch.fx and dataclasses look classes up here
-            loader.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except Refused:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the user's code: any failure is one line
-        raise Refused(f"{where} did not load: {type(exc).__name__}: {exc}") from None
+        module = load_module(where, "cnncompare_port")
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
     found = getattr(module, name, None)
     if not (isinstance(found, type) and issubclass(found, nn.Module)
             or callable(found) and not isinstance(found, type)):

@@ -227,28 +227,12 @@ def load_reference(reference: str, num_classes: int = 10) -> ModelSpec:
     """The user's spec that `reference` names: in FILE.py or package.module, the attribute
     NAME (default `spec`), a ModelSpec or a function of the class count returning one;
     checked whole (specs.check). ValueError in one line naming what is wrong."""
-    import importlib
-    import importlib.util
     import inspect
-    from pathlib import Path
+
+    from compare.experiment.user_code import load_module
     where, name = _split(reference)
     name = name or "spec"
-    try:
-        if where.endswith(".py"):
-            path = Path(where).expanduser().resolve()
-            if not path.is_file():
-                raise ValueError(f"{where}: no such file")
-            loader = importlib.util.spec_from_file_location(f"cnncompare_model_{path.stem}", path)
-            if loader is None or loader.loader is None:
-                raise ValueError(f"{where}: Python cannot load it as a module")
-            module = importlib.util.module_from_spec(loader)
-            loader.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except ValueError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the user's code: any failure is one line
-        raise ValueError(f"{where} did not load: {exc.__class__.__name__}: {exc}") from None
+    module = load_module(where, "cnncompare_model")
     if not hasattr(module, name):
         raise ValueError(f"{where} has no `{name}`: define {name}(num_classes) returning a "
                          f"ModelSpec, or name yours with {where}:NAME")

@@ -50,6 +50,10 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
     summary.steady_step_time_ms = dataclasses.replace(
         steady_step_times(epochs, windows),
         window_target_s=summary.steady_step_time_ms.window_target_s)
+    median_ms, first_steps = summary.steady_step_time_ms.median, epochs[0].get("steps")
+    if len(epochs) > 1 and median_ms and first_steps:
+        summary.startup_overhead_s = max(0.0, summary.warmup_time_s
+                                         - first_steps * median_ms / 1000.0)
     summary.processes = per_process(steady)
     peaks = [e.get("peak_device_memory_bytes") for e in steady]
     measured = [p for p in peaks if p is not None]
