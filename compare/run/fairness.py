@@ -1,4 +1,4 @@
-"""The fairness manifest of a run: every setting DESIGN.md lists, as the run used it.
+"""The fairness manifest of a run: every setting both frameworks must share, as the run used it.
 
 The half that follows from the RunConfig alone is built here, once, for both frameworks;
 each framework's Trainer.manifest() adds only what it decides itself (its precision

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import socket
 
+from compare.run.windows import MAX_EPOCH_SHARE
+
 HELLO = b"H"  # then the framework's name and a newline
 GO = b"G"  # the parent to a process: your turn
 PASS = b"P"  # a process to the parent: my turn is done; then the share done and a newline
@@ -28,9 +30,8 @@ PASS = b"P"  # a process to the parent: my turn is done; then the share done and
 # took over), TensorFlow's more than PyTorch's, so shorter windows do not bring more
 # handovers (docs/research/cpu-timing.md); a turn longer than an eighth of an
 # epoch would let a slow spell of the host fall on one framework's epoch and not the other's
-# (compare.run.windows.MAX_EPOCH_SHARE bounds a window the same way).
+# (MAX_EPOCH_SHARE, declared with the windows, bounds a window the same way).
 TURN_S = 0.5
-MAX_EPOCH_SHARE = 1 / 8
 
 _connection: socket.socket | None = None  # this process's, while it takes turns
 _taken = 0  # the turns this process has been given
