@@ -27,6 +27,7 @@ from compare.errors import (
 )
 from compare.experiment.config import RunConfig
 from compare.experiment.recipe import learning_rate
+from compare.schema import Epoch
 from compare.machine import cluster, devices, gpu_metrics
 from compare.run import checkpoint, fairness, phases, shutdown, turns
 from compare.run.interface import Trainer
@@ -156,7 +157,7 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
 def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                  display: ProgressDisplay, nvml: gpu_metrics.NvmlSampler | gpu_metrics.NoSampler,
                  windows: TimingWindows, epoch: int, global_step: int, total_steps: int,
-                 beside: Beside | None = None) -> tuple[dict[str, Any], int]:
+                 beside: Beside | None = None) -> tuple[Epoch, int]:
     """One epoch's training in calls of trainer.steps_per_call steps (the last call takes
     what is left), timed in synchronised windows of whole calls, then its evaluation.
     Between two windows, outside the epoch's clock: the twin's window (`beside`) and the
@@ -224,7 +225,7 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     eval_time = time.perf_counter() - eval_start
     trainer.reset_peak_memory()  # the next epoch's peak is its own
     images = steps * config.batch_size
-    record: dict[str, Any] = {
+    record: Epoch = {
         "epoch": epoch, "train_loss": float(np.mean(epoch_losses)),
         "test_loss": test_loss, "test_accuracy": test_accuracy,
         "train_time_s": train_time, "eval_time_s": eval_time,

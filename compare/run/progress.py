@@ -4,9 +4,8 @@ for one more per timing window to show the run's live img/s on its own progress 
 
 from __future__ import annotations
 
-from typing import Any
-
 from compare.experiment.config import RunConfig
+from compare.schema import Epoch
 
 # A comparison's parent (compare.process.runner) starts its quiet children with
 # --window-lines: each then prints a WINDOW_PREFIX line per timing window (window_line), which
@@ -61,7 +60,7 @@ class ProgressDisplay:
             print(window_line(self.epoch, self.epochs, steps_done, self.steps_per_epoch,
                               images_per_s, mean_loss), flush=True)
 
-    def end_epoch(self, record: dict[str, Any]) -> None:
+    def end_epoch(self, record: Epoch) -> None:
         self.accuracy = record["test_accuracy"]
         line = (f"{self.label} epoch {record['epoch']}/{self.epochs}  "
                 f"train_loss {record['train_loss']:.4f}  test_loss {record['test_loss']:.4f}  "

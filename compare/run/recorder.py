@@ -84,7 +84,7 @@ class Recorder:
         self.summarise("running")
 
     @property
-    def epochs(self) -> list[dict[str, Any]]:
+    def epochs(self) -> list[schema.Epoch]:
         return self.result["epochs"]
 
     def add_steps(self, first_step: int, epoch: int, lrs: list[float], losses: list[float]) -> None:
@@ -96,7 +96,7 @@ class Recorder:
         self.windows.append({"epoch": epoch, "first_step": first_step, "steps": steps,
                              "seconds": seconds, "input_wait_s": input_wait_s})
 
-    def add_epoch(self, record: dict[str, Any], model_file: str) -> None:
+    def add_epoch(self, record: schema.Epoch, model_file: str) -> None:
         self.epochs.append({**record, "session": len(self.result["sessions"]) - 1})
         self.result["files"]["model"] = model_file
         self._log_epoch(record["epoch"])

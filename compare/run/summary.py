@@ -7,16 +7,18 @@ are summarised by this code, so a figure means the same in both.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from compare.experiment.config import RunConfig
 from compare.machine import gpu_metrics
 from compare.records import ProcessClock, RunSummary, StepTimes
+from compare.schema import Epoch
 
 
-def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list[dict[str, float]],
+def summarise_run(config: RunConfig, epochs: list[Epoch], windows: list[dict[str, float]],
                   *, status: str, replicas: int, train_flops_per_image: int,
                   device_name: str | None, on_gpu: bool, peak_memory_note: str | None,
                   host_peak_rss_bytes: int | None,
@@ -73,16 +75,19 @@ def summarise_run(config: RunConfig, epochs: list[dict[str, Any]], windows: list
     return summary
 
 
-def steady_epochs(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+EpochLike = TypeVar("EpochLike", bound=Mapping[str, Any])  # an epoch's record, or its number
+
+
+def steady_epochs(epochs: Sequence[EpochLike]) -> list[EpochLike]:
     """The epochs steady-state figures use: not the first one of each session (a process's
     first epoch carries the warm-up: tracing, compilation, autotuning; a resumed run warms
     up again), unless that leaves none; a one-epoch run uses its only epoch."""
     steady = [e for previous, e in zip(epochs, epochs[1:])
               if e.get("session", 0) == previous.get("session", 0)]
-    return steady or (epochs[1:] if len(epochs) > 1 else epochs)
+    return steady or list(epochs[1:] if len(epochs) > 1 else epochs)
 
 
-def per_process(steady: list[dict[str, Any]]) -> list[ProcessClock] | None:
+def per_process(steady: list[Epoch]) -> list[ProcessClock] | None:
     """Each process's own clock over the steady epochs (compare.run.loop.per_process), rank by
     rank: training seconds, the share of them spent waiting for input, and the median
     step time (ms) of its windows; None for a single process."""
@@ -101,7 +106,7 @@ def per_process(steady: list[dict[str, Any]]) -> list[ProcessClock] | None:
     return rows
 
 
-def steady_step_times(epochs: list[dict[str, Any]],
+def steady_step_times(epochs: Sequence[Mapping[str, Any]],
                       windows: list[dict[str, float]]) -> StepTimes:
     """Median and p90 of per-step milliseconds over the steady windows."""
     numbers = {e["epoch"] for e in steady_epochs(epochs)}
@@ -116,17 +121,18 @@ def steady_step_times(epochs: list[dict[str, Any]],
                      steps_per_window=int(np.median([w["steps"] for w in steady])))
 
 
-def energy(epochs: list[dict[str, Any]]) -> tuple[float | None, float | None, str | None]:
+def energy(epochs: list[Epoch]) -> tuple[float | None, float | None, str | None]:
     """Training energy over all epochs (joules), per image, and where the figure came from."""
-    energies = [e["gpu"].get("energy_j") for e in epochs]
-    total = sum(energies) if all(v is not None for v in energies) else None
-    images = sum(e["images"] for e in epochs)
-    last = epochs[-1]["gpu"]
+    energies = [e.get("gpu", {}).get("energy_j") for e in epochs]
+    measured = [float(v) for v in energies if v is not None]
+    total = sum(measured) if len(measured) == len(energies) else None
+    images = sum(e.get("images", 0) for e in epochs)
+    last = epochs[-1].get("gpu", {})
     return (total, total / images if total is not None else None,
             last.get("note") or last.get("energy_source"))
 
 
-def time_to_target(epochs: list[dict[str, Any]], target: float) -> tuple[float | None, int | None]:
+def time_to_target(epochs: list[Epoch], target: float) -> tuple[float | None, int | None]:
     """Cumulative training time (s) at the end of the first epoch reaching `target` accuracy,
     and that epoch's number; None, None when none did."""
     elapsed = 0.0
