@@ -36,21 +36,23 @@ files, checkpoints or traces).
 
 Timed and untimed stages: on a GPU a timed stage (a comparison, a sweep, the tool overhead)
 starts only on a quiet host, with nothing else training, unpacking or copying there, and is
-refused, naming what ran beside it, when the host stays busy; untimed stages (the smoke test,
-the GPU tests, `reference`: airbench94 on the same data as the accuracy this copy of
-CIFAR-10 allows, `resnet9-page`: ResNet-9 at Page's recipe for its accuracy, `warm`: each
-framework's first-run compiles, TensorFlow's kernels by the driver and PyTorch's graph by
-torch.compile, paid once a machine; `kernels`: each framework's eager kernels, read on the
-GPU's clock) fill the minutes while a rental's TensorFlow bundle arrives. `resnet9-verdict`
-(matched compiled, PyTorch also eager), `resnet9-own-best` (matched compiled beside each
-framework's own loop and its best) and `resnet9-eager` (matched eager, TensorFlow also with
-XLA) run both frameworks in one `compare` (framework `both`), their seeds alternated.
+refused, naming what ran beside it, when the host stays busy. Untimed stages (the smoke test, the GPU tests, `reference`:
+airbench94 on the same data as the accuracy this copy of CIFAR-10 allows, `resnet9-page`:
+ResNet-9 at Page's recipe for its accuracy, `prime`: one eager PyTorch epoch that decodes the
+images into the data cache, warming no compile cache; `kernels`: each framework's eager
+kernels, read on the GPU's clock) fill the minutes while a rental's TensorFlow bundle arrives.
+The verdict, `resnet9-verdict-warm` then `resnet9-verdict-cold` (the same `compare` with
+--compile-cache warm, where compare's own untimed warm-up fills both frameworks' compile
+caches, and cold: matched compiled beside each framework's own loop, each also at its default
+and its best, 3 seeds), `resnet9-own-best` and `resnet9-eager` (matched eager, TensorFlow also
+with XLA) run both frameworks in one `compare` (framework `both`), their seeds alternated.
 
 The battery's parts live in benchmarks/battery/, by role: each stage's commands and what
 --tiny runs (commands.py), the stages (stages.py), a run's recipe, context and estimate
 (estimates.py), the plan and the device calls (calls.py), running a stage and the quiet
-host (running.py), the summary and the pack (pack.py), a 15-minute rental's queue
-(rental.sh); this script parses the options and runs the plan.
+host (running.py), the summary and the pack (pack.py), a 15-minute rental's
+queue (rental.sh) and that queue laid out in the rental's device time (rental.py, `--plan
+--rental`); this script parses the options and runs the plan.
 
 Estimates (GPU seconds on one H100 SXM) are made from FLOPs and CPU runs: the fixed cost of a
 training process (start-up, imports, building, the first call's tracing) measured on this
@@ -79,7 +81,7 @@ if not __package__:  # run by path (python benchmarks/gpu_battery.py): the check
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402 - after STARTED: its time counts
-from benchmarks.battery import bundle  # noqa: E402
+from benchmarks.battery import bundle, rental  # noqa: E402
 from benchmarks.battery.calls import device_calls, plan, rental_calls  # noqa: E402
 from benchmarks.battery.commands import (  # noqa: E402
     CLI,
@@ -157,6 +159,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
                              "by the first device call")
     parser.add_argument("--plan", action="store_true",
                         help="print the stages as JSON and run nothing")
+    parser.add_argument("--rental", action="store_true",
+                        help="with --plan: print instead the next rental's queue "
+                             "(benchmarks/battery/rental.sh's) laid out in its 15 minutes of "
+                             "device time, the machine's start and the bundle's parts (one a "
+                             "call; counted from --bundle's SHA256SUMS where given) included, "
+                             "and what it leaves for the rental after")
     parser.add_argument("--stage", action="append", choices=[s.name for s in STAGES],
                         help="run this stage (repeatable) [default: all]")
     parser.add_argument("--framework", choices=STAGE_FRAMEWORKS, action="append",
@@ -241,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     stages = [s for s in STAGES if not args.stage or s.name in args.stage]
     rows = plan(stages, frameworks, ctx)
     if args.plan:
+        laid = rental.lay(ctx, rental.part_counts(args.bundle and args.bundle.resolve()))
+        if args.rental:
+            print(rental.render(laid), end="")
+            return 0
         options = ["--tiny"] if args.tiny else ctx.data
         calls = device_calls(rows, options)
         if args.bundle or args.carry_data:
@@ -251,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             "host_step_ms": {f"{fw}/{m}": v for (fw, m), v in ASSUMED_HOST_STEP_MS.items()},
             "cuda_start_s": CUDA_START_S, "calibration": ctx.calibration},
             "core_estimate_s": sum(r["estimate_s"] for r in rows if r["core"]),
-            "core_budget_s": RENTAL_CORE_S}, indent=2))
+            "core_budget_s": RENTAL_CORE_S, "rental": laid}, indent=2))
         return 0
     ctx.out.mkdir(parents=True, exist_ok=True)
     previous = read_json(ctx.out / "battery.json")
@@ -270,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                 else args.time_left - SPARE_S - (time.perf_counter() - started))
         print(f"{row['stage']} ({row['framework']}): estimate {row['estimate_s']} s, "
               f"limit {row['limit_s']} s", flush=True)
-        least = row["estimate_s"] * stage.least_fraction  # what leaves a usable result
+        least = row["least_s"]  # what leaves a usable result
         skipped = stage.tiny_skip(ctx) or (
             f"its estimate ({row['estimate_s']} s) exceeds the {left:.0f} s left"
             if left is not None and least > left else None)

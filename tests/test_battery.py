@@ -32,8 +32,9 @@ def test_the_plan_fits_a_rental_with_pytorch_first_and_says_how_each_estimate_wa
     maxima = {s.name: s.max_limit_s for s in battery.STAGES}
     assert all(0 < r["estimate_s"] < r["limit_s"] <= maxima[r["stage"]] and r["estimated_how"]
                and r["commands"] for r in rows)
-    assert {n for n, m in maxima.items() if m > 570} == {"resnet9-verdict", "resnet9-own-best",
-                                                         "resnet9-eager", "resnet9-own"}
+    assert {n for n, m in maxima.items() if m > 570} == {
+        "resnet9-verdict-warm", "resnet9-verdict-cold", "resnet9-own-best", "resnet9-eager",
+        "resnet9-own"}
     core = [r for r in rows if r["core"]]
     assert [r["framework"] for r in core] == ["torch"] * 5 + ["tf"] * 6  # PyTorch's first
     assert [r["stage"] for r in core][5:7] == ["tf-smoke", "doctor"]  # TF's first GPU op first
@@ -67,8 +68,9 @@ def test_seeds_for_a_short_rental_reach_every_comparison_and_its_estimate():
 
 
 def test_estimates_of_runs_measured_on_a_gpu_match_those_runs():
-    """Each training run the battery made on an H200 (benchmarks/results/gpu-h200-lenet-mixed/
-    and benchmarks/results/gpu-h200-resnet9-mixed/) and an H100 (benchmarks/results/gpu-h100/
+    """Each training run the battery made on an H200 (benchmarks/results/gpu-h200-lenet-mixed/,
+    benchmarks/results/gpu-h200-resnet9-mixed/ and the verdict's compiled runs,
+    benchmarks/results/gpu-h200-resnet9-verdict/) and an H100 (benchmarks/results/gpu-h100/
     mobilenetv2-mixed/ and gpu-h100-resnet18-mixed/; not TensorFlow's MobileNetV2 there, stopped
     well into an epoch it did not finish), against the plan's estimate of that run over the
     epochs it ran:
@@ -78,17 +80,20 @@ def test_estimates_of_runs_measured_on_a_gpu_match_those_runs():
     ctx = battery.context(battery.arguments(["--plan"]))
     results = REPO / "benchmarks" / "results"
     found = sorted(path for comparison in ("gpu-h200-lenet-mixed", "gpu-h200-resnet9-mixed",
+                                           "gpu-h200-resnet9-verdict",
                                            "gpu-h100/mobilenetv2-mixed",
                                            "gpu-h100-resnet18-mixed")
                    for path in (results / comparison).glob("runs/*/result.json"))
-    assert len(found) >= 7
+    assert len(found) >= 13
     for path in found:
         result = json.loads(path.read_text())
         if len(result["sessions"]) != 1:  # resumed: two processes' fixed costs
             continue
         c = result["config"]
-        recipe = battery_stages.Recipe(c["model"], c["precision"], c["batch_size"],
-                                       len(result["epochs"]), 1)  # a run cut short: its own
+        recipe = battery_stages.Recipe(  # a run cut short: its own epochs; compiled or not
+            c["model"], c["precision"], c["batch_size"], len(result["epochs"]), 1,
+            compiled=c["compile"],  # the H200 verdict's: XLA's cache cold, PyTorch's warm
+            compile_cache="cold" if c["framework"] == "tf" else "warm")
         estimate, how = battery_stages.run_seconds(c["framework"], recipe, ctx)
         took = (datetime.fromisoformat(result["finished_at"])
                 - datetime.fromisoformat(result["started_at"])).total_seconds()
@@ -326,10 +331,10 @@ def test_the_whole_plan_runs_tiny_on_the_cpu_and_packs_at_most_eight_files(tmp_p
     assert skipped.pop("gpu-tests").startswith("no GPU: every GPU test skipped: needs a CUDA GPU")
     assert skipped == {**{name: TINY_SKIPPED for name in (
                            "resnet18-mixed", "mobilenetv2-mixed", "resnet9-long",
-                           "resnet9-verdict", "resnet9-own-best", "resnet9-eager",
-                           "resnet9-own", "resnet9-page")},
+                           "resnet9-verdict-warm", "resnet9-verdict-cold", "resnet9-own-best",
+                           "resnet9-eager", "resnet9-own", "resnet9-page")},
                        "reference": "--tiny: airbench trains on a CUDA GPU only",
-                       "warm": "--tiny: no GPU kernel cache to warm",
+                       "prime": "--tiny: no image folder to decode",
                        "kernels": "--tiny: no GPU kernels to read",
                        "cudnn": "--tiny: no cuDNN builds to set side by side on a CPU",
                        "suite": "--tiny: the test suite, which runs the tiny battery itself",

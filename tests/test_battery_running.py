@@ -199,8 +199,8 @@ def test_a_timed_stage_on_a_gpu_is_refused_beside_other_work(tmp_path, monkeypat
     assert len(waits) == 1 and 0 < waits[0] < 600  # the wait leaves the stage its time
     assert not (tmp_path / "lenet-fp32").exists()
     untimed = {s.name for s in battery.STAGES if not s.timed}
-    assert {"tf-smoke", "reference", "resnet9-page", "warm", "gpu-tests"} <= untimed
-    assert "resnet9-verdict" not in untimed
+    assert {"tf-smoke", "reference", "resnet9-page", "prime", "gpu-tests"} <= untimed
+    assert not {"resnet9-verdict-warm", "resnet9-verdict-cold"} & untimed
 
 
 def test_a_stage_runs_its_later_commands_on_the_fallback_cudnn(tmp_path, monkeypatch):

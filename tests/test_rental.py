@@ -166,8 +166,9 @@ def test_a_bad_part_is_refused_and_never_unpacked(tmp_path):
 def test_a_queue_in_a_given_order_brings_tensorflow_in_before_a_comparison_of_both(tmp_path):
     """RENTAL_ORDER naming a comparison of both frameworks: the queue activates TensorFlow
     and runs its smoke test before the comparison, as it does before a TensorFlow stage;
-    PyTorch's stages need neither. PyTorch's warm-up comes first, once a machine. The bundle
-    is in place already, so the untimed fill waits for the end."""
+    PyTorch's stages need neither. The images are decoded first (`prime`: an eager epoch, no
+    compile cache warmed), once a machine. The bundle is in place already, so the untimed
+    fill waits for the end."""
     rental, fake_bin = tmp_path / "rental", tmp_path / "bin"
     (rental / "repo").mkdir(parents=True)
     (rental / "tfgpu" / "site").mkdir(parents=True)
@@ -188,11 +189,11 @@ def test_a_queue_in_a_given_order_brings_tensorflow_in_before_a_comparison_of_bo
                           check=False)
     assert done.returncode == 0, done.stderr
     assert calls.read_text().split("\n")[:-1] == [
-        "warm none", "cuda-graphs none", "tf-smoke active", "resnet9-own-best active",
+        "prime none", "cuda-graphs none", "tf-smoke active", "resnet9-own-best active",
         "kernels active"]
-    assert (rental / "queue-done").exists() and (rental / "warmed").exists()
+    assert (rental / "queue-done").exists() and (rental / "primed").exists()
     assert (rental / "tf-smoked").exists()
-    # the queue started again (rental.sh reorder) finds the machine warmed and TensorFlow's
+    # the queue started again (rental.sh reorder) finds the images decoded and TensorFlow's
     # smoke test passed: neither runs a second time, and TensorFlow is still activated
     calls.unlink()
     done = subprocess.run(["bash", str(REPO / "benchmarks/battery/rental.sh"), "queue"],
@@ -208,7 +209,7 @@ def test_every_stage_of_the_queue_is_given_the_commit_start_was_told(tmp_path):
     report record it), in a queue started again by `reorder` too."""
     rental, fake_bin = tmp_path / "rental", tmp_path / "bin"
     (rental / "repo").mkdir(parents=True)
-    (rental / "warmed").touch()
+    (rental / "primed").touch()
     (rental / "deadline").write_text(str(int(time.time()) + 600))
     (rental / "commit").write_text("abc1234\n")  # what `start` keeps
     calls = tmp_path / "calls.txt"
@@ -225,3 +226,55 @@ def test_every_stage_of_the_queue_is_given_the_commit_start_was_told(tmp_path):
                           check=False)
     assert done.returncode == 0, done.stderr
     assert calls.read_text().split("\n")[:-1] == ["gpu-tests abc1234"]
+
+
+def test_tensorflow_is_activated_once_its_cuda12_cudnn_is_unpacked_where_its_parts_came(
+        tmp_path):
+    """activate.sh picks the bundle's CUDA 12 cuDNN (what pip gives a TensorFlow user) only
+    when it is unpacked: where its parts came, the queue waits for their unpacking before it
+    activates TensorFlow and runs its smoke test; where they stopped coming (`hold`: the
+    transfers are over) it does not wait for the rest."""
+    rental, fake_bin = tmp_path / "rental", tmp_path / "bin"
+    site = rental / "tfgpu" / "site"
+    (rental / "repo").mkdir(parents=True)
+    site.mkdir(parents=True)
+    (site / "activate.sh").write_text(  # says which cuDNN it would put on the path
+        'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\n'
+        'export TF_BUNDLE=$([ -d "$here/nvidia/cudnn_cu12_fallback/lib" ] && echo cu12 '
+        '|| echo machine)\n')
+    for name in ("tf-unpacked", "primed", "parts/f00", "parts/f01", "unpacking-fallback/order"):
+        (rental / name).parent.mkdir(parents=True, exist_ok=True)
+        (rental / name).touch()
+    (rental / "deadline").write_text(str(int(time.time()) + 600))
+    calls = tmp_path / "calls.txt"
+    fake_bin.mkdir()
+    (fake_bin / "python3").write_text(
+        "#!/bin/bash\nwhile [ \"$1\" != --stage ]; do shift; done\n"
+        f"echo \"$2 ${{TF_BUNDLE:-none}}\" >> {calls}\n")
+    (fake_bin / "python3").chmod(0o755)
+    env = {**os.environ, "RENTAL_DIR": str(rental), "PATH": f"{fake_bin}:{os.environ['PATH']}",
+           "RENTAL_ORDER": "tf:batchnorm:"}
+    queue = subprocess.Popen(["bash", str(REPO / "benchmarks/battery/rental.sh"), "queue"],
+                             cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(3)
+        assert queue.poll() is None and not calls.exists()  # waiting for the fallback
+        (site / "nvidia" / "cudnn_cu12_fallback" / "lib").mkdir(parents=True)
+        (rental / "tf-fallback-unpacked").touch()
+        assert queue.wait(timeout=30) == 0
+    finally:
+        queue.kill()
+    assert calls.read_text().split("\n")[:-1] == ["tf-smoke cu12", "batchnorm cu12"]
+    # some of its parts came, then the transfers ended: no wait for the others
+    for name in ("tf-fallback-unpacked", "tf-smoked", "queue-done", "unpacking-fallback/order"):
+        (rental / name).unlink()
+    (rental / "unpacking-fallback").rmdir()
+    (site / "nvidia" / "cudnn_cu12_fallback" / "lib").rmdir()
+    (rental / "quiet").touch()
+    calls.unlink()
+    done = subprocess.run(["bash", str(REPO / "benchmarks/battery/rental.sh"), "queue"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().split("\n")[:-1] == ["tf-smoke machine", "batchnorm machine"]

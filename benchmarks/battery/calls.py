@@ -32,7 +32,7 @@ def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list
     for stage, framework in order:
         if framework not in frameworks:
             continue
-        seconds, how = stage.estimate(framework, ctx)
+        seconds, how, least = estimate_of(stage, framework, ctx)
         limit = (stage.max_limit_s if ctx.tiny
                  else min(stage.max_limit_s,
                           max(120, math.ceil(ctx.limit_factor * seconds / 30) * 30)))
@@ -43,10 +43,20 @@ def plan(stages: list[Stage], frameworks: tuple[str, ...], ctx: Context) -> list
         rows.append({"stage": stage.name, "framework": framework, "core": stage.core,
                      "timed": stage.timed,
                      "what": stage.what, "limit_s": limit, "estimate_s": round(seconds),
+                     "least_s": round(least),
                      "estimated_how": how, "rental": rental,
                      "commands": [" ".join(shown(a) for a in argv)
                                   for argv in stage.commands(framework, ctx)]})
     return rows
+
+
+def estimate_of(stage: Stage, framework: str, ctx: Context) -> tuple[float, str, float]:
+    """The stage's estimate for `framework` in `ctx`, how it was made, and the seconds that
+    leave a usable result (the battery starts it only when that much time is left)."""
+    seconds, how = stage.estimate(framework, ctx)
+    least = (stage.least_s(framework, ctx) if stage.least_s is not None
+             else seconds * stage.least_fraction)
+    return seconds, how, least
 
 
 CALL_S = 540  # estimated seconds packed into one device command (10 minutes at most)

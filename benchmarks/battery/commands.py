@@ -225,17 +225,16 @@ def overhead_commands(framework: str, ctx: Context) -> list[list[str]]:
              "--out", str(ctx.out / "tool-overhead" / framework)]]
 
 
-def warm_commands(framework: str, ctx: Context) -> list[list[str]]:
-    """One short run of ResNet-9 that leaves the machine as a second run finds it: TensorFlow's
-    kernels compiled by the driver into the CUDA cache (its wheel has no Hopper code),
-    PyTorch's compiled graph in torch.compile's own cache (compiled, the state the verdict
-    times it in), and the stage's images decoded into the data cache (the first warm-up
-    decodes them while the bundle arrives; a timed comparison would otherwise)."""
-    compiled = ["--compile"] if framework == "torch" else []
+def prime_commands(framework: str, ctx: Context) -> list[list[str]]:
+    """One eager epoch of ResNet-9 on the stage's data, untimed: its images decoded into
+    cnncompare's data cache, which every later run of either framework reads (the first
+    decodes them while the bundle arrives; a timed comparison would otherwise). No compiler
+    runs, and the run's compile caches are its own, removed after it (--compile-cache cold):
+    it warms no framework's compile cache for a later comparison."""
     return [[*CLI, "run", "--framework", framework, "--model", "resnet9", "--precision",
              "mixed", "--batch-size", "512", "--epochs", "1", *ctx.data, "--profile", "0",
-             *compiled, "--device", ctx.device, "--quiet",
-             "--out", str(ctx.out / "warm" / framework)]]
+             "--no-compile", "--compile-cache", "cold", "--device", ctx.device, "--quiet",
+             "--out", str(ctx.out / "prime" / framework)]]
 
 
 KERNEL_STEPS = 32  # steps profiled for the kernel table, as a comparison's first seed's

@@ -31,12 +31,17 @@
 # Every verb ends by copying the battery's pack (at most 8 files) into $OUT. A call after
 # `hold` copies the checkout onto the host while timed stages run: make none but the last.
 #
-# The queue, in the order of its stages' worth: untimed work while TensorFlow arrives (PyTorch's
-# warm-up, which decodes the images, and its eager kernels), TensorFlow's smoke test, then the
-# timed stages: what the verdict (measured on an H200: benchmarks/results/gpu-h200-rental3/)
-# leaves: PyTorch's shared loop against its own over 3 seeds, TensorFlow's BatchNorm alone and
-# its two cuDNN builds, the short sweeps, the verdict matched eager, each framework's best, then
-# what time is left for; the verdict itself last (RENTAL_ORDER names it for another GPU kind).
+# The queue, in the order of its stages' worth: untimed work while TensorFlow arrives (`prime`:
+# one eager PyTorch epoch that decodes the images into the data cache, and PyTorch's eager
+# kernels), TensorFlow's smoke test, then the timed stages: the ResNet-9 verdict with both
+# frameworks' compile caches warm (compare's own warm-up), then cold (--compile-cache), each
+# over 3 seeds beside each framework's own loop, its default and its best; then what an earlier
+# rental left (TensorFlow's BatchNorm alone and its two cuDNN builds, the short sweeps, the
+# verdict matched eager, ...) as time allows. No stage warms one framework's compile cache.
+# `python -m benchmarks.gpu_battery --plan --rental` lays this queue in a rental's device time
+# (the machine's start, the bundle's parts one a call) and names what is left for the next.
+# Send the bundle's fallback cuDNN parts (fNN) before the core's (cNN): TensorFlow is activated
+# once the core is unpacked, on the CUDA 12 cuDNN only where its parts came by then.
 set -uo pipefail
 S=${RENTAL_DIR:-/tmp/rental}        # everything on the device lives here
 DATA=.data/cifar10-jpeg.tar.gz      # the real CIFAR-10 image folder, carried by `start`
@@ -83,9 +88,15 @@ battery() {  # battery FRAMEWORK STAGE [SEEDS]: one stage, within the queue's de
     --out $S/battery --pack $S/pack ${RENTAL_OPTIONS:-}  # "--device cpu --tiny": plumbing
 }
 
-wait_for_tf() {  # until the bundle is unpacked (or failed), while a minute of the queue is left
-  while [ ! -f $S/tf-unpacked ] && [ ! -f $S/tf-failed ] \
-        && [ $(( $(cat $S/deadline) - $(date +%s) )) -gt 60 ]; do sleep 2; done
+wait_for_tf() {  # until the bundle is unpacked (or failed), while a minute of the queue is left;
+  # then, where parts of its fallback cuDNN (CUDA 12, what pip gives a TensorFlow user) came,
+  # until that is unpacked too: activate.sh picks it only when it is there. Parts that stopped
+  # coming (the transfers over, `hold`) are not waited for.
+  queue_left() { echo $(( $(cat $S/deadline) - $(date +%s) )); }
+  while [ ! -f $S/tf-unpacked ] && [ ! -f $S/tf-failed ] && [ "$(queue_left)" -gt 60 ]; do sleep 2; done
+  while ls $S/parts 2>/dev/null | grep -q '^f' && [ ! -f $S/tf-fallback-unpacked ] \
+        && [ ! -f $S/tf-fallback-failed ] && [ "$(queue_left)" -gt 60 ] \
+        && { [ -d $S/unpacking-fallback ] || [ ! -f $S/quiet ]; }; do sleep 2; done
 }
 
 queue() {
@@ -93,13 +104,13 @@ queue() {
   # framework:stage:seeds (empty: the stage's own), in the order of their worth
   # while TensorFlow arrives (the reference trainer and Page's recipe ran on an H100:
   # benchmarks/results/gpu-h100-rental3/; RENTAL_ORDER runs them again)
-  local untimed=(torch:warm: torch:kernels:)
-  local timed=(torch:resnet9-own: tf:batchnorm: tf:cudnn: tf:kernels:
-               torch:steps-per-call: tf:steps-per-call: torch:strategy: tf:strategy:
-               both:resnet9-eager: both:resnet9-own-best: torch:resnet9-fp32:1
-               tf:resnet9-fp32:1 torch:cpu-vs-gpu: tf:cpu-vs-gpu: torch:gpu-tests:
-               tf:gpu-tests: tf:suite: torch:tool-overhead: tf:tool-overhead:
-               torch:cuda-graphs: torch:batchnorm: both:resnet9-verdict:)
+  # (benchmarks/battery/rental.py reads these two lists: the plan lays them in device time)
+  local untimed=(torch:prime: torch:kernels:)
+  local timed=(both:resnet9-verdict-warm: both:resnet9-verdict-cold: tf:batchnorm: tf:cudnn:
+               tf:kernels: torch:steps-per-call: tf:steps-per-call: torch:strategy: tf:strategy:
+               both:resnet9-eager: torch:resnet9-fp32:1 tf:resnet9-fp32:1 torch:cpu-vs-gpu:
+               tf:cpu-vs-gpu: torch:gpu-tests: tf:gpu-tests: tf:suite: torch:tool-overhead:
+               tf:tool-overhead: torch:cuda-graphs: torch:batchnorm:)
   local -A ran=()
   local item fw stage seeds tf_ok=0
   run() {  # run framework:stage:seeds once; 2 when the deadline is near
@@ -119,10 +130,9 @@ queue() {
   }
   if [ -n "${RENTAL_ORDER:-}" ]; then  # a queue started again mid-rental: this order only
     while pgrep -f benchmarks.gpu_battery > /dev/null; do sleep 1; done  # the stage running
-    # PyTorch's warm-up first, once a machine, whatever the order: without it the first
-    # compiled PyTorch run compiles with a cold cache (22 s of a first epoch where the next
-    # seeds took 5 s, on an H100) and the images are decoded inside a timed run
-    [ -f $S/warmed ] || { run torch:warm: && touch $S/warmed; }
+    # the images decoded first, once a machine, whatever the order: else inside a timed run
+    # (an eager epoch: no compile cache is warmed, each comparison's state is its own)
+    [ -f $S/primed ] || { run torch:prime: && touch $S/primed; }
     local activated=0
     for item in $RENTAL_ORDER; do
       # TensorFlow's stages and the comparisons of both ("both:") need the bundle
@@ -147,7 +157,7 @@ queue() {
     done
     say "queue done"; touch $S/queue-done; return
   fi
-  for item in "${untimed[@]}"; do run "$item" && [ "$item" = torch:warm: ] && touch $S/warmed; done
+  for item in "${untimed[@]}"; do run "$item" && [ "$item" = torch:prime: ] && touch $S/primed; done
   wait_for_tf
   if [ -f $S/tf-unpacked ]; then
     # shellcheck disable=SC1091

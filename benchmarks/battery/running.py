@@ -356,7 +356,7 @@ def figures(stage: Stage, framework: str, ctx: Context) -> dict:
                             "steady_step_time_ms": ((result.get("summary") or {}).get(
                                 "steady_step_time_ms") or {}).get("median")}
         return built
-    if stage.name in ("resnet9-page", "warm"):
+    if stage.name in ("resnet9-page", "prime"):
         results = sorted((ctx.out / stage.name).rglob("result.json"))
         accuracies = [(read_json(r).get("summary") or {}).get("final_test_accuracy")
                       for r in results]

@@ -22,13 +22,13 @@ from benchmarks.battery.commands import (
     doctor_commands,
     kernels_commands,
     overhead_commands,
+    prime_commands,
     reference_commands,
     run_commands,
     smoke_commands,
     suite_commands,
     sweep_commands,
     test_commands,
-    warm_commands,
 )
 from benchmarks.battery.estimates import (
     MEASURED_PARITY_S,
@@ -41,9 +41,9 @@ from benchmarks.battery.estimates import (
 CALIBRATION = REPO / "benchmarks" / "gpu_battery_calibration.json"
 QUEUE_LIMIT_S = 1500  # a stage only a rental's background queue runs, under its deadline
 SPARE_S = 60  # of --time-left, kept for packing and the command's own end
-# A rental: 15 minutes of device time, the machine's start (about 30 s, measured on an H200)
-# and the last call's return included; TensorFlow's bundle arrives while PyTorch trains
-# (benchmarks/battery/rental.sh), so the transfers cost no GPU time.
+# The whole battery spread over rentals of 14 minutes of stages each (the plan's `rental`),
+# TensorFlow's bundle arriving while PyTorch trains. What one 15-minute rental holds, the
+# machine's start and a device call per part of the bundle counted, rental.py lays out.
 RENTAL_S = 14 * 60  # a rental's GPU time for stages
 RENTAL_CORE_S = RENTAL_S  # the core stages come first, over as many rentals as they need
 PACK_FILES = 8  # files that come back from one command
@@ -75,13 +75,16 @@ class Stage:
     tiny_cpu_twin: str | None = None
     # Its times are figures: on a GPU it starts only on a quiet host (nothing else training,
     # unpacking or copying there: running.wait_for_quiet_host) and is refused otherwise.
-    # Untimed stages (accuracy references, smoke tests, warm-ups) fill the minutes while
+    # Untimed stages (accuracy references, smoke tests, the images' decoding) fill the minutes while
     # TensorFlow's bundle arrives.
     timed: bool = True
     max_limit_s: int = STAGE_LIMIT_S  # its time limit at most (a 10-minute command's)
     # The share of its estimate that leaves a usable result: a stage runs when that much
     # time is left (a comparison over 3 seeds: its first seed of each framework)
     least_fraction: float = 1.0
+    # The seconds that leave a usable result, where a share of the estimate would not say
+    # (a warm comparison's warm-ups and parity check come before its first seed)
+    least_s: Callable[[str, Context], float] | None = None
     # Its commands from this index on run on the TensorFlow bundle's fallback cuDNN (CUDA 12)
     # instead of the machine's (running.fallback_environment); None: all on the machine's
     fallback_from: int | None = None
@@ -124,6 +127,44 @@ def comparison_estimate(recipe: Recipe) -> Callable[[str, Context], tuple[float,
     return estimate
 
 
+def warm_ups_seconds(recipe: Recipe, forms: int, ctx: Context) -> tuple[float, str]:
+    """A warm comparison's untimed warm-ups before its timed runs (compare --compile-cache
+    warm): per framework one epoch, its caches cold, of each form of run that compiles
+    (`forms`: the matched run, with its own loop beside it where it has one, counted as a
+    second; the best run); nothing for a cold one."""
+    if recipe.cache_state != "warm" or not recipe.compiled:
+        return 0.0, ""
+    one = replace(recipe, epochs=1, compile_cache="cold")
+    parts = {fw: run_seconds(fw, one, ctx)[0] for fw in FRAMEWORKS}
+    return forms * sum(parts.values()), (
+        f" + the warm-ups, untimed: {forms} one-epoch runs per framework, caches cold ("
+        + ", ".join(f"{fw} {seconds:.0f} s each" for fw, seconds in parts.items()) + ")")
+
+
+def verdict_estimate(recipe: Recipe, beside: tuple[str, ...]
+                     ) -> tuple[Callable[[str, Context], tuple[float, str]],
+                                Callable[[str, Context], float]]:
+    """The verdict's comparison of both in one command (both_estimate) with its warm-ups
+    where its caches are warm (the matched run and its own loop, and the best run, per
+    framework), and the seconds that leave a usable result: the warm-ups, the parity check and
+    each framework's first seed."""
+    forms = 1 + ("own loop" in beside) + ("best run" in beside)
+    both = both_estimate(recipe, beside)
+
+    def estimate(framework: str, ctx: Context) -> tuple[float, str]:
+        total, how = both(framework, ctx)
+        warm, warm_how = warm_ups_seconds(recipe, forms, ctx)
+        return total + warm, how + warm_how
+
+    def least(framework: str, ctx: Context) -> float:
+        total, _ = both(framework, ctx)
+        parity = MEASURED_PARITY_S.get(recipe.model, 0.0) if ctx.device == "gpu" else 0.0
+        seeds = recipe.seeds if ctx.seeds is None else ctx.seeds
+        return (warm_ups_seconds(recipe, forms, ctx)[0] + parity
+                + (total - parity) / max(1, seeds))
+    return estimate, least
+
+
 def own_loops_estimate(framework: str, ctx: Context) -> tuple[float, str]:
     """One framework's seeds of OWN_LOOPS, each run beside its own loop, as long as it."""
     one, how = run_seconds(framework, OWN_LOOPS, ctx)
@@ -143,7 +184,8 @@ def both_estimate(recipe: Recipe, beside: tuple[str, ...] = ()
     of `beside` ("own loop", "best run") one more run as long beside each matched run."""
     def estimate(framework: str, ctx: Context) -> tuple[float, str]:
         parts = [comparison_estimate(recipe)(fw, ctx) for fw in FRAMEWORKS]
-        more = sum(recipe.seeds * run_seconds(fw, recipe, ctx)[0] for fw in FRAMEWORKS)
+        seeds = recipe.seeds if ctx.seeds is None else ctx.seeds
+        more = sum(seeds * run_seconds(fw, recipe, ctx)[0] for fw in FRAMEWORKS)
         total = sum(seconds for seconds, _ in parts) + len(beside) * more
         return total, ("; ".join(f"{fw}: {how}" for fw, (_, how) in zip(FRAMEWORKS, parts))
                        + "".join(f" + each seed's {run}, as long as its run" for run in beside))
@@ -198,6 +240,11 @@ def overhead_estimate(framework: str, ctx: Context) -> tuple[float, str]:
 JPEG_COPY_TARGET = 0.897
 VERDICT = Recipe(precision="mixed", seeds=3, compiled=True,
                  **{**RESNET9, "target": JPEG_COPY_TARGET})
+# The verdict's comparison: its compile caches warm (compare's untimed warm-up fills both
+# frameworks' before the timed runs), then cold (every run from empty caches of its own); each
+# beside each framework's own loop and its best, and each framework also at its default
+VERDICT_CACHES = ("warm", "cold")
+VERDICT_BESIDE = ("own loop", "best run")
 # The verdict's matched runs again, one seed, without the defaults runs it has measured
 ONE_COMPILED = replace(VERDICT, seeds=1, defaults=False)
 OWN_LOOPS = replace(VERDICT, defaults=False)  # 3 seeds beside each framework's own loop
@@ -239,15 +286,25 @@ STAGES: list[Stage] = [
           comparison=True, tiny=False),
     # The GPU verdict: both frameworks in one command, seeds alternated (tf, torch, torch, tf,
     # ...), only on a quiet host and only in a rental's background queue, which is not held to
-    # a 10-minute command. Matched compiled (XLA; torch.compile), and PyTorch also at its
-    # default, eager: the defaults ratio is Keras' default (XLA) against PyTorch's (eager).
-    Stage("resnet9-verdict", False, (BOTH,), "ResNet-9 (DAWNBench), mixed precision, 24 "
-          "epochs, time to 89.7% (the JPEG copy's ceiling less a point), both frameworks "
-          "alternated over 3 seeds, matched compiled (XLA; torch.compile) and PyTorch also at "
-          "its default (eager)",
-          compare_commands("resnet9-verdict", VERDICT),
-          both_estimate(VERDICT), comparison=True, tiny=False, max_limit_s=QUEUE_LIMIT_S,
-          least_fraction=1 / VERDICT.seeds),
+    # a 10-minute command. Matched compiled (XLA; torch.compile), each run beside its
+    # framework's own loop, each framework also at its default (PyTorch eager: the defaults
+    # ratio is Keras' default, XLA, against PyTorch's) and at its best; twice: both compile
+    # caches warm (compare's own untimed warm-up), then both cold. No stage of the battery
+    # warms one framework's compile cache for it: compare warms both, or neither.
+    *[Stage(f"resnet9-verdict-{cache}", False, (BOTH,), "ResNet-9 (DAWNBench), mixed "
+            "precision, 24 epochs, time to 89.7% (the JPEG copy's ceiling less a point), both "
+            "frameworks alternated over 3 seeds, matched compiled (XLA; torch.compile) beside "
+            "each framework's own loop (Keras fit; a plain PyTorch loop), each also at its "
+            "default (PyTorch eager) and its best (--best), --compile-cache "
+            + cache + (": compare's untimed warm-up fills both frameworks' compile caches "
+                       "first" if cache == "warm" else ": every run from empty compile "
+                       "caches of its own"),
+            compare_commands(f"resnet9-verdict-{cache}", recipe, own_loops=True,
+                             extra=("--best",)),
+            estimate, comparison=True, tiny=False, max_limit_s=QUEUE_LIMIT_S, least_s=least)
+      for cache in VERDICT_CACHES
+      for recipe in [replace(VERDICT, compile_cache=cache)]
+      for estimate, least in [verdict_estimate(recipe, VERDICT_BESIDE)]],
     # The same, matched eager: TensorFlow/Keras below its default, and also at it (XLA)
     Stage("resnet9-eager", False, (BOTH,), "ResNet-9 (DAWNBench), mixed precision, 24 "
           "epochs, time to 89.7%, both frameworks alternated over 3 seeds, matched eager and "
@@ -290,18 +347,17 @@ STAGES: list[Stage] = [
           "smoothing), mixed, 24 epochs, 1 seed: its accuracy on this data (untimed)",
           run_commands("resnet9-page", PAGE, ("--label-smoothing", "0")),
           lambda fw, ctx: run_seconds(fw, PAGE, ctx), tiny=False, timed=False),
-    # Once a machine, each framework's first run compiles: TensorFlow's kernels by the driver
-    # (its wheel has no Hopper code), PyTorch's graph by torch.compile; both land in caches
-    # that a second run on the machine finds. A short untimed run pays that before the timed
-    # ones (warm_commands).
-    Stage("warm", False, FRAMEWORKS, "one untimed epoch of ResNet-9 on the stage's data "
-          "(PyTorch compiled): each framework's caches filled as a second run finds them, the "
-          "decoded images' included", warm_commands,
-          lambda fw, ctx: (fixed_seconds(fw, "resnet9", ctx) + (40.0 if fw == "torch" else 15.0)
-                           + 25.0, "a process's fixed cost + the compile (torch.compile; "
-                           "TensorFlow's PTX by the driver) + decoding the images (about 20 s) "
-                           "and an epoch"),
-          tiny=False, timed=False, tiny_reason="--tiny: no GPU kernel cache to warm"),
+    # Once a machine, the stage's images decoded into cnncompare's data cache, which every
+    # later run of either framework reads: one untimed eager epoch of PyTorch while the bundle
+    # arrives, so that no timed comparison decodes them. It compiles nothing and leaves no
+    # compile cache (its run's are its own, removed after it): the compile caches' state is
+    # each comparison's own (--compile-cache), the same for both frameworks.
+    Stage("prime", False, ("torch",), "one untimed eager epoch of ResNet-9 in PyTorch on the "
+          "stage's data: its images decoded into the data cache that every later run reads; "
+          "no compiler runs", prime_commands,
+          lambda fw, ctx: (fixed_seconds(fw, "resnet9", ctx) + 25.0, "a process's fixed cost "
+                           "+ decoding the images (about 20 s) and an eager epoch"),
+          tiny=False, timed=False, tiny_reason="--tiny: no image folder to decode"),
     # Kernel durations are read on the device's clock, which the host's work (a bundle part
     # arriving) does not stretch: untimed, so it may fill the minutes while TensorFlow arrives
     Stage("kernels", False, FRAMEWORKS, "one epoch of ResNet-9 eager (PyTorch's default; "
