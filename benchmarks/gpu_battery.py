@@ -36,7 +36,10 @@ files, checkpoints or traces).
 
 Timed and untimed stages: on a GPU a timed stage (a comparison, a sweep, the tool overhead)
 starts only on a quiet host, with nothing else training, unpacking or copying there, and is
-refused, naming what ran beside it, when the host stays busy. Untimed stages (the smoke test, the GPU tests, `reference`:
+refused, naming what ran beside it, when the host stays busy; while it runs the host is
+watched (every 3 s: other processes using CPU, copies and unpacks at work), and a stage that
+shared it is marked "host not quiet" with what was seen (battery.json, battery.md, and a
+comparison's host.json). Untimed stages (the smoke test, the GPU tests, `reference`:
 airbench94 on the same data as the accuracy this copy of CIFAR-10 allows, `resnet9-page`:
 ResNet-9 at Page's recipe for its accuracy, `prime`: one eager PyTorch epoch that decodes the
 images into the data cache, warming no compile cache; `kernels`: each framework's eager
@@ -49,8 +52,8 @@ with XLA) run both frameworks in one `compare` (framework `both`), their seeds a
 
 The battery's parts live in benchmarks/battery/, by role: each stage's commands and what
 --tiny runs (commands.py), the stages (stages.py), a run's recipe, context and estimate
-(estimates.py), the plan and the device calls (calls.py), running a stage and the quiet
-host (running.py), the summary and the pack (pack.py), a 15-minute rental's
+(estimates.py), the plan and the device calls (calls.py), running a stage (running.py), the
+host beside a timed stage (host.py), the summary and the pack (pack.py), a 15-minute rental's
 queue (rental.sh) and that queue laid out in the rental's device time (rental.py, `--plan
 --rental`); this script parses the options and runs the plan.
 
@@ -304,8 +307,10 @@ def main(argv: list[str] | None = None) -> int:
                     "note": f"not timed beside other work on this host, after waiting "
                             f"{waited:.0f} s: " + "; ".join(beside)[:240]}
         else:
+            # a timed stage's host watched while it runs: what else ran there is recorded
             done = run_stage(stage, row["framework"], {**row, "limit_s": round(min(
-                row["limit_s"], left if left is not None else row["limit_s"]))}, ctx)
+                row["limit_s"], left if left is not None else row["limit_s"]))}, ctx,
+                watch_host=stage.timed and ctx.device == "gpu")
             if stage.timed and ctx.device == "gpu":
                 done["quiet_wait_s"] = round(waited, 1)
         done["timed"] = stage.timed
@@ -313,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             done["seeds"] = ctx.seeds  # --seeds, in place of the stage's own
         failed |= done["status"] not in ("ok", "skipped")
         print(f"  {done['status']}" + (f" in {done['seconds']:.0f} s" if "seconds" in done
-                                       else f": {done.get('note')}"), flush=True)
+                                       else f": {done.get('note')}")
+              + (f"; {done['host_note']}" if done.get("host_note") else ""), flush=True)
         battery["stages"] = [s for s in battery["stages"]
                              if (s["stage"], s["framework"]) != (row["stage"], row["framework"])]
         battery["stages"].append(done)

@@ -3,11 +3,13 @@ stage's limit with what they wrote kept, and stopped with the battery."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -238,3 +240,144 @@ def test_a_stage_runs_its_later_commands_on_the_fallback_cudnn(tmp_path, monkeyp
     done = running.run_stage(stage, "tf", {"limit_s": 60, "estimate_s": 1}, ctx)
     assert done["status"] == "failed" and len(done["commands"]) == 1
     assert done["note"].startswith("no fallback cuDNN unpacked")
+
+
+def _detached(tmp_path: Path, command: str) -> int:
+    """A shell command started outside this process's tree, as another device call reaches
+    the host: the shell that starts it exits at once, so it is nobody's here; its (last
+    process's) pid."""
+    started = subprocess.run(["bash", "-c", f"{command} >/dev/null 2>&1 & echo $!"],
+                             cwd=tmp_path, capture_output=True, text=True, check=True,
+                             timeout=30)
+    return int(started.stdout.split()[-1])
+
+
+def test_a_timed_stage_records_what_ran_beside_it_while_it_ran(tmp_path, monkeypatch):
+    """The host watched all through a timed stage: a busy loop and a tar that start on the
+    host after the stage did are sighted (pid, command, CPU, when), in the stage's record,
+    its comparison's host.json and battery.md, so a poll shows it; the stage's own processes
+    (its command and that command's child, however busy) and the battery itself are not."""
+    from benchmarks.battery import host, pack
+    from benchmarks.battery.stages import Stage
+    monkeypatch.setattr(host, "WATCH_INTERVAL_S", 0.5)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "blob").write_bytes(os.urandom(4 * 2**20))
+    mine = tmp_path / "stage-pids"
+    stage_code = ("import os, subprocess, sys, pathlib; out = pathlib.Path(sys.argv[1]); "
+                  "out.mkdir(parents=True, exist_ok=True); child = subprocess.Popen("
+                  "[sys.executable, '-c', 'import time\\nt = time.time() + 6\\n"
+                  "while time.time() < t: pass']); "
+                  f"pathlib.Path({str(mine)!r}).write_text(f'{{os.getpid()}} {{child.pid}}'); "
+                  "child.wait()")
+    stage = Stage("fake-compare", False, ("both",), "a comparison's stand-in",
+                  lambda fw, c: [[sys.executable, "-c", stage_code, str(c.out / "fake-compare")]],
+                  lambda fw, c: (6.0, "-"), comparison=True)
+    ctx = battery.context(battery.arguments(["--device", "cpu", "--tiny", "--out",
+                                             str(tmp_path / "out")]))
+    beside: list[int] = []
+    # a busy loop, and a tar whose reader waits 4 s: it lives that long, whatever the disk
+    starter = threading.Timer(1.5, lambda: beside.extend([
+        _detached(tmp_path, f"{sys.executable} -c 'import time\nt = time.time() + 12\n"
+                            "while time.time() < t: pass'"),
+        _detached(tmp_path, "tar cf - data | (sleep 4; cat > /dev/null)")]))
+    starter.start()
+    try:
+        done = running.run_stage(stage, "both", {"limit_s": patience(120), "estimate_s": 6},
+                                 ctx, watch_host=True)
+    finally:
+        starter.join()
+        for pid in beside[:1]:  # the tar and its reader end by themselves
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert done["status"] == "ok", done
+    record = done["host"]
+    assert not record["quiet"] and record["samples"] >= 5, record
+    seen = {p["pid"]: p for p in record["processes"]}
+    busy = beside[0]
+    assert busy in seen and seen[busy]["max_cpu_percent"] > host.CPU_PERCENT, record
+    assert "\n" not in seen[busy]["command"]  # one line, in battery.md too
+    assert any(p["command"] == "tar cf - data" for p in seen.values()), record
+    assert seen[busy]["first_s"] >= 1.0  # sighted once it started, during the stage
+    own = {int(pid) for pid in mine.read_text().split()} | {os.getpid()}
+    assert not own & set(seen), (own, seen)
+    assert done["host_note"].startswith("host not quiet: ") and "sightings, e.g." in \
+        done["host_note"]
+    kept = json.loads((ctx.out / "fake-compare" / "host.json").read_text())
+    assert not kept["both"]["quiet"] and kept["both"]["sightings"] == record["sightings"]
+    assert busy in {p["pid"] for p in kept["both"]["processes"]}
+    summary = pack.markdown({"started_at": "now", "machine": "here", "device": "gpu",
+                             "tiny": False, "stages": [done]})
+    row = next(line for line in summary.splitlines() if line.startswith("| fake-compare"))
+    assert f"ok; host not quiet ({record['sightings']} sightings)" in row[:160]
+    assert f"- fake-compare (both): {done['host_note']}" in summary
+
+
+def _fake_process(proc: Path, pid: int, ppid: int, ticks: int, argv: list[str],
+                  wrote: int = 0) -> None:
+    entry = proc / str(pid)
+    entry.mkdir(parents=True, exist_ok=True)
+    fields = ["S", ppid, pid, pid, 0, -1, 0, 0, 0, 0, 0, ticks, 0, 0, 0, 20, 0, 1, 0, 1000]
+    (entry / "stat").write_text(f"{pid} ({Path(argv[0]).name if argv else 'kthread'}) "
+                                + " ".join(map(str, fields)) + "\n")
+    (entry / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv))
+    (entry / "io").write_text(f"rchar: 0\nwchar: {wrote}\n")
+
+
+def test_a_quiet_stage_is_recorded_quiet_and_its_own_work_is_not_a_sighting(tmp_path):
+    """A host where only the stage works: the battery (its command's parent) and the stage's
+    own processes at full CPU, an idle `cat` (a copy program doing nothing) and a kernel
+    thread: quiet, no sighting, no note. One process of another tree then using a core, or
+    writing 8 MiB, is sighted. (A fake /proc: the shared CI host is never quiet.)"""
+    from benchmarks.battery import host
+    proc = tmp_path / "proc"
+    ticks = {10: 0, 11: 0, 12: 0, 20: 5, 30: 0, 40: 0}
+    argv = {10: ["python", "-m", "benchmarks.gpu_battery"], 11: ["python", "-c", "compare"],
+            12: ["python", "-c", "its child"], 20: ["cat"], 30: [], 40: ["python", "other.py"]}
+    parents = {10: 1, 11: 10, 12: 11, 20: 1, 30: 2, 40: 1}
+
+    def write(wrote_40: int = 0) -> None:
+        for pid in ticks:
+            _fake_process(proc, pid, parents[pid], ticks[pid], argv[pid],
+                          wrote_40 if pid == 40 else 0)
+    write()
+    watch = host.HostWatch(interval_s=3600, own_pid=10, proc=proc)
+    with watch:
+        ticks[11] += 150 * host.CLOCK_TICKS  # the stage's command and its child: busy
+        ticks[12] += 150 * host.CLOCK_TICKS
+        write()
+    record = watch.record()
+    assert record["quiet"] and record["sightings"] == 0 and record["note"] is None, record
+    with host.HostWatch(interval_s=3600, own_pid=10, proc=proc) as busy:
+        ticks[40] += 1000 * host.CLOCK_TICKS  # a core for far longer than the watch
+        write(wrote_40=8 * 2**20)
+    (sighting,) = busy.record()["first_sightings"]
+    assert sighting["pid"] == 40 and sighting["why"] == "cpu" and sighting["wrote_mib"] == 8.0
+
+
+def test_the_battery_watches_a_timed_stage_on_a_gpu_and_says_when_its_host_was_busy(
+        tmp_path, monkeypatch, capsys):
+    """On a GPU the battery runs a timed stage with its host watched (an untimed one not) and
+    says what it saw: on its own line as the stage ends (a rental's queue.log) and in
+    battery.md's row and a line below the table, which rental.sh's poll shows."""
+    asked = []
+
+    def run_stage(stage, framework, row, ctx, watch_host=False):
+        asked.append((stage.name, watch_host))
+        note = "host not quiet: 2 sightings, e.g. 4242: tar xf part (40% CPU, at +3 s)"
+        return {"stage": stage.name, "framework": framework, "core": stage.core,
+                "status": "ok", "seconds": 1.0, "limit_s": row["limit_s"],
+                "estimate_s": row["estimate_s"], "commands": [],
+                **({"host": {"sightings": 2}, "host_note": note} if watch_host else {})}
+    monkeypatch.setattr(battery, "run_stage", run_stage)
+    monkeypatch.setattr(battery, "wait_for_quiet_host", lambda limit_s: (0.0, []))
+    assert battery.main(["--tiny", "--device", "gpu", "--framework", "torch", "--stage",
+                         "lenet-fp32", "--out", str(tmp_path)]) == 0
+    assert battery.main(["--tiny", "--device", "gpu", "--framework", "tf", "--stage",
+                         "tf-smoke", "--out", str(tmp_path)]) == 0
+    assert asked == [("lenet-fp32", True), ("tf-smoke", False)]
+    assert "  ok in 1 s; host not quiet: 2 sightings, e.g. 4242: tar xf part" in \
+        capsys.readouterr().out
+    summary = (tmp_path / "battery.md").read_text()
+    assert "| lenet-fp32 | torch | ok; host not quiet (2 sightings) |" in summary
+    assert "- lenet-fp32 (torch): host not quiet: 2 sightings, e.g. 4242" in summary
+    assert "| tf-smoke | tf | ok |" in summary

@@ -24,6 +24,10 @@ def test_every_poll_brings_back_the_results_on_disk_without_data_or_checkpoints(
                        (rental / "battery" / "reference" / "cifar10" / "train.pt", "x"),
                        (rental / "battery" / "battery.json", "{}"),
                        (rental / "battery" / "pytest-gpu-tf.xml", "<testsuites/>"),
+                       (rental / "battery" / "battery.md",
+                        "| resnet9-verdict-warm | both | ok; host not quiet (3 sightings) |\n"
+                        "- resnet9-verdict-warm (both): host not quiet: 3 sightings, e.g. "
+                        "4242: tar czf live.tar.gz (60% CPU, at +200 s)\n"),
                        (rental / "pack" / "battery.md", "| stage |\n")):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -34,6 +38,9 @@ def test_every_poll_brings_back_the_results_on_disk_without_data_or_checkpoints(
                           check=False)
     assert done.returncode == 0, done.stderr
     assert "stage resnet9-verdict (both)" in done.stdout  # the queue's last lines, said
+    # a timed stage that shared its host, in its row and with what else ran there
+    assert "| resnet9-verdict-warm | both | ok; host not quiet (3 sightings) |" in done.stdout
+    assert "host not quiet: 3 sightings, e.g. 4242: tar czf live.tar.gz" in done.stdout
     with tarfile.open(out / "live.tar.gz") as tar:
         names = set(tar.getnames())
     assert {"queue.log", "battery/battery.json", "battery/pytest-gpu-tf.xml",  # GPU tests'

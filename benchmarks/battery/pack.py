@@ -23,9 +23,15 @@ def markdown(battery: dict) -> str:
              "| stage | framework | status | seconds | estimate | limit | figures |",
              "|---|---|---|---|---|---|---|"]
     for s in battery["stages"]:
-        lines.append(f"| {s['stage']} | {s['framework']} | {s['status']} | "
+        # a timed stage that shared its host says so in its row, which a rental's poll shows
+        status = s["status"] + (f"; host not quiet ({s['host']['sightings']} sightings)"
+                                if s.get("host_note") else "")
+        lines.append(f"| {s['stage']} | {s['framework']} | {status} | "
                      f"{s.get('seconds', 0):.0f} | {s['estimate_s']} | {s['limit_s']} | "
                      f"{_brief(s)} |")
+    for s in battery["stages"]:
+        if s.get("host_note"):
+            lines.append(f"- {s['stage']} ({s['framework']}): {s['host_note']}")
     latest = {s["stage"]: s for s in battery["stages"] if s.get("comparison")}
     for s in latest.values():  # a comparison's figures once, as its latest part left them
         for fw, f in ((s.get("figures") or {}).get("frameworks") or {}).items():

@@ -54,6 +54,8 @@ report() {  # what the queue is doing and has done; the pack into $OUT
   say "queue: $(tail -n 4 $S/queue.log 2>/dev/null | tr '\n' '|')"
   nvidia-smi --query-gpu=name,utilization.gpu,memory.used,power.draw --format=csv,noheader 2>/dev/null
   [ -f $S/battery/battery.md ] && grep -E '^\|' $S/battery/battery.md | cut -c1-160 | tail -n 30
+  # a timed stage that shared the host: what else ran there (battery.md's lines, host.json)
+  [ -f $S/battery/battery.md ] && grep -E '^- .*host not quiet' $S/battery/battery.md | cut -c1-240
   [ -n "${OUT:-}" ] || return 0
   [ -d $S/pack ] && cp $S/pack/* "$OUT"/ 2>/dev/null
   # live.tar.gz: what is on disk now, beside the pack the battery wrote after its last stage

@@ -15,6 +15,16 @@ from pathlib import Path
 
 from benchmarks.battery.commands import CUDNN_BUILDS, REPO, gpu_test_report, shown
 from benchmarks.battery.estimates import Context
+from benchmarks.battery.host import (  # noqa: F401 - the quiet host, as callers name it here
+    BUSY_ARGUMENTS,
+    BUSY_PROGRAMS,
+    QUIET_MARKER_ENV,
+    QUIET_WAIT_S,
+    HostWatch,
+    host_busy,
+    wait_for_quiet_host,
+    work_beside,
+)
 from benchmarks.battery.stages import Stage
 
 
@@ -83,77 +93,6 @@ def _stop(process: subprocess.Popen, interrupt: bool = False) -> None:
             continue
 
 
-# ------------------------------------------------------------------ a quiet host for timed stages
-
-# Set by a rental's queue (benchmarks/battery/rental.sh): a file that exists once the rental's
-# last transfer is over (no part of TensorFlow's bundle still arriving, copied or unpacked).
-QUIET_MARKER_ENV = "BATTERY_QUIET_MARKER"
-# Work that skews a timed stage beside it: training (cnncompare, the battery, the reference
-# trainer) and the bundle's arrival (its parts checked, copied, decompressed, unpacked).
-BUSY_PROGRAMS = ("xz", "unxz", "tar", "sha256sum", "cp", "rsync")
-BUSY_ARGUMENTS = ("benchmarks.gpu_battery", "benchmarks.reference_trainer",
-                  "benchmarks.tool_overhead", "compare.cli", "rental.sh part")
-
-
-def _ancestors(pid: int) -> set[int]:
-    found = set()
-    while pid > 1 and pid not in found:
-        found.add(pid)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the name: the parent
-    return found
-
-
-def work_beside(own_pid: int | None = None, proc: Path = Path("/proc")) -> list[str]:
-    """Other work on this host that a timed stage would share it with: each process (not
-    this one or its ancestors) whose program or arguments BUSY_* name, as 'PID: command'."""
-    mine = _ancestors(own_pid or os.getpid())
-    found = []
-    for entry in proc.glob("[0-9]*"):
-        if int(entry.name) in mine:
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        words = [a.decode(errors="replace") for a in argv if a]
-        if not words:
-            continue
-        line = " ".join(words)
-        if (Path(words[0]).name in BUSY_PROGRAMS
-                or any(Path(w).name == "cnncompare" for w in words[:2])
-                or any(a in line for a in BUSY_ARGUMENTS)):
-            found.append(f"{entry.name}: {line[:120]}")
-    return found
-
-
-def host_busy(marker: str | None = None) -> list[str]:
-    """Why this host is not quiet now (empty: it is): the rental's transfers not yet over
-    (`marker`, from QUIET_MARKER_ENV, missing) and the work beside this process."""
-    marker = marker if marker is not None else os.environ.get(QUIET_MARKER_ENV)
-    waiting = ([f"the rental's transfers are not over ({marker} missing)"]
-               if marker and not Path(marker).exists() else [])
-    return waiting + work_beside()
-
-
-QUIET_WAIT_S = 300  # at most, before a timed stage is refused
-
-
-def wait_for_quiet_host(limit_s: float, poll_s: float = 2.0) -> tuple[float, list[str]]:
-    """Wait up to `limit_s` (at most QUIET_WAIT_S) for a quiet host: (seconds waited, what
-    was still beside it at the end; empty when the host went quiet)."""
-    limit_s = min(limit_s, QUIET_WAIT_S)
-    started = time.perf_counter()
-    busy = host_busy()
-    while busy and time.perf_counter() - started < limit_s:
-        time.sleep(poll_s)
-        busy = host_busy()
-    return time.perf_counter() - started, busy
-
-
 # TensorFlow's GPU bundle (../shared/tools/tf-gpu-bundle): activate.sh puts its folder first on
 # PYTHONPATH; `activate.sh fallback` swaps the machine's cuDNN for the bundle's CUDA 12 one.
 FALLBACK_CUDNN = "nvidia/cudnn_cu12_fallback/lib"
@@ -217,7 +156,36 @@ def retry_smoke_on_fallback(done: dict, argv: list[str], log: Path, limit_s: flo
         done["cudnn_retry"] = "failed on the fallback cuDNN too"
 
 
-def run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
+def run_stage(stage: Stage, framework: str, row: dict, ctx: Context,
+              watch_host: bool = False) -> dict:
+    """Run the stage's commands and read what they wrote. `watch_host` (a timed stage on a
+    GPU): the host sampled all the while (host.HostWatch), what else ran on it recorded in the
+    stage's record (`host`, and `host_note` where it was not quiet) and, for a comparison, in
+    its folder's host.json."""
+    if not watch_host:
+        return _run_stage(stage, framework, row, ctx)
+    with HostWatch() as watch:
+        done = _run_stage(stage, framework, row, ctx)
+    done["host"] = watch.record()
+    if done["host"]["note"]:
+        done["host_note"] = done["host"]["note"]
+    if stage.comparison and (ctx.out / stage.name).is_dir():
+        record_host(ctx.out / stage.name / "host.json", framework, done["host"])
+    return done
+
+
+def record_host(path: Path, framework: str, host: dict) -> None:
+    """The comparison's host.json beside its summary: what the host did while each part of
+    it ran (one command of both frameworks, or each framework's part), by framework."""
+    kept = read_json(path)
+    kept[framework] = {key: host[key] for key in (
+        "quiet", "note", "watched_s", "interval_s", "samples", "cpu_percent_threshold",
+        "write_mib_threshold", "sightings", "processes")}
+    kept[framework]["first_sightings"] = host["first_sightings"][:20]
+    path.write_text(json.dumps(kept, indent=2) + "\n")
+
+
+def _run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
     log = ctx.out / "logs" / f"{stage.name}-{framework}.log"
     done = {"stage": stage.name, "framework": framework, "core": stage.core,
             "comparison": stage.comparison,

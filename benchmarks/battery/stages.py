@@ -74,8 +74,9 @@ class Stage:
     # float32 (TinyWork.precision): skipped there, saying so, as a second run of the same.
     tiny_cpu_twin: str | None = None
     # Its times are figures: on a GPU it starts only on a quiet host (nothing else training,
-    # unpacking or copying there: running.wait_for_quiet_host) and is refused otherwise.
-    # Untimed stages (accuracy references, smoke tests, the images' decoding) fill the minutes while
+    # unpacking or copying there: host.wait_for_quiet_host) and is refused otherwise; while it
+    # runs the host is watched (host.HostWatch) and a co-runner marked. Untimed stages
+    # (accuracy references, smoke tests, the images' decoding) fill the minutes while
     # TensorFlow's bundle arrives.
     timed: bool = True
     max_limit_s: int = STAGE_LIMIT_S  # its time limit at most (a 10-minute command's)
