@@ -86,6 +86,12 @@ def test_a_warm_comparison_warms_each_cache_folder_once_untimed(tmp_path):
                                         f"matched-{queued.config.framework}")
         assert queued.config.own_loop_beside == f"{queued.config.out}/own-loop"
         assert queued.config.compile_cache_dir == folders[queued.config.framework]
+    filled = Path(folders["tf"])  # a resumed comparison's: only the empty folder is warmed
+    filled.mkdir(parents=True)
+    (filled / "xla").mkdir()
+    assert len(comparison.warm_ups(plan, directory)) == 2  # an empty folder holds nothing yet
+    (filled / "xla" / "program.pb").write_bytes(b"compiled")
+    assert [q.config.framework for q in comparison.warm_ups(plan, directory)] == ["torch"]
     cold = comparison.planned_runs(config.replace(compile_cache="cold"), ComparisonConfig(),
                                    directory, False)
     assert {q.config.compile_cache_dir for q in cold} == {None}

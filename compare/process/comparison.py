@@ -100,7 +100,7 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
         return EXIT_FAILED
 
     importing.join()  # no import competes with a timed run for the CPU
-    if config.compile_cache == "warm" and not resume:  # untimed: fills what the timed runs read
+    if config.compile_cache == "warm":  # untimed: fills what the timed runs read
         run_queue(warm_ups(queue, directory), "compare: compile caches warm-up (untimed)",
                   config.quiet, console)
     if comparison.best and device_kind == "gpu" and not resume:
@@ -220,12 +220,13 @@ def warm_ups(queue: list[QueuedRun], directory: files.ComparisonDir) -> list[Que
     order: the first such run's configuration for one epoch (the compiled programs do not
     depend on the epochs: the learning rate enters each step as an input), its own loop
     beside it where the runs have one, so that its programs are cached too. Its results go
-    to DIR/warm-up, which no report reads."""
+    to DIR/warm-up, which no report reads. A folder already filled (a resumed comparison's)
+    is not warmed again."""
     warmed: dict[str, QueuedRun] = {}
     for queued in queue:
         folder = queued.config.compile_cache_dir
         if folder is None or folder in warmed or queued.own_loop \
-                or not compile_state.run_compiles(queued.config):
+                or not compile_state.run_compiles(queued.config) or _filled(Path(folder)):
             continue
         out = directory.path / "warm-up" / Path(folder).name
         warmed[folder] = QueuedRun(
@@ -313,6 +314,12 @@ def _graphs_decided(queue: list[QueuedRun], directory: files.ComparisonDir, conf
     files.write_json(Path(directory.best) / "cuda-graphs.json", record)
     console.print(record["words"])
     return with_graphs_rule(queue, rule)
+
+
+def _filled(folder: Path) -> bool:
+    """Whether a cache folder holds what an earlier invocation's warm-up left (a resumed
+    comparison warms only the folders it lacks: on another machine, all of them)."""
+    return folder.is_dir() and any(path.is_file() for path in folder.rglob("*"))
 
 
 def side_by_side(planned: list[QueuedRun]) -> list[QueuedRun]:
