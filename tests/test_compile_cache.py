@@ -60,6 +60,7 @@ def test_a_cold_run_gets_an_empty_folder_of_its_own_and_a_warm_one_keeps_its(tmp
         assert cold.is_dir() and not any(cold.iterdir())
         (cold / "compiler").mkdir()
     assert not cold.exists()  # removed: the next cold run starts empty too
+    assert "CNNCOMPARE_TEST_CACHE" not in os.environ  # the environment as it was
     with compile_cache.in_place(_Framework, config.replace(compile_cache="warm")) as warm:
         (warm / "entry").write_text("kept")
     assert warm == home() / "compile-cache" / "torch" and (warm / "entry").exists()

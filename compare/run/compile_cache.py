@@ -46,15 +46,22 @@ def warm_folder(config: RunConfig) -> Path | None:
 def in_place(module: CacheModule, config: RunConfig) -> Iterator[Path]:
     """The run's cache folder, its framework's compilers pointed at it through the process's
     environment (read at each compiler's first use: nothing has compiled yet in a framework
-    process, a fork server's child included) for the length of the block; a cold folder is
-    removed after."""
+    process, a fork server's child included) for the length of the block, the environment as
+    it was after; a cold folder is removed after."""
     warm = warm_folder(config)
     folder = warm or Path(tempfile.mkdtemp(prefix=f"cnncompare-{config.framework}-cold-cache-"))
     folder.mkdir(parents=True, exist_ok=True)
-    os.environ.update(module.compile_cache_environment(folder))
+    variables = module.compile_cache_environment(folder)
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     try:
         yield folder
-    finally:
+    finally:  # as it was: a process that runs more than this (a test's) points nowhere stale
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         if warm is None:
             shutil.rmtree(folder, ignore_errors=True)
 
