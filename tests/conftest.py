@@ -188,15 +188,33 @@ def _torch_cuda() -> bool:
     return torch is not None and torch.cuda.is_available()
 
 
-@pytest.fixture(scope="module")
-def forked_frameworks():
-    """Framework processes forked from fork servers (compare.process.warm) for the module's
-    tests, as compare and sweep start theirs: a module of many short framework calls (ports,
-    their refusals) pays each framework's import once instead of once a call. The plain
-    process each call falls back to is tested in tests/test_warm.py and by every other test."""
+@pytest.fixture(scope="session")
+def _fork_server_pool():
+    """The fork servers (compare.process.warm) of this test process, started at their first
+    use and ended with the session; lent to the modules that ask (forked_frameworks)."""
     from compare.process import warm
-    with warm.fork_servers() as pool:
-        yield pool
+    pool = warm.Pool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def forked_frameworks(_fork_server_pool):
+    """Framework processes forked from fork servers (compare.process.warm) for the module's
+    tests, as compare and sweep start theirs: the modules of many short framework calls
+    (ports, their refusals) pay each framework's import once per test process instead of
+    once a call, or once a module (10-20 s of a 2-core machine's quick tier). Between those
+    modules no pool is active: every other test starts its processes as it would alone. Each
+    child is a fresh process (tests/test_warm.py), its environment its server's (the first
+    caller's: an isolated home no port reads). The plain process each call falls back to is
+    tested in tests/test_warm.py and by every other test."""
+    from compare.process import warm
+    if os.environ.get(warm.DISABLE_ENV) == "0":
+        yield None
+        return
+    with pytest.MonkeyPatch.context() as lent:
+        lent.setattr(warm, "_active", _fork_server_pool)
+        yield _fork_server_pool
 
 
 @pytest.fixture(scope="module")

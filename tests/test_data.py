@@ -231,8 +231,9 @@ def test_synthetic_is_deterministic_and_balanced():
 
 
 def test_synthetic_is_learnable_by_a_tiny_numpy_model():
-    """Softmax regression on 8x8 downsampled pixels, plain gradient descent: far above chance."""
-    ds = datasets.synthetic(3000, 1000, seed=0)
+    """Softmax regression on 8x8 downsampled pixels, plain gradient descent: far above chance
+    (0.65-0.7 after 60 steps on 1500 images; random labels give chance)."""
+    ds = datasets.synthetic(1500, 500, seed=0)
 
     def features(x):
         small = x.reshape(len(x), 8, 4, 8, 4, 3).mean(axis=(2, 4)).reshape(len(x), -1) / 255.0
@@ -241,7 +242,7 @@ def test_synthetic_is_learnable_by_a_tiny_numpy_model():
     xtr, xte = features(ds.train_x), features(ds.test_x)
     weights = np.zeros((xtr.shape[1], 10))
     onehot = np.eye(10)[ds.train_y]
-    for _ in range(300):
+    for _ in range(60):
         logits = xtr @ weights
         p = np.exp(logits - logits.max(1, keepdims=True))
         p /= p.sum(1, keepdims=True)

@@ -6,8 +6,6 @@ every kind read back as that spec; what the reader does not read refused in one 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +15,11 @@ from conftest import patience
 
 from compare.cli.app import cli
 from compare.experiment import networks, parity, specs
+from compare.process import runner
 
 pytestmark = pytest.mark.usefixtures("forked_frameworks")
 
 S = specs
-ROOT = Path(__file__).parent.parent
 
 
 def _port(source: Path, out: Path):
@@ -119,9 +117,12 @@ def test_each_reader_kind_is_read_and_proven(tmp_path):
 
 
 @pytest.mark.machine_sensitive  # a proof in floating point: its figures depend on the kernels
+# Whole Applications (8-25 s each under pytest -n 2) in the heavy tier: what they are made of
+# is test_each_reader_kind_is_read_and_proven's model, ported and proven in the quick tier
 @pytest.mark.parametrize("application, kwargs, merges", [
-    ("MobileNetV3Small", {"alpha": 0.75}, {"multiply"}),  # its adds: residual blocks
-    pytest.param("MobileNetV2", {"alpha": 0.35}, set(), marks=pytest.mark.slow),  # 15-25 s
+    pytest.param("MobileNetV3Small", {"alpha": 0.75}, {"multiply"},  # its adds: residuals
+                 marks=pytest.mark.slow),
+    pytest.param("MobileNetV2", {"alpha": 0.35}, set(), marks=pytest.mark.slow),
 ])
 def test_a_keras_application_ports_with_its_proof(tmp_path, application, kwargs, merges):
     import keras
@@ -171,11 +172,11 @@ def test_the_keras_twin_of_a_spec_of_every_kind_reads_back_as_the_spec(tmp_path)
     spec = _every_kind_spec()
     assert {type(layer) for layer in _every_layer(spec.layers)} == set(S.KINDS)
     keras_model.build_model(spec).save(tmp_path / "twin.keras")
-    read = subprocess.run(
-        [sys.executable, "-m", "tf_impl.port", "read", str(tmp_path / "twin.keras"), "--dir",
-         str(tmp_path), "--name", spec.name], cwd=ROOT, capture_output=True, text=True,
-        timeout=patience(300), check=False)
-    assert read.returncode == 0, read.stdout + read.stderr
+    # TensorFlow's reader in a child of the module's fork server (the one the ports use)
+    read = runner.framework_call("tf", "tf_impl.port", [
+        "read", str(tmp_path / "twin.keras"), "--dir", str(tmp_path), "--name", spec.name],
+        timeout=patience(300))
+    assert read.returncode == 0, read.stdout
     assert networks.load_reference(str(tmp_path / "spec.py"), 10) == spec
 
 

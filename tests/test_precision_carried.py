@@ -17,6 +17,7 @@ from compare import files
 from compare.experiment import precision as rule
 from compare.experiment.config import RunConfig
 from compare.machine import precision
+from compare.process import runner, warm
 from compare.run import worker
 
 REPO = Path(__file__).resolve().parent.parent
@@ -101,22 +102,27 @@ def test_a_config_carries_its_resolution_until_what_it_was_resolved_from_changes
 
 # TensorFlow's pair of processes (14-16 s under pytest -n 2) in the heavy tier; PyTorch's in both
 @pytest.mark.parametrize("framework", [pytest.param("tf", marks=pytest.mark.slow), "torch"])
-def test_a_framework_process_uses_the_carried_precision_and_resolves_none(tmp_path, framework):
+def test_a_framework_process_uses_the_carried_precision_and_resolves_none(tmp_path, framework,
+                                                                          monkeypatch):
     """A config carrying mixed bfloat16 for `auto` on the CPU, which this machine would
     resolve to float32: the framework process, where resolving raises, trains in the carried
     precision and records it with its reason."""
     assert precision.resolve("auto", False, model="lenet").compute_type == "float32"
-    losses, environment = {}, _poisoned_environment(tmp_path)
+    losses = {}
+    monkeypatch.setenv("PYTHONPATH", _poisoned_environment(tmp_path)["PYTHONPATH"])
+    # both processes forked from one fork server, as a command starts its runs: the poison
+    # loaded at the server's start, the framework's import paid once
+    with warm.fork_servers() as pool:
+        for carried in (CARRIED, FLOAT32):
+            config = tiny_config(tmp_path / carried["compute_type"], framework=framework,
+                                 precision="auto", epochs=1)
+            config = config.replace(precision_resolved={"cpu": carried})
+            lines: list[str] = []
+            outcome = runner.run_framework(config, on_line=lines.append)
+            assert outcome.status == "completed", "\n".join(lines[-30:])
+        assert [server.forked for server in pool.servers.values()] == [2]
     for carried in (CARRIED, FLOAT32):
-        config = tiny_config(tmp_path / carried["compute_type"], framework=framework,
-                             precision="auto", epochs=1)
-        config = config.replace(precision_resolved={"cpu": carried})
-        path = tmp_path / f"{carried['compute_type']}.json"
-        path.write_text(config.to_json())
-        done = subprocess.run([sys.executable, "-m", f"{framework}_impl.train", str(path)],
-                              cwd=REPO, env=environment, capture_output=True,
-                              text=True, timeout=patience(300))
-        assert done.returncode == 0, done.stderr[-3000:]
+        config = tiny_config(tmp_path / carried["compute_type"])
         result = json.loads((Path(config.out) / "result.json").read_text())
         assert result["fairness"]["precision"] == carried  # recorded with its reason
         losses[carried["compute_type"]] = files.read_csv(files.RunDir(Path(config.out)).steps)[

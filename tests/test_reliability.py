@@ -25,7 +25,7 @@ from processes import (
 from compare import schema
 from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM
 from compare.experiment import networks, precision
-from compare.experiment.config import ComparisonConfig
+from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.process import comparison, lock, runner
 from compare.run import loop, shutdown
 from compare.run import recorder as recorder_module
@@ -210,6 +210,9 @@ def test_ctrl_c_during_compare_reports_what_finished(tmp_path):
     assert wait_until_gone(out) == []
 
 
+# A whole comparison (14-25 s under pytest -n 2): the heavy tier. What a killed framework
+# process leaves is the next test's, a comparison stopped with its report the one after's.
+@pytest.mark.slow
 def test_a_framework_killed_mid_comparison_leaves_the_other_and_the_report(tmp_path,
                                                                            monkeypatch):
     """The tf subprocess dies by SIGKILL; torch's run and the report survive, with the
@@ -229,14 +232,21 @@ def test_a_framework_killed_mid_comparison_leaves_the_other_and_the_report(tmp_p
     assert "killed by SIGKILL" in (tmp_path / "cmp" / "report.html").read_text()
 
 
-def test_a_trainer_killed_mid_run_is_recorded_failed_with_its_exit(tmp_path, monkeypatch):
-    """A trainer dies by SIGKILL after writing its first epoch (result still 'running'): its
-    parent marks the result failed with the signal and the log's last lines; the report's
-    caveat names it, and --resume continues it from its checkpoint as an unfinished run."""
+def _killed_mid_run(tmp_path, monkeypatch) -> tuple[runner.Outcome, RunConfig]:
+    """A PyTorch trainer, a process of its own, that dies by SIGKILL after writing its first
+    epoch (result still 'running'): its outcome, and its config."""
     monkeypatch.setitem(runner.MODULES, "torch", "dies_mid_run")
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
     config = tiny_config(tmp_path, epochs=2, framework="torch")
     outcome = runner.run_framework(config, on_line=lambda line: None)
+    monkeypatch.setitem(runner.MODULES, "torch", "torch_impl.train")
+    return outcome, config
+
+
+def test_a_trainer_killed_mid_run_is_recorded_failed_with_its_exit(tmp_path, monkeypatch):
+    """A trainer dies by SIGKILL after writing its first epoch: its parent marks the result
+    failed with the signal and the log's last lines, and the report's caveat names it."""
+    outcome, _ = _killed_mid_run(tmp_path, monkeypatch)
     assert outcome.code == -signal.SIGKILL and outcome.status == "failed"
     assert "killed by SIGKILL" in outcome.error
     result = schema.read_result(outcome.result_path)
@@ -246,7 +256,16 @@ def test_a_trainer_killed_mid_run_is_recorded_failed_with_its_exit(tmp_path, mon
     from compare import report
     summary = report.summarise(report.load_runs([outcome.result_path]), None, None)
     assert "PyTorch seed 0 failed (killed by SIGKILL)" in " ".join(summary["verdict"])
-    monkeypatch.setitem(runner.MODULES, "torch", "torch_impl.train")
+
+
+# a second trainer process (5-8 s under pytest -n 2) in the heavy tier: a run resumed from its
+# checkpoint is tests/test_resume.py's, a killed one's record the test above's
+@pytest.mark.slow
+def test_a_trainer_killed_mid_run_resumes_as_an_unfinished_run(tmp_path, monkeypatch):
+    """--resume continues a run whose trainer died by SIGKILL from its checkpoint, as an
+    unfinished run: its second epoch, in a second session."""
+    outcome, config = _killed_mid_run(tmp_path, monkeypatch)
+    assert outcome.status == "failed"
     resumed = runner.run_framework(config, on_line=lambda line: None, resume=True)
     assert resumed.status == "completed"
     result = schema.read_result(outcome.result_path)

@@ -56,14 +56,22 @@ def _child(tmp_path: Path, env: dict, *asked: str) -> dict:
 
 
 def test_a_non_gpu_tests_subprocess_sees_no_gpu_where_its_parent_would(tmp_path):
-    seen = _child(tmp_path, dict(os.environ), "frameworks")
-    assert seen == {"env": "", "torch": 0, "tensorflow": 0, "tool": 0, "auto": "fp32"}
+    seen = _child(tmp_path, dict(os.environ))
+    assert seen == {"env": "", "tool": 0, "auto": "fp32"}
     # the same child outside the mechanism, on this (faked) two-GPU host: the tool counts
     # both boards and would choose float16 for a GPU with tensor cores (the frameworks' own
-    # counts, which would look for a real driver, are the first child's question alone)
+    # counts, which would look for a real driver, are the next test's question alone)
     unhidden = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     seen = _child(tmp_path, unhidden)
     assert (seen["env"], seen["tool"], seen["auto"]) == (None, 2, "mixed")
+
+
+@pytest.mark.slow  # a process that imports both frameworks (7-14 s under pytest -n 2)
+def test_a_non_gpu_tests_subprocess_sees_no_cuda_device_in_either_framework(tmp_path):
+    """PyTorch and TensorFlow in a process a non-gpu test starts count no CUDA device (on a
+    GPU host, where they would count its GPUs), beside the tool's count of none."""
+    seen = _child(tmp_path, dict(os.environ), "frameworks")
+    assert seen == {"env": "", "torch": 0, "tensorflow": 0, "tool": 0, "auto": "fp32"}
 
 
 def test_gpu_tests_keep_the_gpus(request):

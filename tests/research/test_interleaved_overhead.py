@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_both_loops_train_every_epoch_in_one_process(tmp_path, first):
     out = tmp_path / "pairs.json"
     subprocess.run([sys.executable, "-m", "benchmarks.research.interleaved_overhead", "--worker",
-                    "torch", "lenet", "32", "3", "256", first, str(out)], cwd=REPO,
+                    "torch", "lenet", "32", "3", "128", first, str(out)], cwd=REPO,
                    check=True, timeout=patience(120), capture_output=True)
     found = json.loads(out.read_text())
     assert found["shared_first"] == (first == "shared")
