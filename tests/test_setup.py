@@ -212,7 +212,10 @@ def test_an_interrupted_build_leaves_the_earlier_environment_in_use(isolated_hom
     the interrupt reaches the set-up and not the tests."""
     assert CliRunner().invoke(cli, ["setup", "gpu"]).exit_code == 0
     before = _state(isolated_home)
-    code = ("import sys; from compare.setup import build, plan; "
+    # SIGINT as at a terminal: a process started in the background (CI's, a queue's) inherits
+    # it ignored, and Python then installs no handler of its own
+    code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from compare.setup import build, plan; "
             "plan.gpu_count = lambda: 1; plan.TENSORFLOW_PIN = '2.99.0'; "
             "build.venv_command = lambda root: [sys.executable, '-m', 'venv', '--without-pip', "
             "str(root)]; "
