@@ -7,14 +7,15 @@ from pathlib import Path
 
 def activated_bundle(tmp_path: Path, monkeypatch) -> Path:
     """A TensorFlow bundle's site folder with a fallback cuDNN unpacked, activated on the
-    machine's cuDNN as the rental activates it: its activate.sh puts the machine's cuDNN, or
-    with `fallback` its own, on LD_LIBRARY_PATH."""
+    machine's cuDNN: its activate.sh puts its own CUDA 12 cuDNN on LD_LIBRARY_PATH where it is
+    unpacked, unless given `machine`, as the bundle's does."""
     site = tmp_path / "tfgpu" / "site"
     (site / "nvidia" / "cudnn_cu12_fallback" / "lib").mkdir(parents=True)
     (site / "activate.sh").write_text(
         'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\n'
-        'libs=/machine/nvidia/cudnn/lib\n'
-        '[ "${1:-}" = fallback ] && libs="$here/nvidia/cudnn_cu12_fallback/lib"\n'
+        'libs=/machine/nvidia/cudnn/lib\n'  # the real one's rule: CUDA 12's where unpacked
+        'if [ "${1:-}" != machine ] && [ -d "$here/nvidia/cudnn_cu12_fallback/lib" ]; then '
+        'libs="$here/nvidia/cudnn_cu12_fallback/lib"; fi\n'
         'export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" '
         'LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n')
     monkeypatch.setenv("PYTHONPATH", str(site))

@@ -233,6 +233,16 @@ def test_a_stage_runs_its_later_commands_on_the_fallback_cudnn(tmp_path, monkeyp
         "machine": {"kernels_ms": 4.5, "convolution_ms": 1.5, "steady_step_time_ms": 9.0},
         "fallback": {"kernels_ms": 5.0, "convolution_ms": 2.0, "steady_step_time_ms": 9.0}}
     assert "/machine/" in os.environ["LD_LIBRARY_PATH"]  # the battery's own stays the machine's
+    # the queue activated the bundle on CUDA 12's cuDNN, as rental.sh does once its parts came:
+    # the first build still runs on the machine's
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"{site}/nvidia/cudnn_cu12_fallback/lib:/usr/lib")
+    for build in CUDNN_BUILDS:
+        (ctx.out / "cudnn" / build / "result.json").unlink()
+        (ctx.out / "cudnn" / build).rmdir()
+    done = running.run_stage(stage, "tf", {"limit_s": 60, "estimate_s": 1}, ctx)
+    assert [c["cudnn"] for c in done["commands"]] == [
+        "the machine's cuDNN (beside its PyTorch)", "the bundle's CUDA 12 cuDNN (fallback)"]
+    assert done["figures"]["machine"]["convolution_ms"] == 1.5
     (site / "nvidia" / "cudnn_cu12_fallback" / "lib").rmdir()
     for build in CUDNN_BUILDS:
         (ctx.out / "cudnn" / build / "result.json").unlink()

@@ -114,19 +114,20 @@ def cudnn_in_use(env: dict[str, str]) -> str:
     return "the machine's cuDNN (beside its PyTorch)"
 
 
-def fallback_environment(env: dict[str, str]) -> dict[str, str] | None:
-    """`env` with the bundle re-activated on its fallback cuDNN, or None when no bundle is
-    active or its fallback is not unpacked. What activation added is taken out first: the two
-    cuDNN folders must never both be on the library path."""
+def fallback_environment(env: dict[str, str], cudnn: str = "fallback") -> dict[str, str] | None:
+    """`env` with the bundle re-activated on its fallback cuDNN (CUDA 12), or with `cudnn`
+    "machine" on the machine's own (CUDA 13); None when no bundle is active, or the fallback
+    asked for is not unpacked. What activation added is taken out first: the two cuDNN folders
+    must never both be on the library path."""
     root = bundle_root(env)
-    if root is None or not (root / FALLBACK_CUDNN).is_dir():
+    if root is None or cudnn == "fallback" and not (root / FALLBACK_CUDNN).is_dir():
         return None
     kept = [p for p in env.get("LD_LIBRARY_PATH", "").split(":")
             if p and not p.startswith(str(root)) and not p.rstrip("/").endswith("nvidia/cudnn/lib")]
     base = {**env, "LD_LIBRARY_PATH": ":".join(kept), "PYTHONPATH": os.pathsep.join(
         p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != root)}
     done = subprocess.run(
-        ["bash", "-c", f'source "{root}/activate.sh" fallback >/dev/null && "{sys.executable}" '
+        ["bash", "-c", f'source "{root}/activate.sh" {cudnn} >/dev/null && "{sys.executable}" '
          '-c "import json, os; print(json.dumps(dict(os.environ)))"'],
         env=base, capture_output=True, text=True, timeout=120, check=False)
     return json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0 else None
@@ -202,6 +203,8 @@ def _run_stage(stage: Stage, framework: str, row: dict, ctx: Context) -> dict:
                 done["note"] = ("no fallback cuDNN unpacked (rental.sh part fNN): the "
                                 "fallback's commands did not run")
                 break
+        elif stage.fallback_from is not None:  # the machine's cuDNN, whatever the queue chose
+            env = fallback_environment(dict(os.environ), "machine")
         outcome = run_command(argv, log, max(1.0, left), stdout, env=env,
                               interrupt=stage.name in ("gpu-tests", "suite"))
         done["commands"].append({"argv": " ".join(shown(a) for a in argv), **outcome,
