@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 RESULT = "result.json"  # a run's result (compare.schema.Result)
+# A comparison's untimed runs (the compile caches' warm-up, the CUDA graphs trials): never
+# read as its runs by a report
+WARM_UP, GRAPHS_TRIAL = "warm-up", "cuda-graphs-trial"
 OWN_LOOP = "own-loop.json"  # a framework's own loop on a run's recipe (records.OwnLoopRecord)
 SUMMARY = "summary.json"  # one comparison's summary (compare.schema.Summary)
 COMBINED = "combined.json"  # several comparisons side by side
@@ -83,6 +86,8 @@ class ComparisonDir:
     defaults = property(lambda self: self.path / "defaults")
     tensorboard = property(lambda self: self.path / "tensorboard")
     earlier = property(lambda self: self.path / "earlier")  # fuller reports kept aside
+    warm_up = property(lambda self: self.path / WARM_UP)  # untimed: the caches' warm-up
+    graphs_trial = property(lambda self: self.path / "best" / GRAPHS_TRIAL)  # untimed trials
 
     def run(self, framework: str, seed: int) -> RunDir:
         return RunDir(self.runs / f"{framework}-seed{seed}")
@@ -124,11 +129,15 @@ class PortDir:
 
 
 def results_under(root: Path) -> list[Path]:
-    """Every result file at or below `root` (a result file itself, or a directory)."""
+    """Every result file at or below `root` (a result file itself, or a directory), less a
+    comparison's untimed runs below it (WARM_UP, GRAPHS_TRIAL)."""
     root = Path(root)
     if root.is_file():
         return [root] if root.name == RESULT else []
-    return sorted(root.rglob(RESULT)) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    return sorted(path for path in root.rglob(RESULT)
+                  if not {WARM_UP, GRAPHS_TRIAL} & set(path.relative_to(root).parts))
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:

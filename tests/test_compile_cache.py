@@ -93,6 +93,13 @@ def test_a_warm_comparison_warms_each_cache_folder_once_untimed(tmp_path):
     assert len(comparison.warm_ups(plan, directory)) == 2  # an empty folder holds nothing yet
     (filled / "xla" / "program.pb").write_bytes(b"compiled")
     assert [q.config.framework for q in comparison.warm_ups(plan, directory)] == ["torch"]
+    for untimed in (directory.warm_up / "matched-tf", directory.graphs_trial / "with-graphs"):
+        (untimed / "result.json").parent.mkdir(parents=True)
+        (untimed / "result.json").write_text("{}")
+    timed = directory.run("tf", 0).result
+    timed.parent.mkdir(parents=True)
+    timed.write_text("{}")
+    assert files.results_under(directory.path) == [timed]  # no report reads the untimed
     cold = comparison.planned_runs(config.replace(compile_cache="cold"), ComparisonConfig(),
                                    directory, False)
     assert {q.config.compile_cache_dir for q in cold} == {None}

@@ -228,7 +228,7 @@ def warm_ups(queue: list[QueuedRun], directory: files.ComparisonDir) -> list[Que
         if folder is None or folder in warmed or queued.own_loop \
                 or not compile_state.run_compiles(queued.config) or _filled(Path(folder)):
             continue
-        out = directory.path / "warm-up" / Path(folder).name
+        out = directory.warm_up / Path(folder).name
         warmed[folder] = QueuedRun(
             f"{queued.config.framework} warm-up ({Path(folder).name})",
             queued.config.replace(
@@ -258,7 +258,7 @@ def graphs_trials(queue: list[QueuedRun],
         return QueuedRun(f"torch best, CUDA graphs {'on' if graphs else 'off'} (untimed trial)",
                          best.config.replace(
                              epochs=GRAPHS_TRIAL_EPOCHS, cuda_graphs=graphs, profile_steps=0,
-                             out=str(directory.best / "cuda-graphs-trial" / name),
+                             out=str(directory.graphs_trial / name),
                              tensorboard_dir=None, own_loop_beside=None,
                              compile_cache_dir=(f"{folder}-graphs" if folder and graphs
                                                 else folder)))
