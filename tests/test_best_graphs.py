@@ -61,15 +61,18 @@ def test_the_trials_run_pytorchs_best_both_ways_and_the_rule_turns_graphs_on_the
             for t in (without, with_graphs)] == [(False, 2, folder), (True, 2, f"{folder}-graphs")]
     assert all(t.config.variant == "best" and t.config.framework == "torch"
                and t.config.out.startswith(str(directory.best)) for t in (without, with_graphs))
-    ruled = comparison.with_graphs_rule(queue, GraphsRule(24, WITHOUT, WARM_GRAPHS, "warm"))
+    ruled = comparison.with_graphs_rule(queue, GraphsRule(24, WITHOUT, WARM_GRAPHS, "warm").pays)
     changed = [(q.config.framework, q.config.variant, q.config.seed, q.config.compile_cache_dir)
                for q, r in zip(queue, ruled) if q.config != r.config]
     assert changed == [("torch", "best", 0, folder), ("torch", "best", 1, folder)]
     assert all(r.config.cuda_graphs and r.config.compile_cache_dir == f"{folder}-graphs"
                for q, r in zip(queue, ruled) if q.config != r.config)
     assert comparison.with_graphs_rule(queue, GraphsRule(24, WITHOUT, COLD_GRAPHS,
-                                                         "cold")) == queue
-    assert comparison.with_graphs_rule(queue, None) == queue
+                                                         "cold").pays) == queue
+    assert comparison._saved_graphs_rule(directory) is False  # no trial yet: graphs off
+    directory.best.mkdir(parents=True)
+    files.write_json(directory.best / comparison.GRAPHS_RULE, {"pays": True})
+    assert comparison._saved_graphs_rule(directory) is True  # a resume keeps the rule
     no_best = comparison.planned_runs(config, ComparisonConfig(own_loops=False), directory,
                                       False, device_kind="gpu")
     assert comparison.graphs_trials(no_best, directory) is None

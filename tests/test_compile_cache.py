@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import tiny_config
+from report_runs import fake_result
 
 from compare import files
 from compare.cli import cli
@@ -47,7 +48,7 @@ class _Framework:
     """A framework's module as compile_cache sees it: the variable its compilers read."""
 
     @staticmethod
-    def compile_cache_environment(directory: Path) -> dict[str, str]:
+    def compile_cache_environment(directory: Path, gpu: bool) -> dict[str, str]:
         return {"CNNCOMPARE_TEST_CACHE": str(directory / "compiler")}
 
 
@@ -92,10 +93,12 @@ def test_a_warm_comparison_warms_each_cache_folder_once_untimed(tmp_path):
     (filled / "xla").mkdir()
     assert len(comparison.warm_ups(plan, directory)) == 2  # an empty folder holds nothing yet
     (filled / "xla" / "program.pb").write_bytes(b"compiled")
+    assert len(comparison.warm_ups(plan, directory)) == 2  # its warm-up did not complete
+    warmed = directory.warm_up / "matched-tf" / "result.json"
+    files.write_json(warmed, fake_result("tf", 0, 1.0, 0.5))
     assert [q.config.framework for q in comparison.warm_ups(plan, directory)] == ["torch"]
-    for untimed in (directory.warm_up / "matched-tf", directory.graphs_trial / "with-graphs"):
-        (untimed / "result.json").parent.mkdir(parents=True)
-        (untimed / "result.json").write_text("{}")
+    trial = directory.graphs_trial / "with-graphs" / "result.json"
+    files.write_json(trial, fake_result("torch", 0, 1.0, 0.5))
     timed = directory.run("tf", 0).result
     timed.parent.mkdir(parents=True)
     timed.write_text("{}")

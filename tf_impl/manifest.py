@@ -113,18 +113,20 @@ def framework_default_compile(trainer) -> bool:
 XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory"  # TF_XLA_FLAGS (tensorflow/compiler/jit)
 
 
-def compile_cache_environment(directory: Path) -> dict[str, str]:
+def compile_cache_environment(directory: Path, gpu: bool) -> dict[str, str]:
     """Where TensorFlow keeps what it compiled across processes, all in `directory`: XLA's
     persistent cache of compiled programs (TF_XLA_FLAGS), XLA's autotuning results per fusion
-    on a GPU (XLA_FLAGS) and the CUDA driver's PTX cache. Both flag sets are read at XLA's
-    first compile (a flag XLA does not know aborts the process: each is TensorFlow 2.21's);
-    the user's other flags stay."""
+    where the run has a GPU (XLA_FLAGS) and the CUDA driver's PTX cache. Both flag sets are
+    read at XLA's first compile (a flag XLA does not know aborts the process: each is
+    TensorFlow 2.21's); the user's other flags stay."""
     def joined(name: str, flag: str) -> str:
         return " ".join(filter(None, (os.environ.get(name, ""), flag)))
-    return {"TF_XLA_FLAGS": joined("TF_XLA_FLAGS", f"{XLA_CACHE_FLAG}={directory / 'xla'}"),
-            "XLA_FLAGS": joined("XLA_FLAGS", "--xla_gpu_per_fusion_autotune_cache_dir="
-                                f"{directory / 'autotune'}"),
-            "CUDA_CACHE_PATH": str(directory / "cuda")}
+    found = {"TF_XLA_FLAGS": joined("TF_XLA_FLAGS", f"{XLA_CACHE_FLAG}={directory / 'xla'}"),
+             "CUDA_CACHE_PATH": str(directory / "cuda")}
+    if gpu:  # only a GPU autotunes; an older XLA may not know the flag (and would abort)
+        found["XLA_FLAGS"] = joined("XLA_FLAGS", "--xla_gpu_per_fusion_autotune_cache_dir="
+                                    f"{directory / 'autotune'}")
+    return found
 
 
 def _xla_cache_folder() -> Path | None:

@@ -90,10 +90,11 @@ def framework_default_compile(trainer) -> bool:
     return False
 
 
-def compile_cache_environment(directory: Path) -> dict[str, str]:
+def compile_cache_environment(directory: Path, gpu: bool) -> dict[str, str]:
     """Where PyTorch keeps what it compiled across processes, all in `directory`: inductor's
     caches (its FX graph cache and AOTAutograd's), Triton's kernels and autotuning, and the
-    CUDA driver's PTX cache; each read where it is first used."""
+    CUDA driver's PTX cache; each read where it is first used (the same on a CPU: `gpu` is
+    TensorFlow's concern)."""
     return {"TORCHINDUCTOR_CACHE_DIR": str(directory / "inductor"),
             "TRITON_CACHE_DIR": str(directory / "triton"),
             "CUDA_CACHE_PATH": str(directory / "cuda")}

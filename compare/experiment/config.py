@@ -231,7 +231,7 @@ class RunConfig:
         "--compile-cache", "Compiled runs start from empty compile caches of their own (cold) or "
         "from caches an untimed run of the same configuration filled (warm: compare runs it "
         "first; run reuses cnncompare's cache folder). What each compiler found is in "
-        "result.json's compilation.", choice(COMPILE_CACHES), vary=True))
+        "result.json's compilation.", choice(COMPILE_CACHES)))  # no sweep: no warm-up there
     compile_cache_dir: str | None = None  # warm: the folder compare's untimed run filled
     cudnn_benchmark: bool = True  # cuDNN autotuning (torch; TF autotunes always)
     deterministic: bool = False  # framework determinism flags

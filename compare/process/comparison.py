@@ -101,10 +101,11 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
 
     importing.join()  # no import competes with a timed run for the CPU
     if config.compile_cache == "warm":  # untimed: fills what the timed runs read
-        run_queue(warm_ups(queue, directory), "compare: compile caches warm-up (untimed)",
-                  config.quiet, console)
-    if comparison.best and device_kind == "gpu" and not resume:
-        queue = _graphs_decided(queue, directory, config, console)
+        _warm(warm_ups(queue, directory), "compare: compile caches warm-up (untimed)", config,
+              console)
+    if comparison.best and device_kind == "gpu":  # a resume keeps the rule it had
+        queue = (with_graphs_rule(queue, _saved_graphs_rule(directory)) if resume
+                 else _graphs_decided(queue, directory, config, console))
     done = run_queue(queue, "compare", config.quiet, console)
     reported = time.time()
     for path in write_reports(directory, done.outcomes, earlier, waiting, parity, command, order):
@@ -226,7 +227,8 @@ def warm_ups(queue: list[QueuedRun], directory: files.ComparisonDir) -> list[Que
     for queued in queue:
         folder = queued.config.compile_cache_dir
         if folder is None or folder in warmed or queued.own_loop \
-                or not compile_state.run_compiles(queued.config) or _filled(Path(folder)):
+                or not compile_state.run_compiles(queued.config) \
+                or _filled(Path(folder), directory.warm_up / Path(folder).name):
             continue
         out = directory.warm_up / Path(folder).name
         warmed[folder] = QueuedRun(
@@ -239,6 +241,7 @@ def warm_ups(queue: list[QueuedRun], directory: files.ComparisonDir) -> list[Que
 
 
 GRAPHS_TRIAL_EPOCHS = 2  # a trial of each mode: its first epoch and a steady one
+GRAPHS_RULE = "cuda-graphs.json"  # in DIR/best: the trials' rule, which a resume keeps
 
 
 def graphs_trials(queue: list[QueuedRun],
@@ -280,10 +283,10 @@ def graphs_rule(epochs: int, cache_state: str, without: dict | None,
     return GraphsRule(epochs, off, on, cache_state) if off and on else None
 
 
-def with_graphs_rule(queue: list[QueuedRun], rule: GraphsRule | None) -> list[QueuedRun]:
+def with_graphs_rule(queue: list[QueuedRun], pays: bool) -> list[QueuedRun]:
     """The queue with PyTorch's best runs replaying CUDA graphs where the rule says they pay
     (from their own cache folder when warm), as the trials ran them."""
-    if rule is None or not rule.pays:
+    if not pays:
         return queue
     return [dataclasses.replace(q, config=q.config.replace(
         cuda_graphs=True, compile_cache_dir=(f"{q.config.compile_cache_dir}-graphs"
@@ -300,10 +303,12 @@ def _graphs_decided(queue: list[QueuedRun], directory: files.ComparisonDir, conf
     if trials is None:
         return queue
     if config.compile_cache == "warm":
-        run_queue(warm_ups([trials[1]], directory), "compare: CUDA graphs warm-up (untimed)",
-                  config.quiet, console)
+        _warm(warm_ups([trials[1]], directory), "compare: CUDA graphs warm-up (untimed)", config,
+              console)
     done = run_queue(list(trials), "compare: CUDA graphs trial (untimed)", config.quiet,
                      console)
+    if shutdown.parent_stop() is not None:  # stopped: decide on the resume, not now
+        return queue
     summaries = [schema.read_result(o.result_path)["summary"].to_dict()
                  if o is not None and o.result_path.exists() else None
                  for _, o in done.outcomes]
@@ -311,15 +316,34 @@ def _graphs_decided(queue: list[QueuedRun], directory: files.ComparisonDir, conf
     rule = graphs_rule(epochs, config.compile_cache, *summaries)
     record = rule.to_dict() if rule else {"pays": False, "words": "CUDA graphs off in "
                                           "PyTorch's best runs: a trial gave no steady epoch"}
-    files.write_json(Path(directory.best) / "cuda-graphs.json", record)
+    files.write_json(Path(directory.best) / GRAPHS_RULE, record)
     console.print(record["words"])
-    return with_graphs_rule(queue, rule)
+    return with_graphs_rule(queue, rule is not None and rule.pays)
 
 
-def _filled(folder: Path) -> bool:
-    """Whether a cache folder holds what an earlier invocation's warm-up left (a resumed
-    comparison warms only the folders it lacks: on another machine, all of them)."""
-    return folder.is_dir() and any(path.is_file() for path in folder.rglob("*"))
+def _saved_graphs_rule(directory: files.ComparisonDir) -> bool:
+    """What the comparison's trials decided, for its resume (graphs off where none did)."""
+    path = Path(directory.best) / GRAPHS_RULE
+    return path.exists() and bool(files.read_json(path).get("pays"))
+
+
+def _filled(folder: Path, warm_up: Path) -> bool:
+    """Whether a cache folder holds what an earlier invocation's warm-up left, that warm-up
+    completed (a resumed comparison warms only the folders it lacks: on another machine, all
+    of them)."""
+    result = files.RunDir(warm_up).result
+    return (folder.is_dir() and any(path.is_file() for path in folder.rglob("*"))
+            and result.exists() and schema.read_result(result)["summary"].status == "completed")
+
+
+def _warm(queue: list[QueuedRun], title: str, config: RunConfig, console: Console) -> None:
+    """Run untimed warm-ups; one that did not complete is said (its runs then find what the
+    folder holds, recorded in each run's compilation.cache)."""
+    for queued, outcome in run_queue(queue, title, config.quiet, console).outcomes:
+        if outcome is None or outcome.status != "completed":
+            console.print(f"warning: {queued.label} did not complete "
+                          f"({_why_no_result(outcome)}): the runs it was to warm start from "
+                          "what its cache folder holds")
 
 
 def side_by_side(planned: list[QueuedRun]) -> list[QueuedRun]:

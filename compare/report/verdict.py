@@ -327,8 +327,8 @@ def fairness_caveats(summary: schema.Summary) -> list[str]:
         caveats.append("one framework trained under its distribution wrapper and the other "
                        "without (" + _wrapper_phrase(summary) + "): the wrapper's cost falls "
                        "on one side only")
-    caches = {fw: (f or {}).get("compile_cache") for fw, f in fairness.items() if f}
-    if compile_caches(summary) and len(set(caches.values())) > 1:
+    caches = compile_caches(summary)
+    if len(caches) == 2 and len(set(caches.values())) > 1:
         caveats.append("the compilers' caches started in different states (" + ", ".join(
             f"{FRAMEWORK_NAMES[fw]} {state or 'unrecorded'}" for fw, state in caches.items())
             + "): their start-up is not like for like")

@@ -26,7 +26,8 @@ SCHEMA_VERSION = 1
 # precision_resolved: each command resolves --precision on its machine again (a resume too);
 # own_loop_beside: a resumed run's own loop trains in a process of its own;
 # turns: a resumed run works alone
-NOT_COMPARED = ("out", "quiet", "debug", "precision_resolved", "own_loop_beside", "turns")
+NOT_COMPARED = ("out", "quiet", "debug", "precision_resolved", "own_loop_beside", "turns",
+                "compile_cache_dir")  # a location: a moved comparison resumes
 
 
 def save(out: Path, trainer: Trainer, config: RunConfig, epochs_done: int,

@@ -29,7 +29,7 @@ from compare.experiment.datasets.cache import COMPILE_CACHES, home
 class CacheModule(Protocol):
     """What a framework's module says of its compile caches."""
 
-    def compile_cache_environment(self, directory: Path) -> dict[str, str]: ...
+    def compile_cache_environment(self, directory: Path, gpu: bool) -> dict[str, str]: ...
 
 
 def warm_folder(config: RunConfig) -> Path | None:
@@ -43,15 +43,15 @@ def warm_folder(config: RunConfig) -> Path | None:
 
 
 @contextmanager
-def in_place(module: CacheModule, config: RunConfig) -> Iterator[Path]:
+def in_place(module: CacheModule, config: RunConfig, gpu: bool = False) -> Iterator[Path]:
     """The run's cache folder, its framework's compilers pointed at it through the process's
     environment (read at each compiler's first use: nothing has compiled yet in a framework
     process, a fork server's child included) for the length of the block, the environment as
-    it was after; a cold folder is removed after."""
+    it was after; a cold folder is removed after. `gpu`: the run has one (its autotuning)."""
     warm = warm_folder(config)
     folder = warm or Path(tempfile.mkdtemp(prefix=f"cnncompare-{config.framework}-cold-cache-"))
     folder.mkdir(parents=True, exist_ok=True)
-    variables = module.compile_cache_environment(folder)
+    variables = module.compile_cache_environment(folder, gpu)
     before = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
     try:

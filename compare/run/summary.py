@@ -54,8 +54,10 @@ def summarise_run(config: RunConfig, epochs: list[Epoch], windows: list[dict[str
         window_target_s=summary.steady_step_time_ms.window_target_s)
     median_ms, first_steps = summary.steady_step_time_ms.median, epochs[0].get("steps")
     if len(epochs) > 1 and median_ms and first_steps:
-        summary.startup_overhead_s = max(0.0, summary.warmup_time_s
-                                         - first_steps * median_ms / 1000.0)
+        overhead = summary.warmup_time_s - first_steps * median_ms / 1000.0
+        # none to give where the first epoch took no longer than its steps (a positive figure,
+        # aggregated on the log scale)
+        summary.startup_overhead_s = overhead if overhead > 0 else None
     summary.processes = per_process(steady)
     peaks = [e.get("peak_device_memory_bytes") for e in steady]
     measured = [p for p in peaks if p is not None]

@@ -23,7 +23,7 @@ from compare.experiment import datasets
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.experiment.datasets import Dataset
 from compare.experiment.frameworks import impl_module
-from compare.machine import allocator
+from compare.machine import allocator, devices
 from compare.run import compile_cache, progress, shutdown, wall_time
 from compare.run.interface import DeviceChoice
 
@@ -134,7 +134,8 @@ def _run(impl: ModuleType, config: RunConfig, args: argparse.Namespace) -> int:
     # The framework's compilers read and fill the caches in the state the run asks for
     # (compare.run.compile_cache): before any op, so before anything has compiled
     manifest = importlib.import_module(impl_module(impl.FRAMEWORK, "manifest"))
-    with compile_cache.in_place(manifest, config):
+    gpu = config.device != "cpu" and devices.nvidia_gpus() > 0  # NVML: CUDA not started yet
+    with compile_cache.in_place(manifest, config, gpu):
         if args.own_loop:
             from compare.run import own_loop
             return own_loop.run(impl, config, dataset)
