@@ -12,6 +12,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _stand_in_battery(fake_bin: Path, calls: Path, variable: str) -> None:
+    """A `python3` first on PATH that, as each stage's battery, appends its stage and the
+    value of `variable` ("none" where unset) to `calls`."""
+    fake_bin.mkdir()
+    (fake_bin / "python3").write_text(
+        "#!/bin/bash\nwhile [ \"$1\" != --stage ]; do shift; done\n"
+        f"echo \"$2 ${{{variable}:-none}}\" >> {calls}\n")
+    (fake_bin / "python3").chmod(0o755)
+
+
 def test_every_poll_brings_back_the_results_on_disk_without_data_or_checkpoints(tmp_path):
     """A comparison cut at the rental's deadline before the battery packed it left its runs'
     results on the device only (an H100 rental lost its 7 finished runs so): each call's
@@ -183,11 +193,7 @@ def test_a_queue_in_a_given_order_brings_tensorflow_in_before_a_comparison_of_bo
     (rental / "tf-unpacked").touch()
     (rental / "deadline").write_text(str(int(time.time()) + 600))
     calls = tmp_path / "calls.txt"
-    fake_bin.mkdir()
-    (fake_bin / "python3").write_text(  # each stage's battery: its stage and the bundle
-        "#!/bin/bash\nwhile [ \"$1\" != --stage ]; do shift; done\n"
-        f"echo \"$2 ${{TF_BUNDLE:-none}}\" >> {calls}\n")
-    (fake_bin / "python3").chmod(0o755)
+    _stand_in_battery(fake_bin, calls, "TF_BUNDLE")
     env = {**os.environ, "RENTAL_DIR": str(rental), "PATH": f"{fake_bin}:{os.environ['PATH']}",
            "RENTAL_ORDER": "torch:cuda-graphs: both:resnet9-own-best:",
            "RENTAL_FILL": "torch:kernels:"}
@@ -220,11 +226,7 @@ def test_every_stage_of_the_queue_is_given_the_commit_start_was_told(tmp_path):
     (rental / "deadline").write_text(str(int(time.time()) + 600))
     (rental / "commit").write_text("abc1234\n")  # what `start` keeps
     calls = tmp_path / "calls.txt"
-    fake_bin.mkdir()
-    (fake_bin / "python3").write_text(  # each stage's battery: its stage and the commit
-        "#!/bin/bash\nwhile [ \"$1\" != --stage ]; do shift; done\n"
-        f"echo \"$2 ${{BATTERY_COMMIT:-none}}\" >> {calls}\n")
-    (fake_bin / "python3").chmod(0o755)
+    _stand_in_battery(fake_bin, calls, "BATTERY_COMMIT")
     env = {k: v for k, v in os.environ.items() if k != "BATTERY_COMMIT"}
     env.update(RENTAL_DIR=str(rental), PATH=f"{fake_bin}:{os.environ['PATH']}",
                RENTAL_ORDER="torch:gpu-tests:")
@@ -254,11 +256,7 @@ def test_tensorflow_is_activated_once_its_cuda12_cudnn_is_unpacked_where_its_par
         (rental / name).touch()
     (rental / "deadline").write_text(str(int(time.time()) + 600))
     calls = tmp_path / "calls.txt"
-    fake_bin.mkdir()
-    (fake_bin / "python3").write_text(
-        "#!/bin/bash\nwhile [ \"$1\" != --stage ]; do shift; done\n"
-        f"echo \"$2 ${{TF_BUNDLE:-none}}\" >> {calls}\n")
-    (fake_bin / "python3").chmod(0o755)
+    _stand_in_battery(fake_bin, calls, "TF_BUNDLE")
     env = {**os.environ, "RENTAL_DIR": str(rental), "PATH": f"{fake_bin}:{os.environ['PATH']}",
            "RENTAL_ORDER": "tf:batchnorm:"}
     queue = subprocess.Popen(["bash", str(REPO / "benchmarks/battery/rental.sh"), "queue"],
