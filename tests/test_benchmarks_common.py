@@ -3,13 +3,10 @@ figures read back and its folder pruned to them."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from benchmarks.common import comparison_figures, prune, run_and_say

@@ -105,7 +105,8 @@ def test_lines_fit_in_100_columns_and_blank_runs_stay_short():
     offenders = []
     for path in [*REPO.glob("compare/**/*.py"), *REPO.glob("tf_impl/*.py"),
                  *REPO.glob("torch_impl/*.py"), *REPO.glob("tests/*.py"),
-                 *REPO.glob("benchmarks/*.py")]:
+                 *REPO.glob("benchmarks/*.py"), *REPO.glob("benchmarks/research/*.py"),
+                 *REPO.glob("tests/research/*.py")]:
         blank_run = 0
         for number, line in enumerate(path.read_text().splitlines(), 1):
             blank_run = blank_run + 1 if not line.strip() else 0

@@ -128,7 +128,8 @@ def markdown(document: dict) -> str:
 
 def main() -> int:
     args = arguments()
-    document: dict = {"command": "python -m benchmarks.research.allocator_ab " + " ".join(sys.argv[1:]),
+    document: dict = {"command": ("python -m benchmarks.research.allocator_ab "
+                                  + " ".join(sys.argv[1:])),
                       "cpu": common.machine_label(), "date": time.strftime("%Y-%m-%d"),
                       "framework": args.framework, "batches": []}
     for spec in args.batch or ["32:10000"]:

@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-if not __package__:  # run by path (python benchmarks/research/epoch_start.py): the checkout on sys.path
+if not __package__:  # run by path (python benchmarks/research/epoch_start.py): the checkout
+    # on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common import machine_label
@@ -78,7 +79,8 @@ def main() -> None:
         "first_batch_ms_median": 1e3 * statistics.median(first),
         "first_batch_ms_range": [1e3 * min(first), 1e3 * max(first)], "epochs": len(first)}
         for flowing, first in found.items()}
-    record = {"machine": machine_label(), "command": "python -m benchmarks.research.epoch_start " + " ".join(
+    record = {"machine": machine_label(),
+              "command": "python -m benchmarks.research.epoch_start " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
         "workers": args.workers, "batch_size": args.batch_size, "pause_s": args.pause,
         "iterator": rows}

@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-if not __package__:  # run by path (python benchmarks/research/first_epoch.py): the checkout on sys.path
+if not __package__:  # run by path (python benchmarks/research/first_epoch.py): the checkout
+    # on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common import machine_label

@@ -22,7 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-if not __package__:  # run by path (python benchmarks/research/gc_pauses.py): the checkout on sys.path
+if not __package__:  # run by path (python benchmarks/research/gc_pauses.py): the checkout
+    # on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common import REPO, machine_label

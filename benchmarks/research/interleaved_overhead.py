@@ -139,9 +139,9 @@ def measure(framework: str, config: str, process: int, args: argparse.Namespace)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "pairs.json"
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "benchmarks.research.interleaved_overhead", "--worker",
-                        framework, model, batch, str(args.epochs), str(args.synthetic_size),
-                        "shared" if process % 2 else "own", str(out)],
+        subprocess.run([sys.executable, "-m", "benchmarks.research.interleaved_overhead",
+                        "--worker", framework, model, batch, str(args.epochs),
+                        str(args.synthetic_size), "shared" if process % 2 else "own", str(out)],
                        check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
         found = json.loads(out.read_text())
     found["seconds"] = time.perf_counter() - started
@@ -177,9 +177,10 @@ def main() -> int:
     result = {"machine": common.machine_label(), "measured_at": time.strftime("%Y-%m-%d"),
               "epochs": args.epochs, "images": args.synthetic_size,
               "processes": args.processes, "rows": rows,
-              "command": "python -m benchmarks.research.interleaved_overhead " + " ".join(sys.argv[1:])}
+              "command": ("python -m benchmarks.research.interleaved_overhead "
+                          + " ".join(sys.argv[1:]))}
     (args.out / "interleaved.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"# The shared loop against each framework's own, interleaved epoch by epoch",
+    lines = ["# The shared loop against each framework's own, interleaved epoch by epoch",
              "", f"{result['machine']}, {result['measured_at']}: LeNet, synthetic "
              f"{args.synthetic_size:,} images, float32, {args.processes} processes of "
              f"{args.epochs} epochs per loop; shared / own median window step, geometric "

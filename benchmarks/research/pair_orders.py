@@ -15,8 +15,8 @@ Records without `own_first` kept one order a seed: the shared loop's window firs
 seeds, the own loop's on odd ones, so there the difference is between the seeds of each
 order (the mean of their medians).
 
-    python -m benchmarks.research.pair_orders --out FILE.md FOLDER... (comparison folders, or folders
-        holding them)
+    python -m benchmarks.research.pair_orders --out FILE.md FOLDER... (comparison folders, or
+        folders holding them)
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ def markdown(rows: list[dict], command: str) -> str:
 def main() -> None:
     def tabulate(folders: list[Path]) -> list[dict]:
         return orders(records(folders))
-    tabulate_folders(__doc__.split("\n\n")[0], "benchmarks.research.pair_orders", tabulate, markdown)
+    tabulate_folders(__doc__.split("\n\n")[0], "benchmarks.research.pair_orders", tabulate,
+                     markdown)
 
 
 if __name__ == "__main__":

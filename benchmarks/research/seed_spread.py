@@ -18,8 +18,8 @@ their pairs of windows predicts. From the own loops that comparisons trained bes
 Where the seeds spread no more than the pairs predict, a seed's ratio is as precise as its
 pairs make it, and only more seconds of paired training a seed narrow the interval.
 
-    python -m benchmarks.research.seed_spread --out FILE.md FOLDER... (comparison folders, or folders
-        holding them)
+    python -m benchmarks.research.seed_spread --out FILE.md FOLDER... (comparison folders, or
+        folders holding them)
 """
 
 from __future__ import annotations
@@ -136,7 +136,8 @@ def markdown(table: list[dict], command: str) -> str:
 def main() -> None:
     def tabulate(folders: list[Path]) -> list[dict]:
         return rows(comparisons(folders))
-    tabulate_folders(__doc__.split("\n\n")[0], "benchmarks.research.seed_spread", tabulate, markdown)
+    tabulate_folders(__doc__.split("\n\n")[0], "benchmarks.research.seed_spread", tabulate,
+                     markdown)
 
 
 if __name__ == "__main__":

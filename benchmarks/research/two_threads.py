@@ -147,8 +147,8 @@ def main() -> None:
         for framework in ("torch", "tf"):
             for form in (FORMS if index % 2 == 0 else FORMS[::-1]):
                 done = subprocess.run(
-                    [sys.executable, "-m", "benchmarks.research.two_threads", "--one", framework, form,
-                     "--batch", str(args.batch), "--calls", str(args.calls)],
+                    [sys.executable, "-m", "benchmarks.research.two_threads", "--one", framework,
+                     form, "--batch", str(args.batch), "--calls", str(args.calls)],
                     cwd=REPO, capture_output=True, text=True, check=True)
                 ms = json.loads(done.stdout.strip().splitlines()[-1])
                 rows.append({"framework": framework, "form": form, "ms_per_step": ms})

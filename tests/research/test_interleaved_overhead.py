@@ -1,5 +1,5 @@
-"""benchmarks/research/interleaved_overhead.py's worker: both loops of one run in one process, an epoch
-each in turn, each epoch's median window step kept for each loop."""
+"""benchmarks/research/interleaved_overhead.py's worker: both loops of one run in one process,
+an epoch each in turn, each epoch's median window step kept for each loop."""
 
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import sys
 from pathlib import Path
