@@ -13,6 +13,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only
+    from compare.records import OwnLoopRecord
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -138,6 +142,19 @@ def prune(folder: Path) -> None:
             path.unlink()
         elif path.is_dir() and not any(path.iterdir()):
             path.rmdir()
+
+
+def own_loop_records(folders: list[Path]) -> list[tuple[Path, OwnLoopRecord]]:
+    """Every own loop trained beside its run under `folders` (one with pairs of windows), read
+    as its typed record: (its comparison's folder, the record)."""
+    from compare import schema
+    found = []
+    for folder in folders:
+        for path in sorted(folder.glob("**/own-loops/*/own-loop.json")):
+            record = schema.read_own_loop(path)
+            if record.window_pairs:
+                found.append((path.parent.parent.parent, record))
+    return found
 
 
 def machine_label() -> str:

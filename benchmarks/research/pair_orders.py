@@ -6,7 +6,7 @@ how far each pair's ratio spreads (log standard deviation, median over the seeds
 window's length (the own loop's median step time by its steps a window, median over the
 seeds). Half the difference is what the window that comes first pays for coming back to the
 processor after something else ran (in log, and in milliseconds of that window): after the
-other framework's turn where a turn holds one pair (compare.run.turns, at the default
+other framework's turn where a turn holds one pair (compare.run.schedule, at the default
 windows), else after the other framework's turn in a turn's first pair and after the other
 loop's window in its later pairs (with `--timing-window-s 0.125`, four pairs a turn), so the
 cost is then a mix of the two.
@@ -21,7 +21,6 @@ order (the mean of their medians).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -31,36 +30,26 @@ from pathlib import Path
 if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.common import machine_label, tabulate_folders  # noqa: E402
+from benchmarks.common import machine_label, own_loop_records, tabulate_folders  # noqa: E402
+from compare.records import OwnLoopRecord  # noqa: E402
 
 
-def records(folders: list[Path]) -> list[tuple[int, dict]]:
-    """(batch, own-loop record) of every own loop trained beside its run under `folders`."""
-    found = []
-    for folder in folders:
-        for path in sorted(folder.glob("**/own-loops/*/own-loop.json")):
-            record = json.loads(path.read_text())
-            if record.get("window_pairs"):
-                found.append((record["config"]["batch_size"], record))
-    return found
-
-
-def orders(batch_records: list[tuple[int, dict]]) -> list[dict]:
+def orders(records: list[OwnLoopRecord]) -> list[dict]:
     """A row per batch and framework: seeds, pairs a seed, the order's difference and the
     pairs' spread."""
-    groups: dict[tuple[int, str], list[dict]] = defaultdict(list)
-    for batch, record in batch_records:
-        groups[(batch, record["framework"])].append(record)
+    groups: dict[tuple[int, str], list[OwnLoopRecord]] = defaultdict(list)
+    for record in records:
+        groups[(record.config["batch_size"], record.framework)].append(record)
     rows = []
     for (batch, framework), chosen in sorted(groups.items(), reverse=True):
         by_seed, shared_first, own_first, spread = [], [], [], []
-        windows_s = [steps["median"] * steps["steps_per_window"] / 1000 for record in chosen
-                     if (steps := record.get("steady_step_time_ms") or {}).get("median")
-                     and steps.get("steps_per_window")]
+        windows_s = [steps.median * steps.steps_per_window / 1000 for record in chosen
+                     if (steps := record.steady_step_time_ms) is not None
+                     and steps.median and steps.steps_per_window]
         for record in chosen:
-            logs = [math.log(shared / own) for shared, own in record["window_pairs"]]
+            logs = [math.log(shared / own) for shared, own in record.window_pairs]
             spread.append(statistics.pstdev(logs))
-            flags = record.get("own_first") or [record["seed"] % 2 == 1] * len(logs)
+            flags = record.own_first or [record.seed % 2 == 1] * len(logs)
             first = [x for x, flag in zip(logs, flags) if not flag]
             second = [x for x, flag in zip(logs, flags) if flag]
             if first and second:
@@ -73,7 +62,7 @@ def orders(batch_records: list[tuple[int, dict]]) -> list[dict]:
                       statistics.mean(shared_first) - statistics.mean(own_first)
                       if shared_first and own_first else None)
         rows.append({"batch": batch, "framework": framework, "seeds": len(chosen),
-                     "pairs": sorted({len(r["window_pairs"]) for r in chosen}),
+                     "pairs": sorted({len(r.window_pairs) for r in chosen}),
                      "within_seeds": bool(by_seed), "difference": difference,
                      "pair_spread": statistics.median(spread),
                      "window_s": statistics.median(windows_s) if windows_s else None})
@@ -103,7 +92,7 @@ def markdown(rows: list[dict], command: str) -> str:
 
 def main() -> None:
     def tabulate(folders: list[Path]) -> list[dict]:
-        return orders(records(folders))
+        return orders([record for _, record in own_loop_records(folders)])
     tabulate_folders(__doc__.split("\n\n")[0], "benchmarks.research.pair_orders", tabulate,
                      markdown)
 

@@ -24,7 +24,6 @@ pairs make it, and only more seconds of paired training a seed narrow the interv
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections import defaultdict
@@ -36,7 +35,8 @@ from scipy import stats as scipy_stats
 if not __package__:  # run by path: the checkout on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.common import machine_label, tabulate_folders
+from benchmarks.common import machine_label, own_loop_records, tabulate_folders
+from compare.records import OwnLoopRecord
 from compare.report import stats
 from compare.report.own_loops import pairs_ratio
 
@@ -45,22 +45,20 @@ DRAWS = 1000  # bootstrap draws of each seed's pairs
 SEEDS = 3  # the seeds the chance is computed for (its closed form holds for 3)
 
 
-def comparisons(folders: list[Path]) -> dict[tuple[Path, str], list[dict]]:
+def comparisons(folders: list[Path]) -> dict[tuple[Path, str], list[OwnLoopRecord]]:
     """(comparison folder, framework): its completed own-loop records with pairs, by seed."""
-    found: dict[tuple[Path, str], list[dict]] = defaultdict(list)
-    for folder in folders:
-        for path in sorted(folder.glob("**/own-loops/*/own-loop.json")):
-            record = json.loads(path.read_text())
-            if record.get("status") == "completed" and record.get("window_pairs"):
-                found[(path.parent.parent.parent, record["framework"])].append(record)
+    found: dict[tuple[Path, str], list[OwnLoopRecord]] = defaultdict(list)
+    for comparison, record in own_loop_records(folders):
+        if record.status == "completed":
+            found[(comparison, record.framework)].append(record)
     return dict(found)
 
 
-def seed_noise(record: dict, rng: np.random.Generator, draws: int = DRAWS) -> float:
+def seed_noise(record: OwnLoopRecord, rng: np.random.Generator, draws: int = DRAWS) -> float:
     """The standard deviation (log) of the seed's ratio over its pairs drawn again, each
     order's among themselves so that every draw keeps the seed's balance of orders."""
-    pairs = record["window_pairs"]
-    flags = record.get("own_first") or [False] * len(pairs)
+    pairs = record.window_pairs
+    flags = record.own_first or [False] * len(pairs)
     groups = [[i for i, flag in enumerate(flags) if flag == order] for order in (False, True)]
     logs = []
     for _ in range(draws):
@@ -92,15 +90,15 @@ def noise_for(chance: float) -> float:
 def rows(found: dict[tuple[Path, str], list[dict]], seed: int = 0) -> list[dict]:
     """A row per batch and framework over the comparisons with 3 seeds or more."""
     rng = np.random.default_rng(seed)
-    groups: dict[tuple[int, str], list[list[dict]]] = defaultdict(list)
+    groups: dict[tuple[int, str], list[list[OwnLoopRecord]]] = defaultdict(list)
     for (_, framework), records in sorted(found.items(), key=lambda item: str(item[0])):
         if len(records) >= SEEDS:
-            groups[(records[0]["config"]["batch_size"], framework)].append(records)
+            groups[(records[0].config["batch_size"], framework)].append(records)
     table = []
     for (batch, framework), chosen in sorted(groups.items(), reverse=True):
         spreads, noises, within = [], [], 0
         for records in chosen:
-            ratios = {r["seed"]: pairs_ratio(r["window_pairs"], r.get("own_first"))
+            ratios = {r.seed: pairs_ratio(r.window_pairs, r.own_first or None)
                       for r in records}
             spreads.append(float(np.std(np.log(list(ratios.values())), ddof=1)))
             noises += [seed_noise(r, rng) for r in records]

@@ -3,6 +3,7 @@ from the comparisons it sums up."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -12,24 +13,33 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from compare.records import OwnLoopRecord, StepTimes
+from compare.schema import OWN_LOOP_VERSION
+
+
+def _record(framework: str, seed: int, batch: int, pairs: list, own_first: list | None = None,
+            steps: StepTimes | None = None) -> OwnLoopRecord:
+    """A completed own loop trained beside its run, with its pairs of windows."""
+    return OwnLoopRecord(schema_version=OWN_LOOP_VERSION, framework=framework, seed=seed,
+                         status="completed", config={"batch_size": batch}, device_used="cpu",
+                         steady_step_time_ms=steps, window_pairs=pairs,
+                         own_first=own_first or [])
 
 def test_the_order_of_a_pairs_windows_is_told_within_a_seed_or_between_seeds():
     """benchmarks/research/pair_orders.py: with `own_first`, each seed's two orders' medians apart
     (here the shared loop's window first costs it 10%); without, the seeds of each order."""
     from benchmarks.research.pair_orders import markdown, orders
-    turning = {"framework": "tf", "seed": 0, "own_first": [False, True] * 3,
-               "window_pairs": [[1.1, 1.0], [1.0, 1.0]] * 3,
-               "steady_step_time_ms": {"median": 2.0, "steps_per_window": 64}}
-    row, = orders([(4, turning), (4, {**turning, "seed": 1,
-                                      "steady_step_time_ms": {"median": 3.0,
-                                                              "steps_per_window": 64}})])
+    turning = _record("tf", 0, 4, [[1.1, 1.0], [1.0, 1.0]] * 3, [False, True] * 3,
+                      StepTimes(median=2.0, steps_per_window=64))
+    row, = orders([turning, dataclasses.replace(
+        turning, seed=1, steady_step_time_ms=StepTimes(median=3.0, steps_per_window=64))])
     assert row["within_seeds"] and row["difference"] == pytest.approx(math.log(1.1))
     assert (row["seeds"], row["pairs"]) == (2, [6])
     assert row["window_s"] == pytest.approx(0.16)  # the median of 0.128 and 0.192 s
     # the first window after the other's turn: half the difference, in log and in ms
     assert markdown([row], "cmd").splitlines()[-1] == (
         "| 4 | tf | 2 | 6 | 0.095 (within each seed) | 0.048 | 0.160 s | 0.048 (log), 7.6 ms |")
-    fixed = [(32, {"framework": "torch", "seed": seed, "window_pairs": [[ratio, 1.0]] * 4})
+    fixed = [_record("torch", seed, 32, [[ratio, 1.0]] * 4)
              for seed, ratio in ((0, 1.2), (1, 1.0), (2, 1.2))]  # even seeds: shared first
     row, = orders(fixed)
     assert not row["within_seeds"] and row["difference"] == pytest.approx(math.log(1.2))
@@ -126,9 +136,7 @@ def test_the_chance_of_a_resolving_interval_is_the_one_three_normal_seeds_give()
 def _own_loop(folder: Path, framework: str, seed: int, pairs: list, own_first: list) -> None:
     path = folder / "own-loops" / f"{framework}-seed{seed}" / "own-loop.json"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"framework": framework, "seed": seed, "status": "completed",
-                                "config": {"batch_size": 4}, "window_pairs": pairs,
-                                "own_first": own_first}))
+    path.write_text(json.dumps(_record(framework, seed, 4, pairs, own_first).to_dict()))
 
 
 def test_the_seeds_spread_is_set_against_their_pairs_noise(tmp_path, monkeypatch):
@@ -160,5 +168,5 @@ def test_the_seeds_spread_is_set_against_their_pairs_noise(tmp_path, monkeypatch
     assert saved["command"] == f"python -m benchmarks.research.seed_spread {tmp_path} --out {out}"
     assert [row["framework"] for row in saved["rows"]] == ["torch", "tf"]
     assert "| 4 | torch | 1 | 0.091 | 0.000 | 0 of 1 | 0.15 | 1.00 |" in out.read_text()
-    by_order = {"window_pairs": [[1.1, 1.0], [1.0, 1.0]] * 4, "own_first": orders}
+    by_order = _record("tf", 0, 4, [[1.1, 1.0], [1.0, 1.0]] * 4, orders)
     assert seed_noise(by_order, np.random.default_rng(0)) == pytest.approx(0.0, abs=1e-12)
