@@ -60,9 +60,9 @@ def check(model: str, batch: int | None) -> dict:
     the start of the frameworks' fork servers (which import each framework once, as in
     `compare`), at the probe's own batch (`batch` is not taken), its precision resolved as
     `compare` resolves it."""
-    from compare.machine import precision
+    from compare.machine import precision_choice
     from compare.process import warm
-    config = precision.carry(_config(model, None))
+    config = precision_choice.carry(_config(model, None))
     started = time.perf_counter()  # from the frameworks' fork servers' start, as in compare
     with tempfile.TemporaryDirectory() as directory, warm.fork_servers():
         record = parity_check.run_parity(config, Path(directory), 3)
@@ -81,11 +81,11 @@ def slips(model: str, batch: int | None) -> list[dict]:
 
     from benchmarks.parity_slips import SLIPS, slipped
     from compare.experiment import datasets
-    from compare.machine import precision
+    from compare.machine import precision_choice
     from compare.run import worker
     from tf_impl import train as tf_train
     from torch_impl import train as torch_train
-    config = precision.carry(_probed(_config(model, batch), batch))
+    config = precision_choice.carry(_probed(_config(model, batch), batch))
     dataset = datasets.config_dataset(config)
     spec = networks.run_spec(config, len(dataset.classes))
 

@@ -19,7 +19,7 @@ pipeline) with the same SGD, schedule, precision and distribution, so the loop i
 difference. The figure is the training time of the epochs after the first (the first carries
 tracing, compilation and autotuning) in two measures: the median step time of the
 synchronised timing windows (both loops cut their epochs into the same windows,
-compare.run.windows), and the training time itself, synchronised with the device at both
+compare.run.schedule), and the training time itself, synchronised with the device at both
 ends. Each ratio pairs a repeat's shared-loop run with the own-loop run beside it in time: the
 geometric mean of the per-repeat ratios with its 95% t interval (1.000: the shared loop costs
 nothing; 1.050: 5% slower), and the interval's width (high / low). The TF / PyTorch rows pair

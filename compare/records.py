@@ -131,7 +131,7 @@ class OwnLoopRecord(JsonRecord):
     # (compare.run.summary.steady_step_times); None until done, and in version 1 files
     steady_step_time_ms: StepTimes | None = None
     # trained beside its run: [shared, own] ms per step of each pair of adjacent windows
-    # after the first epoch (compare.run.own_loop.Beside); empty otherwise and in older files
+    # after the first epoch (compare.run.schedule.Schedule); empty otherwise and in older files
     window_pairs: list[list[float]] = field(default_factory=list)
     # for each of window_pairs, whether the own loop's window came first; empty in older files
     own_first: list[bool] = field(default_factory=list)

@@ -138,14 +138,14 @@ def tiny_config(tmp_path: Path, **changes) -> RunConfig:
     one step per call (so windows fall on single steps; tests of step batching set
     steps_per_call themselves, and the CLI tests run the default), no phase profile (tests
     of --profile set profile_steps). Its precision is resolved, as a command resolves it
-    before any framework starts (compare.machine.precision.carry)."""
-    from compare.machine import precision
+    before any framework starts (compare.machine.precision_choice.carry)."""
+    from compare.machine import precision_choice
     fields = dict(dataset="synthetic", synthetic_train_size=256, synthetic_test_size=64, epochs=1,
                   batch_size=32, precision="fp32", quiet=True, out=str(tmp_path / "run"),
                   device="cpu", steps_per_call=1, profile_steps=0,
                   pipeline=PipelineConfig(workers=0, persistent_workers=False))
     fields.update(changes)
-    return precision.carry(RunConfig(**fields))
+    return precision_choice.carry(RunConfig(**fields))
 
 
 @pytest.fixture(scope="session")

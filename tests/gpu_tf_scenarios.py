@@ -25,13 +25,13 @@ from compare.run import recorder as recorder_module
 def _config(out: Path, **changes) -> RunConfig:
     """A small GPU run's config, its precision resolved for the GPU as a command resolves it
     before any framework process starts (a trainer refuses a config without it)."""
-    from compare.machine import precision
+    from compare.machine import precision_choice
     fields = dict(dataset="synthetic", synthetic_train_size=512, synthetic_test_size=128,
                   epochs=1, batch_size=64, precision="mixed", quiet=True, out=str(out),
                   device="gpu", steps_per_call=1, profile_steps=0,
                   pipeline=PipelineConfig(workers=0, persistent_workers=False))
     fields.update(changes)
-    return precision.carry(RunConfig(**fields))
+    return precision_choice.carry(RunConfig(**fields))
 
 
 def _trainer(config: RunConfig):

@@ -1,4 +1,4 @@
-"""Two threads of one process taking turns (compare.run.baton): one works at a time, the
+"""Two threads of one process taking turns (tf_impl.own_loop.Baton): one works at a time, the
 worker only between the caller's hand-over and its own hand-back; a worker that ends frees
 the caller for good; closing makes the worker's next wait raise, so its thread ends."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from compare.run.baton import Baton, Closed
+from tf_impl.own_loop import Baton, Closed
 
 
 def _worker(baton: Baton, log: list, steps: int, outcome: list) -> threading.Thread:

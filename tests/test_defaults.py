@@ -14,7 +14,7 @@ from conftest import patience
 
 from compare import report
 from compare.experiment import strategy
-from compare.machine import precision
+from compare.machine import precision_choice
 from compare.report import verdict
 
 # precision-, tolerance- or time-sensitive: CI runs these again as on an AVX2-only CPU
@@ -28,50 +28,51 @@ CPU_REASON = ("auto: float32 on a CPU, where bfloat16 mixed precision speeds the
 
 
 def test_auto_precision_follows_the_device():
-    assert precision.resolve("auto", True, (9, 0)).compute_type == "float16"  # tensor cores
-    assert precision.resolve("auto", True, (6, 1)).precision == "fp32"  # Pascal: none
+    assert precision_choice.resolve("auto", True, (9, 0)).compute_type == "float16"  # tensor cores
+    assert precision_choice.resolve("auto", True, (6, 1)).precision == "fp32"  # Pascal: none
     # a CPU: float32, with or without bfloat16 instructions (they speed the frameworks up
     # unequally), for the same reason in both
     for flags in (AVX2_ONLY, AMX):
-        cpu = precision.resolve("auto", False, flags=flags)
+        cpu = precision_choice.resolve("auto", False, flags=flags)
         assert (cpu.precision, cpu.compute_type) == ("fp32", "float32")
         assert cpu.reason == CPU_REASON
     # asked for: kept, with a warning where it is emulated
-    emulated = precision.resolve("mixed", False, flags=AVX2_ONLY)
+    emulated = precision_choice.resolve("mixed", False, flags=AVX2_ONLY)
     assert emulated.compute_type == "bfloat16" and "emulates" in emulated.warning
-    assert precision.resolve("mixed", False, flags=AMX).warning is None
-    assert precision.resolve("fp32", True, (9, 0)).compute_type == "float32"
+    assert precision_choice.resolve("mixed", False, flags=AMX).warning is None
+    assert precision_choice.resolve("fp32", True, (9, 0)).compute_type == "float32"
 
 
 def test_auto_takes_mixed_on_a_cpu_only_where_doctor_measured_it_faster_in_both(monkeypatch):
     """doctor's step times, kept per CPU, model and framework versions, decide auto on a CPU;
     an explicit mixed that one framework runs slower carries the handicap with its figures."""
-    monkeypatch.setenv(precision.FLAGS_ENV, " ".join(sorted(AMX)))  # this test's CPU
-    assert precision.measurement("lenet") is None
-    precision.record_measurement("lenet", {"tf": {"fp32": 20.0, "mixed": 15.0},
+    monkeypatch.setenv(precision_choice.FLAGS_ENV, " ".join(sorted(AMX)))  # this test's CPU
+    assert precision_choice.measurement("lenet") is None
+    precision_choice.record_measurement("lenet", {"tf": {"fp32": 20.0, "mixed": 15.0},
                                            "torch": {"fp32": 21.0, "mixed": 16.0}})
-    faster = precision.resolve("auto", False, model="lenet")
+    faster = precision_choice.resolve("auto", False, model="lenet")
     assert (faster.precision, faster.compute_type) == ("mixed", "bfloat16")
     assert faster.reason.startswith("auto: mixed measured faster than float32 in both "
                                     "frameworks on this CPU, TensorFlow/Keras 20 -> 15 ms, "
                                     "PyTorch 21 -> 16 ms a step")
-    assert precision.resolve("auto", False, model="resnet9").reason == CPU_REASON  # not measured
-    assert precision.resolve("mixed", False, model="lenet").handicap is None
+    # not measured
+    assert precision_choice.resolve("auto", False, model="resnet9").reason == CPU_REASON
+    assert precision_choice.resolve("mixed", False, model="lenet").handicap is None
     # PyTorch slower in mixed, TensorFlow within 5% (three timed steps): float32
-    precision.record_measurement("lenet", {"tf": {"fp32": 20.0, "mixed": 19.5},
+    precision_choice.record_measurement("lenet", {"tf": {"fp32": 20.0, "mixed": 19.5},
                                            "torch": {"fp32": 20.0, "mixed": 26.0}})
-    auto = precision.resolve("auto", False, model="lenet")
+    auto = precision_choice.resolve("auto", False, model="lenet")
     assert auto.precision == "fp32" and auto.reason.startswith(
         "auto: float32 on a CPU, mixed not measured faster in TensorFlow/Keras and PyTorch: "
         "TensorFlow/Keras 20 -> 19.5 ms, PyTorch 20 -> 26 ms a step")
-    asked = precision.resolve("mixed", False, model="lenet")
+    asked = precision_choice.resolve("mixed", False, model="lenet")
     assert asked.precision == "mixed" and asked.handicap.startswith(
         "mixed was slower than float32 here in PyTorch: TensorFlow/Keras 20 -> 19.5 ms, "
         "PyTorch 20 -> 26 ms a step (float32 -> mixed; cnncompare doctor, ")
     # another CPU (as the precision rule reads it) is another machine: not measured there
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(precision.FLAGS_ENV, " ".join(sorted(AVX2_ONLY)))
-        assert precision.measurement("lenet") is None
+        patch.setenv(precision_choice.FLAGS_ENV, " ".join(sorted(AVX2_ONLY)))
+        assert precision_choice.measurement("lenet") is None
     # the verdict's caveat gives the two figures
     summary = {"fairness": {fw: {"precision": asked.to_dict("mixed")} for fw in ("tf", "torch")},
                "parity": {"passed": True}}
@@ -80,10 +81,10 @@ def test_auto_takes_mixed_on_a_cpu_only_where_doctor_measured_it_faster_in_both(
 
 
 def test_the_cpu_flags_are_read_and_can_be_forced(monkeypatch):
-    assert precision.cpu_flags()  # /proc/cpuinfo on Linux
-    monkeypatch.setenv(precision.FLAGS_ENV, "avx2 fma")
-    assert precision.cpu_flags() == frozenset({"avx2", "fma"})
-    assert precision.expected("auto", "cpu").precision == "fp32"
+    assert precision_choice.cpu_flags()  # /proc/cpuinfo on Linux
+    monkeypatch.setenv(precision_choice.FLAGS_ENV, "avx2 fma")
+    assert precision_choice.cpu_flags() == frozenset({"avx2", "fma"})
+    assert precision_choice.expected("auto", "cpu").precision == "fp32"
 
 
 def test_strategy_choices_and_overrides():
@@ -135,7 +136,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_a_default_compare_on_a_cpu_without_native_bfloat16_trains_float32_unwrapped(tmp_path):
     """As on an AVX2-only CPU: float32 in both, with the reason, and no distribution wrapper
     on one device in either; --strategy mirrored records MirroredStrategy and DDP."""
-    flags = {precision.FLAGS_ENV: " ".join(sorted(AVX2_ONLY))}
+    flags = {precision_choice.FLAGS_ENV: " ".join(sorted(AVX2_ONLY))}
     out = tmp_path / "cmp"
     done = _cli("compare", "--dataset", "synthetic", "--synthetic-size", "256", "--epochs", "1",
                 "--device", "cpu", "--no-own-loops", "--quiet", "--out", str(out), env=flags)
@@ -166,7 +167,7 @@ def test_mixed_on_a_cpu_without_native_bfloat16_runs_with_a_warning(tmp_path):
     done = _cli("run", "--framework", "torch", "--precision", "mixed", "--dataset", "synthetic",
                 "--synthetic-size", "64", "--epochs", "1", "--profile", "0", "--device", "cpu",
                 "--out", str(tmp_path / "run"),
-                env={precision.FLAGS_ENV: " ".join(sorted(AVX2_ONLY))})
+                env={precision_choice.FLAGS_ENV: " ".join(sorted(AVX2_ONLY))})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "warning: this CPU has no native bfloat16" in done.stderr
     assert "bfloat16 (--precision mixed on a CPU)" in done.stdout + done.stderr

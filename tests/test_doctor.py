@@ -14,7 +14,7 @@ from compare.errors import UserError
 from compare.experiment.config import RunConfig
 from compare.machine import devices
 from compare.machine import doctor as machine_doctor
-from compare.machine import precision as precision_rule
+from compare.machine import precision_choice as precision_rule
 from compare.process import doctor, runner, same_device
 
 H100 = {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cuda": "13.0"}
@@ -150,7 +150,7 @@ def test_doctor_trains_real_steps_in_both_frameworks_and_says_ready():
             result = entry["runs"]["cpu"]["precisions"][precision]
             assert result["ok"] and result["step_ms"] > 0 and len(result["losses"]) == 3
             assert all(1.0 < loss < 4.0 for loss in result["losses"])  # ~ln(10) at the start
-    # on a CPU the step times are kept for --precision auto (compare.experiment.precision)
+    # on a CPU the step times are kept for --precision auto (compare.experiment.precision_rule)
     measured = precision_rule.measurement(report["model"])
     assert measured is not None and "precision_measured" in report
     assert measured["step_ms"] == {fw: {mode: report["frameworks"][fw]["runs"]["cpu"][

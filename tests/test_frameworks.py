@@ -364,7 +364,7 @@ def test_own_loop_trains_the_shared_loops_steps(tmp_path, framework):
     import importlib
 
     from compare.experiment.recipe import learning_rate
-    from compare.run.windows import WindowClock
+    from compare.run.own_loop import WindowClock
     name, module = framework
     config = tiny_config(tmp_path, schedule="onecycle", lr=0.05, augment=True)
     shared = trainer_for(module, config)

@@ -10,7 +10,7 @@ import pytest
 from conftest import tiny_config
 
 from compare import schema
-from compare.experiment import networks, precision
+from compare.experiment import networks, precision_rule
 from compare.machine import gpu_metrics
 from compare.run import loop
 from compare.run import recorder as recorder_module
@@ -124,7 +124,7 @@ def test_a_gpu_run_records_energy_per_epoch_and_mfu(tmp_path, monkeypatch):
     class SlowGpuTrainer(FakeTrainer):
         gpu_indices = [0]
         choice = DeviceChoice("gpu", ("cuda:0",), "NVIDIA H100 80GB HBM3", "GPU (test)")
-        numerics = {"resolved": precision.choose("mixed", True, (9, 0))}  # float16 on an H100
+        numerics = {"resolved": precision_rule.choose("mixed", True, (9, 0))}  # float16 on an H100
 
         def train_step(self, batch, lr):
             gpu_clock.advance(0.05)

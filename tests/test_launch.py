@@ -92,7 +92,7 @@ def test_several_processes_keep_one_window_size_until_they_agree_on_the_slowest(
     windows: while measuring, the size stays fixed; after the first epoch it comes from the
     slowest process's time per call (what every process's agree() returns)."""
     from compare.experiment.config import RunConfig
-    from compare.run.windows import TimingWindows
+    from compare.run.schedule import TimingWindows
     asked = []
 
     def agree(own_s):

@@ -1,6 +1,7 @@
 """compare's own loops in their run's process: a second Trainer of the same run trains its
 framework's own loop a timing window at a time (Keras' fit on a thread of its own), beside
-each of the shared loop's windows and outside their clocks (compare.run.own_loop.Beside)."""
+each of the shared loop's windows and outside their clocks (compare.run.own_loop.Twin, trained
+as compare.run.schedule.Schedule says)."""
 
 from __future__ import annotations
 
@@ -11,20 +12,21 @@ from conftest import patience, tiny_config, trainer_for
 
 from compare import files, schema
 from compare.experiment import datasets
-from compare.run import own_loop, windows, worker
+from compare.run import own_loop, worker
+from compare.run.schedule import Schedule
 from compare.run.recorder import Recorder
 
 
 AWAY_S = 0.15  # s: slept after each of the run's windows, in neither loop's clock
 
 
-def _train_beside(tmp_path, module, seed: int, events: list, monkeypatch):
+def _train_beside(tmp_path, module, seed: int, events: list, monkeypatch, handover=None):
     """A run with its twin beside it, 3 epochs of 2 windows of 2 steps, each window of
     either loop logged in `events` as it closes: (loop, epoch, ms per step)."""
     config = tiny_config(tmp_path, epochs=3, seed=seed, out=str(tmp_path / "run"),
                          own_loop_beside=str(tmp_path / "own"), timing_window=2,
                          synthetic_train_size=128)
-    shared_window, own_window = Recorder.add_window, windows.WindowClock._close
+    shared_window, own_window = Recorder.add_window, own_loop.WindowClock._close
 
     def shared(self, epoch, first_step, steps, seconds, waited):
         events.append(("shared", epoch, 1000.0 * seconds / steps))
@@ -34,16 +36,16 @@ def _train_beside(tmp_path, module, seed: int, events: list, monkeypatch):
         own_window(self)
         last = self.windows[-1]
         events.append(("own", last["epoch"], 1000.0 * last["seconds"] / last["steps"]))
-    after_window = own_loop.Beside.after_window
+    between = Schedule.between_windows
 
-    def away(self, seconds, steps):  # between two windows: in neither loop's clock
+    def away(self, *window, **goes_on):  # between two windows: in neither loop's clock
         time.sleep(AWAY_S)
-        after_window(self, seconds, steps)
+        between(self, *window, **goes_on)
     monkeypatch.setattr(Recorder, "add_window", shared)
-    monkeypatch.setattr(windows.WindowClock, "_close", own)
-    monkeypatch.setattr(own_loop.Beside, "after_window", away)
+    monkeypatch.setattr(own_loop.WindowClock, "_close", own)
+    monkeypatch.setattr(Schedule, "between_windows", away)
     code = worker.train_process(module, config, datasets.config_dataset(config),
-                                module.select_device(config), resume=False)
+                                module.select_device(config), handover, resume=False)
     return code, schema.read_own_loop(files.RunDir(tmp_path / "own").own_loop)
 
 
@@ -94,16 +96,21 @@ def test_taking_turns_the_pairs_order_turns_turn_by_turn(tmp_path, monkeypatch):
     """Where the run takes turns with the other framework's, each turn several pairs long, every
     pair of a turn has the same order and the next turn the other, so the first window after a
     handover is the shared loop's in one turn and the twin's in the next (here a turn passes
-    after every second window: turns.taken() as the shared loop's offers advance it)."""
+    after every second window: Handover.taken() as the shared loop's offers advance it)."""
     from torch_impl import train as torch_train
-    offers = []
-    monkeypatch.setattr(own_loop.turns, "after_window", lambda *offer: offers.append(offer))
-    monkeypatch.setattr(own_loop.turns, "taken", lambda: 1 + len(offers) // 2)
+    offers: list[float] = []
+
+    class EveryOtherOffer:  # the run's end of the handover, its turns passing as said above
+        def taken(self) -> int:
+            return 1 + len(offers) // 2
+
+        def pass_turn(self, done: float) -> None:
+            offers.append(done)
     for seed in (0, 1):
         offers.clear()
         events: list = []
         code, record = _train_beside(tmp_path / str(seed), torch_train, seed, events,
-                                     monkeypatch)
+                                     monkeypatch, EveryOtherOffer())
         assert code == 0
         # slot k opens after the run's 2 + k windows, each followed by an offer
         own_first = [(1 + (2 + slot) // 2 + seed) % 2 == 1 for slot in range(4)]
@@ -120,7 +127,7 @@ def _torch_run_beside(tmp_path, epochs: int):
     from torch_impl import train as torch_train
     config = tiny_config(tmp_path, epochs=epochs, own_loop_beside=str(tmp_path / "own"))
     code = worker.train_process(torch_train, config, datasets.config_dataset(config),
-                                torch_train.select_device(config), resume=False)
+                                torch_train.select_device(config), None, resume=False)
     assert code == 0
     return (schema.read_result(files.RunDir(tmp_path / "run").result),
             schema.read_own_loop(files.RunDir(tmp_path / "own").own_loop))
@@ -163,7 +170,7 @@ def test_keras_own_loop_closed_between_windows_ends_its_fit_thread(tmp_path, tf_
     import threading
 
     from compare.experiment.recipe import learning_rate
-    from compare.run.windows import WindowClock
+    from compare.run.own_loop import WindowClock
     from tf_impl import own_loop
     config = tiny_config(tmp_path, epochs=2, timing_window=2)
     trainer = trainer_for(tf_two_cpus, config)

@@ -326,7 +326,7 @@ def test_keras_own_loop_traces_its_step_once(tmp_path, tf_two_cpus):
     second time to keep variables out of it (about 0.7 s of lenet's first epoch). The loss
     runs in Python only while a step is traced, so its calls count the traces."""
     from compare.experiment.recipe import learning_rate
-    from compare.run.windows import WindowClock
+    from compare.run.own_loop import WindowClock
     from tf_impl import own_loop
     config = tiny_config(tmp_path, epochs=2, steps_per_call=4)
     trainer = trainer_for(tf_two_cpus, config)
@@ -359,7 +359,7 @@ def test_keras_own_loop_lets_go_of_its_iterators_after_the_last_epoch_off_the_ma
     import weakref
 
     from compare.experiment.recipe import learning_rate
-    from compare.run.windows import WindowClock
+    from compare.run.own_loop import WindowClock
     from tf_impl import own_loop
     config = tiny_config(tmp_path, epochs=3)
     trainer = trainer_for(tf_two_cpus, config)

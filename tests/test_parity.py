@@ -12,7 +12,7 @@ from conftest import tiny_config
 
 from compare.experiment import datasets, parity
 from compare.experiment.config import PipelineConfig
-from compare.machine import precision
+from compare.machine import precision_choice
 from compare.run import fairness, loop, worker
 from compare.run import recorder as recorder_module
 
@@ -77,7 +77,7 @@ def _probes(tmp_path, tf_train, model: str, batch_size: int, timed: bool = False
     config = tiny_config(tmp_path, model=model, batch_size=batch_size, device="cpu", **changes)
     # the gate's config is another precision and device: resolved again, as parity_check does
     config = (parity.timed_config(config) if timed
-              else precision.carry(parity.probe_config(config, compute)))
+              else precision_choice.carry(parity.probe_config(config, compute)))
     dataset = datasets.config_dataset(config)
     probes = {}
     jobs = [("tf", tf_train, False), ("torch", torch_train, False)]

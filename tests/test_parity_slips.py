@@ -30,9 +30,9 @@ def _probe(tmp_path, module, name: str, **changes) -> dict:
     ones, BatchNorm, residual adds; the probe's 8 images) in this process."""
     import keras
 
-    from compare.machine import precision
+    from compare.machine import precision_choice
     # resolved as the parity check resolves the probe's config before starting its process
-    config = precision.carry(parity.probe_config(tiny_config(
+    config = precision_choice.carry(parity.probe_config(tiny_config(
         tmp_path, model=MY_CNN, batch_size=parity.PROBE_BATCH, **changes)))
     path = tmp_path / f"{name}.npz"
     try:
@@ -168,7 +168,7 @@ def test_on_a_cpu_each_gate_process_probes_the_timed_configuration_next(
     (two calls, not four): the timed figures are those of the timed configuration probed in
     processes of its own. A timed probe that fails after the gate's leaves the gate passed
     and the drift not measured, with the failure's line."""
-    from compare.experiment import precision
+    from compare.experiment import precision_rule
     from compare.process import parity_check, runner
     probe = runner.run_probe
     calls = []
@@ -190,7 +190,7 @@ def test_on_a_cpu_each_gate_process_probes_the_timed_configuration_next(
     real = worker.probe
 
     def no_float32(module, config, *args, **kwargs):
-        if config.precision != precision.PROBE_ONLY:
+        if config.precision != precision_rule.PROBE_ONLY:
             raise RuntimeError("float32 kernel failed")
         return real(module, config, *args, **kwargs)
     monkeypatch.setattr(worker, "probe", no_float32)
@@ -204,13 +204,13 @@ def test_a_network_of_many_layers_probes_tensorflows_timed_configuration_apart(
     started before the others, and PyTorch's stays chained after its gate; the record says so
     and is the chained check's, figure for figure. One layer fewer than the network has:
     chained."""
-    from compare.experiment import networks, precision, specs
+    from compare.experiment import networks, precision_rule, specs
     from compare.process import parity_check, runner
     probe = runner.run_probe
     calls = []
 
     def counted(config, path, steps, perturb=False, floor=None, then=None):
-        calls.append((config.framework, config.precision == precision.PROBE_ONLY,
+        calls.append((config.framework, config.precision == precision_rule.PROBE_ONLY,
                       then is not None))
         return probe(config, path, steps, perturb, floor, then)
     monkeypatch.setattr(runner, "run_probe", counted)

@@ -14,9 +14,9 @@ import pytest
 from conftest import patience, tiny_config
 
 from compare import files
-from compare.experiment import precision as rule
+from compare.experiment import precision_rule as rule
 from compare.experiment.config import RunConfig
-from compare.machine import precision
+from compare.machine import precision_choice
 from compare.process import runner, warm
 from compare.run import worker
 
@@ -28,8 +28,8 @@ TWINS = ("tf_impl", "torch_impl")
 POISON = """
 import sys
 
-from compare.experiment import precision as rule
-from compare.machine import precision as machine
+from compare.experiment import precision_rule as rule
+from compare.machine import precision_choice as machine
 
 
 def poisoned(real):
@@ -60,30 +60,31 @@ def _poisoned_environment(tmp_path: Path) -> dict[str, str]:
 
 
 def test_the_twins_never_read_the_machine_for_their_precision():
-    """Neither framework package imports the machine's precision (compare.machine.precision):
-    configure_numerics applies what the config carries (compare.experiment.precision.carried)."""
+    """Neither framework package imports the machine's precision choice
+    (compare.machine.precision_choice): configure_numerics applies what the config carries
+    (compare.experiment.precision_rule.carried)."""
     readers = []
     for package in TWINS:
         for path in sorted((REPO / package).glob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.ImportFrom) and (
-                        node.module == "compare.machine.precision" or
+                        node.module == "compare.machine.precision_choice" or
                         (node.module == "compare.machine"
                          and any(a.name == "precision" for a in node.names))):
                     readers.append(f"{path.relative_to(REPO)}:{node.lineno}")
                 elif isinstance(node, ast.Import) and any(
-                        a.name == "compare.machine.precision" for a in node.names):
+                        a.name == "compare.machine.precision_choice" for a in node.names):
                     readers.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert readers == []
     for package in TWINS:
         device = (REPO / package / "device.py").read_text()
-        assert "precision.carried(config, choice.kind)" in device
+        assert "precision_rule.carried(config, choice.kind)" in device
 
 
 def test_a_config_carries_its_resolution_until_what_it_was_resolved_from_changes(tmp_path):
-    config = precision.carry(RunConfig(precision="auto", device="cpu"))
+    config = precision_choice.carry(RunConfig(precision="auto", device="cpu"))
     assert set(config.precision_resolved) == {"cpu"}  # --device cpu: the CPU alone
-    assert rule.carried(config, "cpu") == precision.resolve("auto", False, model="lenet")
+    assert rule.carried(config, "cpu") == precision_choice.resolve("auto", False, model="lenet")
     assert RunConfig.from_json(config.to_json()) == config  # to the framework and back
     kept = config.replace(seed=3, out=str(tmp_path), framework="tf")
     assert kept.precision_resolved == config.precision_resolved
@@ -107,7 +108,7 @@ def test_a_framework_process_uses_the_carried_precision_and_resolves_none(tmp_pa
     """A config carrying mixed bfloat16 for `auto` on the CPU, which this machine would
     resolve to float32: the framework process, where resolving raises, trains in the carried
     precision and records it with its reason."""
-    assert precision.resolve("auto", False, model="lenet").compute_type == "float32"
+    assert precision_choice.resolve("auto", False, model="lenet").compute_type == "float32"
     losses = {}
     monkeypatch.setenv("PYTHONPATH", _poisoned_environment(tmp_path)["PYTHONPATH"])
     # both processes forked from one fork server, as a command starts its runs: the poison
@@ -145,6 +146,6 @@ def test_a_run_resolves_in_the_command_and_its_framework_reads_it(tmp_path):
         timeout=patience(300))
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
-    chosen = precision.resolve("auto", False, model="lenet").to_dict("auto")
+    chosen = precision_choice.resolve("auto", False, model="lenet").to_dict("auto")
     assert result["fairness"]["precision"] == chosen
     assert result["config"]["precision_resolved"] == {"cpu": chosen}

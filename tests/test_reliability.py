@@ -24,7 +24,7 @@ from processes import (
 
 from compare import schema
 from compare.errors import EXIT_DIVERGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OOM
-from compare.experiment import networks, precision
+from compare.experiment import networks, precision_rule
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.process import comparison, lock, runner
 from compare.run import loop, shutdown
@@ -45,7 +45,7 @@ class FakeTrainer:
     steps_per_epoch = 4
     steps_per_call = 1
     gpu_indices = None
-    numerics = {"resolved": precision.choose("fp32", False)}
+    numerics = {"resolved": precision_rule.choose("fp32", False)}
 
     def __init__(self, fail_at_epoch: int, failure):
         self.fail_at_epoch, self.failure = fail_at_epoch, failure

@@ -34,9 +34,9 @@ FAKE_NVML = textwrap.dedent("""\
 PROBE = textwrap.dedent("""\
     import json, os, sys
     from compare.machine import devices
-    from compare.machine import precision
+    from compare.machine import precision_choice
     seen = {"env": os.environ.get("CUDA_VISIBLE_DEVICES"), "tool": devices.nvidia_gpus(),
-            "auto": precision.expected("auto", "auto", "lenet").precision}
+            "auto": precision_choice.expected("auto", "auto", "lenet").precision}
     if sys.argv[1:] == ["frameworks"]:
         import torch
         import tensorflow as tf

@@ -1,4 +1,4 @@
-"""Two framework processes taking turns, a timing window each (compare.run.turns, the
+"""Two framework processes taking turns, a timing window each (compare.run.schedule, the
 parent's arbiter compare.process.turns): strict alternation, the first named first, a process
 that dies or never comes never holding up the other, the shared loop passing the turn after
 each window and leaving the other's turn out of its clock; and the plan `compare` makes of
@@ -17,7 +17,8 @@ from compare import files
 from compare.experiment.config import ComparisonConfig, RunConfig
 from compare.process.comparison import planned_runs
 from compare.process.turns import Arbiter
-from compare.run import turns
+from compare.run import schedule
+from compare.run.schedule import Handover, Schedule
 
 EPOCH_S = 0.05  # each fake epoch's work: long enough that an overlap would show in the log
 
@@ -25,7 +26,8 @@ EPOCH_S = 0.05  # each fake epoch's work: long enough that an overlap would show
 def _trainer(path: str, framework: str, log: str, epochs: int, die_holding: bool = False) -> None:
     """A stand-in for a framework process: join, then `epochs` epochs, each logged at its
     start and end, the turn passed after each."""
-    turns.join(path, framework)
+    handover = Handover.join(path, framework)
+    assert handover is not None
     if die_holding:
         os._exit(3)
     for epoch in range(1, epochs + 1):
@@ -34,7 +36,7 @@ def _trainer(path: str, framework: str, log: str, epochs: int, die_holding: bool
         time.sleep(EPOCH_S)
         with open(log, "a") as f:
             f.write(f"{framework} end {epoch} {time.monotonic()}\n")
-        turns.pass_turn()
+        handover.pass_turn()
     os._exit(0)
 
 
@@ -100,11 +102,9 @@ def test_a_process_that_never_connects_holds_up_the_other_only_until_it_has_ende
 
 
 def test_no_arbiter_or_none_reachable_leaves_the_process_working_alone(tmp_path):
-    turns.join(None, "tf")
-    turns.pass_turn()  # no-op: returns at once
-    turns.join(str(tmp_path / "nobody.sock"), "tf")  # nothing listens there
+    assert Handover.join(None, "tf") is None
     started = time.monotonic()
-    turns.pass_turn()
+    assert Handover.join(str(tmp_path / "nobody.sock"), "tf") is None  # nothing listens there
     assert time.monotonic() - started < 1
 
 
@@ -134,11 +134,11 @@ def test_compare_plans_each_seeds_two_runs_side_by_side_on_a_cpu_only(tmp_path):
 
 
 def _raw(arbiter: Arbiter, framework: str):
-    """A connection speaking the protocol by hand, as compare.run.turns does."""
+    """A connection speaking the protocol by hand, as compare.run.schedule.Handover does."""
     import socket
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.connect(arbiter.path)
-    connection.sendall(turns.HELLO + framework.encode() + b"\n")
+    connection.sendall(schedule.HELLO + framework.encode() + b"\n")
     connection.settimeout(5)
     return connection
 
@@ -150,8 +150,8 @@ def test_a_process_seen_to_end_frees_its_turn_though_its_socket_stays_open():
     import socket
     with Arbiter(("tf", "torch")) as arbiter:
         tf, torch = _raw(arbiter, "tf"), _raw(arbiter, "torch")
-        torch.sendall(turns.PASS + b"\n")  # out of turn, maybe before its HELLO is read: ignored
-        assert tf.recv(1) == turns.GO
+        torch.sendall(schedule.PASS + b"\n")  # out of turn, maybe before its HELLO is read: ignored
+        assert tf.recv(1) == schedule.GO
         torch.settimeout(0.5)
         try:
             early = torch.recv(1)
@@ -160,7 +160,7 @@ def test_a_process_seen_to_end_frees_its_turn_though_its_socket_stays_open():
         assert early == b""
         arbiter.ended("tf")  # its socket still open
         torch.settimeout(5)
-        assert torch.recv(1) == turns.GO
+        assert torch.recv(1) == schedule.GO
         tf.close()
         torch.close()
     assert arbiter.turns == ["tf", "torch"]
@@ -192,14 +192,14 @@ def test_the_shared_loop_offers_the_turn_after_each_window_and_leaves_it_out_of_
     from torch_impl import train as torch_train
     passes = []
 
-    def pass_turn(done, epochs, window_s):
-        assert (epochs, window_s) == (2, None)  # timing_window: windows of fixed steps
+    def pass_turn(self, done):
+        assert self.windows_per_turn == 1  # timing_window: windows of fixed steps
         passes.append(done)
         time.sleep(0.1)
-    monkeypatch.setattr(turns, "after_window", pass_turn)
+    monkeypatch.setattr(Schedule, "_offer_turn", pass_turn)
     config = tiny_config(tmp_path, epochs=2, timing_window=2)
     assert worker.train_process(torch_train, config, datasets.config_dataset(config),
-                                torch_train.select_device(config), resume=False) == 0
+                                torch_train.select_device(config), None, resume=False) == 0
     run = files.RunDir(tmp_path / "run")
     windows = files.read_csv(run.windows)
     result = files.read_json(run.result)
@@ -215,12 +215,19 @@ def _windows(path: str, framework: str, log: str, windows: int, window_s: float 
              epoch_share: float) -> None:
     """A stand-in for a run's process of one epoch: `windows` windows of about `window_s`
     seconds, each `epoch_share` of the epoch and logged with the turn it fell in
-    (turns.taken()), the turn offered after each as the shared loop does."""
-    turns.join(path, framework)
+    (Handover.taken()), the turn offered after each as the shared loop's schedule does."""
+    from types import SimpleNamespace
+    handover = Handover.join(path, framework)
+    assert handover is not None
+    config = RunConfig(epochs=1, timing_window_s=window_s or 0.5,
+                       timing_window=None if window_s else 1)
+    trainer = SimpleNamespace(steps_per_call=1, steps_per_epoch=1000,
+                              choice=SimpleNamespace(processes=1))
+    plan = Schedule(config, trainer, handover)  # type: ignore[arg-type]
     for window in range(1, windows + 1):
         with open(log, "a") as f:
-            f.write(f"{framework} {turns.taken()}\n")
-        turns.after_window(window * epoch_share, 1, window_s)
+            f.write(f"{framework} {handover.taken()}\n")
+        plan.between_windows(window_s or 0.1, 1, 1, window * epoch_share, epoch_goes_on=True)
     os._exit(0)
 
 
@@ -252,7 +259,6 @@ def test_a_turn_holds_turn_s_of_windows_or_an_eighth_of_an_epoch(
     assert lines == [(fw, str(turn)) for turn in (1, 2) for fw in ("tf", "torch")
                      for _ in range(per_turn)]
     assert arbiter.turns[:4] == ["tf", "torch"] * 2
-    assert turns.taken() is None  # this process takes no turns
 
 
 def test_the_turn_goes_to_the_run_that_has_trained_the_smaller_share_of_its_steps():
@@ -265,18 +271,18 @@ def test_the_turn_goes_to_the_run_that_has_trained_the_smaller_share_of_its_step
         done = {"tf": 0.0, "torch": 0.0}
         holders = []
         holder = "tf"
-        assert sockets["tf"].recv(1) == turns.GO
+        assert sockets["tf"].recv(1) == schedule.GO
         for _ in range(9):
             holders.append(holder)
             done[holder] = round(done[holder] + per_turn[holder], 6)
-            sockets[holder].sendall(turns.PASS + f"{done[holder]:.6f}\n".encode())
+            sockets[holder].sendall(schedule.PASS + f"{done[holder]:.6f}\n".encode())
             holder = next(fw for fw, s in sockets.items() if _ready(s))
-            assert sockets[holder].recv(1) == turns.GO
+            assert sockets[holder].recv(1) == schedule.GO
         # torch has said no share yet: its turn; then the one behind; at 0.5 each, a tie
         assert holders == ["tf", "torch", "tf", "tf", "torch", "tf", "tf", "torch", "tf"]
-        sockets[holder].sendall(turns.PASS + b"\n")  # no share said: the other's turn
+        sockets[holder].sendall(schedule.PASS + b"\n")  # no share said: the other's turn
         other = "tf" if holder == "torch" else "torch"
-        assert sockets[other].recv(1) == turns.GO
+        assert sockets[other].recv(1) == schedule.GO
         for connection in sockets.values():
             connection.close()
 

@@ -1,4 +1,4 @@
-"""How long a synchronised timing window lasts (compare.run.windows.TimingWindows): about
+"""How long a synchronised timing window lasts (compare.run.schedule.TimingWindows): about
 --timing-window-s, and never more than an eighth of an epoch, so that a short epoch still
 gives several samples and compare several pairs of windows."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from compare.experiment.config import RunConfig
-from compare.run.windows import MAX_EPOCH_SHARE, TimingWindows
+from compare.run.schedule import MAX_EPOCH_SHARE, TimingWindows
 
 
 def _sized(steps_per_epoch: int | None, steps_per_call: int = 1) -> int:

@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 
 from compare.errors import DeviceError
-from compare.experiment import precision, strategy
+from compare.experiment import precision_rule, strategy
 from compare.experiment.config import RunConfig
 from compare.machine import cluster, devices
 from compare.run.interface import DeviceChoice
@@ -114,12 +114,13 @@ def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Stra
 
 
 def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
-    """Precision policy (experiment.precision), TF32 and determinism; returns what was set."""
+    """Precision policy (compare.experiment.precision_rule), TF32 and determinism; returns
+    what was set."""
     tf.config.experimental.enable_tensor_float_32_execution(config.tf32)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     # as the command resolved it before this process started, for the device it uses
-    resolved = precision.carried(config, choice.kind)
+    resolved = precision_rule.carried(config, choice.kind)
     if resolved.precision == "mixed":
         policy = f"mixed_{resolved.compute_type}"  # mixed_float16 or mixed_bfloat16
     else:

@@ -14,9 +14,8 @@ import tensorflow as tf
 
 from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
-from compare.run.baton import Baton, Closed
 from compare.run.interface import DeviceChoice
-from compare.run.windows import WindowClock
+from compare.run.own_loop import WindowClock
 from tf_impl import data as tf_data
 from tf_impl.optimizer import make_optimizer
 
@@ -50,7 +49,7 @@ def own_loop(trainer: Trainer, config: RunConfig, dataset: Dataset, lrs: list[fl
     epoch's training seconds at its end (the device synchronised at both ends); fills
     `mean_losses`, over the first epoch, with Keras' running mean of the loss after each
     call ([steps, mean] pairs). `fit` cannot be paused from outside, so it runs on a thread
-    of its own that works only while the caller waits (compare.run.baton), handing back
+    of its own that works only while the caller waits (Baton), handing back
     from its callback after each window."""
     with trainer.strategy.scope():  # compile where the variables live (the Keras guide)
         optimizer = make_optimizer(trainer.model, config, trainer.choice,
@@ -208,3 +207,50 @@ def _fit_batches(trainer: Trainer, config: RunConfig, dataset: Dataset,
     # flat_map hides the length, which fit reads to know the epoch's steps
     keys = keys.apply(tf.data.experimental.assert_cardinality(trainer.steps_per_epoch))
     return tf_data._finish(tf_data._map(keys, source.load_batch, config), config)
+
+
+class Closed(Exception):
+    """The caller closed the baton: the worker leaves its loop at its next hand-back."""
+
+
+class Baton:
+    """Two threads of one process taking turns, one working at a time: the caller hands the
+    turn to the worker (`fit`'s thread) and waits for it back (`to_worker`); the worker hands
+    it back and waits (`back_to_caller`), or `end`s. Once `close`d, the worker's next wait
+    raises Closed. TensorFlow's thread pools are the process's, so a second thread costs its
+    steps nothing; PyTorch's plain loop yields instead (docs/measurement.md, "On a busy
+    host")."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._worker_holds = False
+        self.ended = self.closed = False
+
+    def to_worker(self) -> None:
+        with self._condition:
+            self._worker_holds = True
+            self._condition.notify_all()
+            self._condition.wait_for(lambda: not self._worker_holds or self.ended)
+
+    def back_to_caller(self) -> None:
+        with self._condition:
+            self._worker_holds = False
+            self._condition.notify_all()
+        self.wait_for_turn()
+
+    def wait_for_turn(self) -> None:
+        with self._condition:
+            self._condition.wait_for(lambda: self._worker_holds or self.closed)
+            if self.closed:
+                raise Closed
+
+    def end(self) -> None:
+        """The worker is done: the caller's waits return at once from here on."""
+        with self._condition:
+            self.ended, self._worker_holds = True, False
+            self._condition.notify_all()
+
+    def close(self) -> None:
+        with self._condition:
+            self.closed = True
+            self._condition.notify_all()

@@ -23,6 +23,7 @@ from compare.machine import gpu_metrics
 from compare.run import phases, worker
 from compare.run.interface import DeviceChoice
 from compare.run.phases import Capture, scope
+from compare.run.schedule import Handover
 from compare.run.validate import check_split
 from tf_impl import data as tf_data
 from tf_impl import device as trainer_device
@@ -387,13 +388,14 @@ class Trainer:
         return tf.while_loop(lambda i, sums: i < calls, batch, (tf.constant(0), [zero] * 3))[1]
 
 
-def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
+def train(config: RunConfig, dataset: Dataset, handover: Handover | None = None,
+          resume: bool = False) -> int:
     """Train as `config` says, all replicas in this process under make_strategy's
-    strategy (compare.experiment.strategy); an exit code.
+    strategy (compare.experiment.strategy), taking turns through `handover`; an exit code.
     With `resume`, continue from the checkpoint in config.out (compare.run.checkpoint)."""
     check_split(config)
     return worker.train_process(sys.modules[__name__], config, dataset, select_device(config),
-                                resume)
+                                handover, resume)
 
 
 if __name__ == "__main__":

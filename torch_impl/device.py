@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from compare.errors import DeviceError
-from compare.experiment import precision, strategy
+from compare.experiment import precision_rule, strategy
 from compare.experiment.config import RunConfig
 from compare.machine import cluster, devices
 from compare.run.interface import DeviceChoice
@@ -86,15 +86,15 @@ def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
 
 
 def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
-    """Precision (experiment.precision), TF32, cuDNN autotune and determinism; returns what
-    was set."""
+    """Precision (compare.experiment.precision_rule), TF32, cuDNN autotune and determinism;
+    returns what was set."""
     torch.backends.cuda.matmul.allow_tf32 = config.tf32
     torch.backends.cudnn.allow_tf32 = config.tf32
     torch.backends.cudnn.benchmark = config.cudnn_benchmark and choice.on_gpu
     if config.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     # as the command resolved it before this process started, for the device it uses
-    resolved = precision.carried(config, choice.kind)
+    resolved = precision_rule.carried(config, choice.kind)
     dtype, policy = None, resolved.compute_type  # float32, or the parity probe's float64
     if resolved.precision == "mixed":
         dtype = getattr(torch, resolved.compute_type)  # float16 or bfloat16

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
-from compare.run.windows import WindowClock
+from compare.run.own_loop import WindowClock
 
 
 class Trainer(Protocol):

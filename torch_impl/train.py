@@ -25,6 +25,7 @@ from compare.machine import cluster, gpu_metrics
 from compare.run import shutdown, worker
 from compare.run.interface import DeviceChoice
 from compare.run.phases import Capture, scope
+from compare.run.schedule import Handover
 from compare.run.validate import check_split
 from torch_impl import data as torch_data
 from torch_impl import device as trainer_device
@@ -341,13 +342,15 @@ class Trainer:
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
 
-def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
-    """Train as `config` says, one DDP process per replica; an exit code.
+def train(config: RunConfig, dataset: Dataset, handover: Handover | None = None,
+          resume: bool = False) -> int:
+    """Train as `config` says, one DDP process per replica, taking turns through `handover`
+    (one process only); an exit code.
     With `resume`, continue from the checkpoint in config.out (compare.run.checkpoint)."""
     check_split(config)
     # a process torchrun started, or the only one (one replica; --parallel model's stages)
     if cluster.launch(FRAMEWORK).launcher is not None or data_replicas(config) == 1:
-        return _train_process(config, dataset, resume)
+        return _train_process(config, dataset, handover, resume)
     import torch.multiprocessing as mp
     # This process only launches the DDP processes: it passes stop signals on to them and
     # waits while they write their results (compare.run.shutdown).
@@ -364,13 +367,15 @@ def train(config: RunConfig, dataset: Dataset, resume: bool = False) -> int:
     return 0
 
 
-def _train_process(config: RunConfig, dataset: Dataset, resume: bool) -> int:
+def _train_process(config: RunConfig, dataset: Dataset, handover: Handover | None,
+                   resume: bool) -> int:
     """Train this process's replica (joining the process group when there are several)."""
     choice = select_device(config)
     grouped = trainer_device.make_strategy(config, choice) is not None
     code = None
     try:
-        code = worker.train_process(sys.modules[__name__], config, dataset, choice, resume)
+        code = worker.train_process(sys.modules[__name__], config, dataset, choice, handover,
+                                    resume)
         return code
     finally:
         if grouped:
@@ -387,7 +392,7 @@ def _spawned_process(rank: int, config: RunConfig, port: int, resume: bool,
                        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(config.devices),
                        "LOCAL_WORLD_SIZE": str(config.devices), cluster.SPAWNED_ENV: "1"})
     from compare.experiment import datasets
-    worker.leave(_train_process(config, datasets.config_dataset(config), resume))
+    worker.leave(_train_process(config, datasets.config_dataset(config), None, resume))
 
 
 def _free_port() -> int:

@@ -58,12 +58,12 @@ def one_run(framework: str, batch: int, images: int, epochs: int, seed: int,
             setting: str) -> dict:
     """One run with its own loop beside, alone, in a fresh process under `setting`."""
     from compare.experiment.config import recipe_config
-    from compare.machine import precision
+    from compare.machine import precision_choice
     from compare.report.own_loops import pairs_ratio
     from compare.run import validate
     lr = LEARNING_RATES.get(("lenet", batch))
     with tempfile.TemporaryDirectory() as scratch:
-        config = precision.carry(validate.check_config(recipe_config(
+        config = precision_choice.carry(validate.check_config(recipe_config(
             "lenet", framework=framework, out=f"{scratch}/run", dataset="synthetic",
             synthetic_train_size=images, batch_size=batch, epochs=epochs, precision="fp32",
             device="cpu", profile_steps=0, quiet=True, seed=seed,

@@ -28,7 +28,7 @@ if not __package__:  # run by path (python benchmarks/research/epoch_start.py): 
 from benchmarks.common import machine_label
 from compare.experiment import datasets
 from compare.experiment.config import PipelineConfig, RunConfig
-from compare.machine import precision
+from compare.machine import precision_choice
 
 
 def first_waits(trainer, epochs: int, pause_s: float, flowing: bool) -> list[float]:
@@ -62,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     from torch_impl import train as torch_train
     with tempfile.TemporaryDirectory() as scratch:
-        config = precision.carry(RunConfig(
+        config = precision_choice.carry(RunConfig(
             framework="torch", model="resnet9", dataset="synthetic", device="cpu",
             synthetic_train_size=args.batch_size * args.steps, synthetic_test_size=64,
             batch_size=args.batch_size, epochs=args.epochs, augment=True, cutout=8,

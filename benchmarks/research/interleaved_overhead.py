@@ -10,7 +10,7 @@ PyTorch loop, compare.run.own_loop's, driving) and the shared loop's epoch
 own loop's epoch first in each pair, half the shared loop's, so neither always runs on a
 machine the other has warmed. Each epoch after the first of each loop gives one paired ratio
 of median window step times (both loops cut their epochs into the same synchronised windows,
-compare.run.windows); the figure is their geometric mean over every pair of every process,
+compare.run.schedule); the figure is their geometric mean over every pair of every process,
 with its 95% t interval and width (high / low), per framework and configuration. The first
 epoch of each loop (tracing, autotuning) is left out.
 
@@ -60,14 +60,15 @@ def worker(framework: str, model: str, batch: int, epochs: int, images: int,
     from compare.experiment import datasets
     from compare.experiment.config import recipe_config
     from compare.experiment.recipe import learning_rate
-    from compare.machine import gpu_metrics, precision
+    from compare.machine import gpu_metrics, precision_choice
     from compare.run import loop, validate
     from compare.run.progress import ProgressDisplay
-    from compare.run.windows import TimingWindows, WindowClock
+    from compare.run.own_loop import WindowClock
+    from compare.run.schedule import Schedule
 
     with tempfile.TemporaryDirectory() as scratch:
         lr = LEARNING_RATES.get((model, batch))
-        config = precision.carry(validate.check_config(recipe_config(
+        config = precision_choice.carry(validate.check_config(recipe_config(
             model, framework=framework, out=scratch, dataset="synthetic",
             synthetic_train_size=images, batch_size=batch, epochs=epochs, precision="fp32",
             device="cpu", profile_steps=0, quiet=True, **({"lr": float(lr)} if lr else {}))))
@@ -77,7 +78,7 @@ def worker(framework: str, model: str, batch: int, epochs: int, images: int,
         total = own.steps_per_epoch * epochs
         lrs = [learning_rate(config, step, total) for step in range(total)]
         display = ProgressDisplay(config, framework, shared.steps_per_epoch, enabled=False)
-        windows = TimingWindows(config, shared.steps_per_call)
+        schedule = Schedule(config, shared)  # the shared loop's windows, alone in the process
         sampler = gpu_metrics.NoSampler("a CPU benchmark")
         shared_ms: list[float] = []
 
@@ -98,7 +99,8 @@ def worker(framework: str, model: str, batch: int, epochs: int, images: int,
             nonlocal global_step
             seen = Windows()
             epoch = len(shared_ms) + 1
-            _, global_step = loop._train_epoch(shared, config, seen, display, sampler, windows,
+            outputs = loop.Outputs(seen, display, config.batch_size)  # type: ignore[arg-type]
+            _, global_step = loop._train_epoch(shared, config, outputs, schedule, sampler,
                                                epoch, global_step, total)
             shared_ms.append(statistics.median(seen.ms))
 

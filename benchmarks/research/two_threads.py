@@ -1,11 +1,11 @@
 """Two models of one framework trained in turn in one process, from one thread or from two:
-why compare.run.own_loop.Beside runs Keras' `fit` on a thread of its own (compare.run.baton)
+why compare.run.own_loop.Twin runs Keras' `fit` on a thread of its own (tf_impl.own_loop.Baton)
 but PyTorch's own loop on the run's thread (it yields after each window instead).
 
 Each process builds two LeNets with SGD (momentum) on one synthetic batch held in memory,
 warms both, then trains them in turn, a call of 32 steps each, `--calls` times: from the
 main thread alone ("one thread"), or the second model from a second thread that works only
-while the main one waits, as Beside's baton hands the turn over ("two threads"). The
+while the main one waits, as the twin's baton hands the turn over ("two threads"). The
 figure is each model's median milliseconds per step; the forms alternate in fresh processes.
 
     python -m benchmarks.research.two_threads --processes 3 \\

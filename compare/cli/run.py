@@ -18,7 +18,7 @@ from compare.cli.options import (
     run_options,
 )
 from compare.experiment.config import FRAMEWORKS
-from compare.machine import cluster, precision
+from compare.machine import cluster, precision_choice
 from compare.run import shutdown
 
 
@@ -61,7 +61,7 @@ def run(framework: str | None, resume_dir: str | None, own_loop: bool,
     else:
         out = options.pop("out") or f"runs/run-{framework}"
         config = build_config(framework, out, options)
-    config = precision.carry(config)  # once, for this command: the framework reads it
+    config = precision_choice.carry(config)  # once, for this command: the framework reads it
     runner.check_installed(config.framework)
     prepare_data(config)
     launched = cluster.launch(config.framework)

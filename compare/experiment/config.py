@@ -29,7 +29,7 @@ from compare.experiment.checks import (
     strategy_check,
 )
 from compare.experiment.frameworks import FRAMEWORK_NAMES, FRAMEWORKS  # noqa: F401 - re-exported
-from compare.experiment.precision import CHOICES as PRECISIONS  # auto is resolved there
+from compare.experiment.precision_rule import CHOICES as PRECISIONS  # auto is resolved there
 
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
@@ -267,7 +267,7 @@ class RunConfig:
         "it as a caveat).", strategy_check(), vary=True, metavar="|".join(strategy.CHOICES)))
     # Synchronised timing windows end on call boundaries and last about timing_window_s
     # seconds, at most an eighth of an epoch (the loop sizes them from the first epoch's
-    # calls, compare.run.windows); timing_window, when set, fixes them at that many steps
+    # calls, compare.run.schedule); timing_window, when set, fixes them at that many steps
     # instead (rounded up to whole calls).
     timing_window_s: float = field(default=0.5, metadata=option(  # seconds
         "--timing-window-s", "Target length of a synchronised timing window, seconds "
@@ -301,9 +301,9 @@ class RunConfig:
     # (compare.process.turns); None: the run works alone
     turns: str | None = None
     # No option: --precision as the command resolved it on this machine before any framework
-    # started (compare.machine.precision.carry), for each device kind the run may train on:
+    # started (compare.machine.precision_choice.carry), for each device kind the run may train on:
     # {"cpu" | "gpu": Resolved.to_dict(precision)}. The frameworks read it
-    # (compare.experiment.precision.carried); None: not resolved yet.
+    # (compare.experiment.precision_rule.carried); None: not resolved yet.
     precision_resolved: dict[str, dict[str, Any]] | None = field(default=None, hash=False)
 
     def replace(self, **changes: Any) -> "RunConfig":

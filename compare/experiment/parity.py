@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from compare.experiment import precision, specs
+from compare.experiment import precision_rule, specs
 from compare.experiment.config import PipelineConfig, RunConfig
 from compare.experiment.parity_record import (
     AFTER_STEPS,
@@ -113,7 +113,7 @@ def probe_batch(config: RunConfig, cap: int | None = None) -> int:
     return min(config.batch_size, PROBE_BATCH if cap is None else cap)
 
 
-def probe_config(config: RunConfig, compute: str = precision.PROBE_ONLY) -> RunConfig:
+def probe_config(config: RunConfig, compute: str = precision_rule.PROBE_ONLY) -> RunConfig:
     """The run's config as the gate's probe runs it: float64 (`compute` fp32: the fallback)
     on the CPU, TF32 off, one replica (its stages share the CPU under --parallel model),
     whole batches of at most PROBE_BATCH images (micro-batches change BatchNorm's batch

@@ -17,10 +17,10 @@ hand (`--precision auto`, the default), with the reason.
 bfloat16 runs, with a warning, and where doctor measured it slower than float32 in one
 framework, with that handicap recorded (the report's caveat gives the two figures). The
 command resolves it once, before any framework starts, for each device kind the run may
-train on (compare.machine.precision.carry: the GPU from NVML, this CPU's flags), and the run's
-config carries it; each framework reads the one for the device it uses (`carried`), so both
-apply the same resolution. This module is the rule and its choices; compare.machine.precision
-reads the machine it is applied to.
+train on (compare.machine.precision_choice.carry: the GPU from NVML, this CPU's flags), and
+the run's config carries it; each framework reads the one for the device it uses
+(`carried`), so both apply the same resolution. This module is the rule and its choices;
+compare.machine.precision_choice reads the machine it is applied to.
 """
 
 from __future__ import annotations
@@ -70,12 +70,12 @@ def carried(config: CarriesPrecision, device_kind: str) -> Resolved:
     """The precision `config` (a RunConfig) carries for a run on `device_kind` ("cpu" or
     "gpu"), as the command resolved it before the framework started; a ValueError where it
     carries none for this --precision and device kind (resolve it first:
-    compare.machine.precision.carry)."""
+    compare.machine.precision_choice.carry)."""
     entry = (config.precision_resolved or {}).get(device_kind)
     if entry is None or entry.get("requested") != config.precision:
         raise ValueError(f"--precision {config.precision} was not resolved for the "
                          f"{device_kind.upper()} before this framework process started "
-                         f"(compare.machine.precision.carry)")
+                         f"(compare.machine.precision_choice.carry)")
     return Resolved(entry["precision"], entry["compute_type"], entry["reason"],
                     entry.get("warning"), entry.get("handicap"))
 
@@ -97,7 +97,7 @@ def choose(requested: str, on_gpu: bool, capability: tuple[int, int] | None = No
            native: str | None = None, measured: dict | None = None) -> Resolved:
     """The rule: the precision a run computes in, on a GPU of `capability` or on a CPU whose
     native bfloat16 instruction is `native` (None: emulated) and where doctor measured
-    `measured` (compare.machine.precision.measurement; None: not measured)."""
+    `measured` (compare.machine.precision_choice.measurement; None: not measured)."""
     if requested == PROBE_ONLY:
         return Resolved("fp64", "float64", "the parity check's float64 probe on the CPU")
     if requested not in CHOICES:

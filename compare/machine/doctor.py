@@ -14,7 +14,7 @@ from typing import Any, TYPE_CHECKING
 
 from compare.experiment import datasets
 from compare.experiment.config import RunConfig
-from compare.machine import precision
+from compare.machine import precision_choice
 
 if TYPE_CHECKING:  # annotations only
     from types import ModuleType
@@ -65,7 +65,7 @@ def train_steps(impl: ModuleType, config: RunConfig) -> dict[str, Any]:
                               "model": config.model, "batch_size": batch, "precisions": {}}
     for mode in ("fp32", "mixed"):
         # each precision in turn: its config is made here, so it is resolved here, once
-        run_config = precision.carry(config.replace(precision=mode))
+        run_config = precision_choice.carry(config.replace(precision=mode))
         try:
             trainer = impl.Trainer(run_config, dataset, choice)
             batches = trainer.batches(0)

@@ -1,4 +1,4 @@
-"""The precision rule (compare.experiment.precision) applied to the machine at hand: this CPU's
+"""The precision rule (compare.experiment.precision_rule) applied to the machine at hand: this CPU's
 flags, doctor's measurements of mixed against float32 kept for it, and the GPU NVML shows.
 $CNNCOMPARE_CPU_FLAGS replaces the CPU's flags as read from /proc/cpuinfo, so a machine with
 bfloat16 instructions can be run as one without.
@@ -13,7 +13,7 @@ from typing import Any
 
 from compare.experiment.config import RunConfig
 from compare.experiment.frameworks import FRAMEWORK_PACKAGES
-from compare.experiment.precision import (
+from compare.experiment.precision_rule import (
     DEVICE_INDEPENDENT,
     TENSOR_CORES_FROM,
     Resolved,
@@ -109,7 +109,7 @@ def carry(config: RunConfig) -> RunConfig:
     at its entry: compare.run.worker): for the CPU unless --device gpu, and for the GPU NVML
     shows (or --device gpu asks for) unless --device cpu. Under --device auto a framework that
     sees no GPU trains on the CPU, so both are carried and each framework reads the one for
-    the device it uses (compare.experiment.precision.carried)."""
+    the device it uses (compare.experiment.precision_rule.carried)."""
     requested, kinds = config.precision, {}
     if config.device != "gpu":
         kinds["cpu"] = resolve(requested, False, model=config.model)

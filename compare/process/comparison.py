@@ -18,7 +18,7 @@ from compare.experiment import parity as parity_module
 from compare.experiment.best import EpochTimes, GraphsRule, best_config
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, ComparisonConfig, RunConfig
 from compare.experiment.parity_record import ParityRecord
-from compare.machine import precision
+from compare.machine import precision_choice
 from compare.process import parity_check, runner, same_device, timing, warm
 from compare.process.queue import QueuedRun, replay_command, run_queue, seed_order
 from compare.run import shutdown
@@ -62,7 +62,7 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
     for framework in selected:
         runner.check_installed(framework)
     kinds = same_device.check_same_device([config.replace(framework=fw) for fw in selected])
-    config = precision.carry(config)  # once, for every run of this command (--best: its own)
+    config = precision_choice.carry(config)  # once, for every run of this command (--best: its own)
     device_kind = config.device if config.device != "auto" else next(iter(kinds.values()), "cpu")
     directory = files.ComparisonDir(out)
     command, invocations = _record_invocation(directory, config, comparison,
@@ -195,7 +195,7 @@ def planned_runs(config: RunConfig, comparison: ComparisonConfig, directory: fil
                                                                     "defaults")),
                 resume))
         if comparison.best:
-            best = precision.carry(best_config(run, framework, device_kind)).replace(
+            best = precision_choice.carry(best_config(run, framework, device_kind)).replace(
                 out=str(best_directory.run(framework, seed).path),
                 tensorboard_dir=str(best_directory.tensorboard),
                 compile_cache_dir=_cache_folder(directory, config, framework, "best"))

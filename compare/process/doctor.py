@@ -16,7 +16,7 @@ from typing import Any
 
 from compare.errors import FrameworkMissing
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, recipe_config
-from compare.machine import environment, precision
+from compare.machine import environment, precision_choice
 from compare.machine.doctor import gpu_diagnosis
 from compare.process import runner, warm
 from compare.setup.config import interpreter, read
@@ -58,7 +58,7 @@ def _examine(model: str, frameworks: tuple[str, ...], device: str) -> dict[str, 
     on_cpu = {fw: e["runs"]["cpu"]["precisions"] for fw, e in report["frameworks"].items()
               if "cpu" in e.get("kinds", [])}
     if set(on_cpu) == set(FRAMEWORKS):  # what --precision auto decides by on this CPU
-        report["precision_measured"] = precision.record_measurement(model, {
+        report["precision_measured"] = precision_choice.record_measurement(model, {
             fw: {p: result["step_ms"] for p, result in done.items()}
             for fw, done in on_cpu.items()})
     if len(report["frameworks"]) == 1:
@@ -159,7 +159,7 @@ def print_report(report: dict[str, Any]) -> None:
             table.add_row(run["device"], "libraries", "", libraries)
         console.print(table)
     if report.get("precision_measured"):
-        chosen = precision.resolve("auto", False, model=report["model"])
+        chosen = precision_choice.resolve("auto", False, model=report["model"])
         console.print(f"--precision auto on this CPU for {report['model']}: "
                       f"{chosen.describe()}")
     console.print(f"[bold]{report['verdict']}[/bold]")

@@ -24,7 +24,7 @@ from compare.experiment.parity import (
     timed_config,
 )
 from compare.experiment.parity_record import AFTER_STEPS, GATED, ParityRecord, TimedDrift, figure
-from compare.machine import precision
+from compare.machine import precision_choice
 from compare.process import runner
 
 # The timed configuration (float32, mixed precision, TF32, a compiler, on the run's device)
@@ -54,7 +54,7 @@ def run_parity(config: RunConfig, directory: Path,
     against its noise floor (recorded, not gated). Probes run in subprocesses; failures are
     recorded with their cause, not raised."""
     directory.mkdir(parents=True, exist_ok=True)
-    gate, timed = precision.carry(probe_config(config)), timed_config(config)
+    gate, timed = precision_choice.carry(probe_config(config)), timed_config(config)
     # Where the timed configuration trains on the CPU too, each framework's gate process
     # probes it next: one process start and framework set-up less on the check's critical
     # path. On a GPU it needs a process of its own: the gate's TensorFlow hides the GPUs from
@@ -84,7 +84,7 @@ def _float32_gate(config: RunConfig, directory: Path, steps: int,
                   tolerances: Tolerances | None) -> ParityRecord:
     """The float32 gate on the CPU: figures after the steps within NOISE_FACTOR x their noise
     floor (PyTorch against itself moved by 1 ulp) pass where logits, loss and gradients agree."""
-    gate = precision.carry(probe_config(config, "fp32"))
+    gate = precision_choice.carry(probe_config(config, "fp32"))
     probes, errors = _probes(gate, directory, steps, floors=("torch",))[0]
     if errors:
         return _error_record(errors, gate, steps)
@@ -172,14 +172,14 @@ def _names(framework: str, floors: tuple[str, ...]) -> list[str]:
 def _device_kind(config: RunConfig) -> str:
     """gpu or cpu: where a probe of `config` runs."""
     if config.device == "auto":  # the GPU where the driver shows one, as each framework decides
-        return "gpu" if precision.nvml_capability() is not None else "cpu"
+        return "gpu" if precision_choice.nvml_capability() is not None else "cpu"
     return config.device
 
 
 def where(config: RunConfig) -> str:
     """The device and precision a probe of `config` asked for, in words."""
     device = "the GPU" if _device_kind(config) == "gpu" else "the CPU"
-    compute = precision.expected(config.precision, config.device, config.model).compute_type
+    compute = precision_choice.expected(config.precision, config.device, config.model).compute_type
     return f"{device}, {compute}"
 
 

@@ -18,7 +18,7 @@ from compare import files, schema
 from compare.errors import UserError
 from compare.experiment import settings
 from compare.experiment.config import RunConfig
-from compare.machine import precision
+from compare.machine import precision_choice
 from compare.process import runner, same_device, timing, warm
 from compare.process.queue import QueuedRun, run_queue
 from compare.report import sweep as sweep_report
@@ -42,7 +42,7 @@ def combinations(config: RunConfig, varies: list[tuple[str, list[Any]]],
         changed = config
         for name, value in chosen.items():
             changed = settings.VARIABLE[name].apply(changed, value)
-        changed = precision.carry(changed)  # once per combination, for both frameworks
+        changed = precision_choice.carry(changed)  # once per combination, for both frameworks
         order = frameworks if i % 2 == 0 else frameworks[::-1]
         for framework in order:
             changed = changed.replace(framework=framework)

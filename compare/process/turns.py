@@ -1,13 +1,8 @@
-"""The parent's side of two framework runs taking turns of about half a second of timing
-windows (compare.run.turns): one arbiter per pair, a Unix socket in a directory of its own, a
-thread that hands the turn to one process at a time, the first turn to the framework named first,
-then to whichever has trained the smaller share of its steps (each says its share as it
-passes), the other on a tie or where a share is unknown. Two runs of the same steps thus go
-through their epochs together, though one framework's step takes twice the other's: each
-epoch of one meets the same stretch of the host's time as the same epoch of the other.
-
-A process that has ended (its socket closed, or `ended` called by whoever waited for it)
-never holds up the other: the turn then goes to the one left, each time it asks.
+"""The parent's side of two framework runs taking turns (each run's side:
+compare.run.schedule.Handover): one arbiter per pair, over a Unix socket, handing the turn
+to the framework named first, then to whichever run has trained the smaller share of its
+steps. A process that has ended never holds up the other. The rule and why:
+docs/measurement.md, "On a busy host".
 """
 
 from __future__ import annotations
@@ -20,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Self
 
-from compare.run.turns import GO, HELLO, PASS
+from compare.run.schedule import GO, HELLO, PASS
 
 POLL_S = 0.1  # how often the arbiter looks at `ended` between messages
 

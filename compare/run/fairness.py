@@ -43,7 +43,8 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
     batchnorm = networks.batchnorm_settings(spec or networks.get_spec(config.model),
                                          config.bn_momentum, config.bn_epsilon)
     return {
-        # The precision resolved on this device (experiment.precision): requested, chosen, why.
+        # The precision resolved on this device (compare.experiment.precision_rule):
+        # requested, chosen, why.
         "precision": own.pop("precision"),
         "precision_policy": own.pop("precision_policy"),
         "tf32": own.pop("tf32"),

@@ -79,7 +79,7 @@ class Training(Protocol):
     steps_per_call: int  # training steps per train_steps call (config.steps_per_call)
     gpu_indices: list[int] | None  # NVML indices of this run's GPUs; None on CPU
     # What the framework's configure_numerics set: "resolved" is the run's precision
-    # (compare.experiment.precision.Resolved), the one its config carries for this device
+    # (compare.experiment.precision_rule.Resolved), the one its config carries for this device
     numerics: dict[str, Any]
 
     def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice) -> None: ...
@@ -190,7 +190,7 @@ class OwnLoopModule(Protocol):
 
     # Train config.epochs epochs of `trainer`'s model with the framework's own loop, as far
     # as the caller asks, the per-step learning rates `lrs`, telling `clock`
-    # (compare.run.windows.WindowClock) where each epoch begins and ends and as steps are
+    # (compare.run.own_loop.WindowClock) where each epoch begins and ends and as steps are
     # issued; yields None after each timing window (what the caller does before asking for
     # more is in no clock: WindowClock.away) and each epoch's training seconds at its end,
     # and fills `mean_losses` over the first epoch (fields of compare.records.OwnLoopRecord).

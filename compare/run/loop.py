@@ -29,21 +29,20 @@ from compare.experiment.config import RunConfig
 from compare.experiment.recipe import learning_rate
 from compare.schema import Epoch
 from compare.machine import cluster, devices, gpu_metrics
-from compare.run import checkpoint, fairness, phases, shutdown, turns
+from compare.run import checkpoint, fairness, phases, shutdown
 from compare.run.interface import Trainer
-from compare.run.own_loop import Beside
 from compare.run.progress import ProgressDisplay
 from compare.run.recorder import Recorder
-from compare.run.windows import TimingWindows
+from compare.run.schedule import Schedule
 
 
 def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
-                     data_info: dict, resume: bool = False, beside: Beside | None = None) -> int:
-    """Train with a Recorder on the chief process, without one elsewhere; an exit code.
+                     data_info: dict, schedule: Schedule, resume: bool = False) -> int:
+    """Train with a Recorder on the chief process, without one elsewhere, between the
+    windows what `schedule` says; an exit code.
 
     With `resume`, continue from the checkpoint in config.out when there is one
     (compare.run.checkpoint): every process loads it, the chief restores its records.
-    `beside`: the run's own-loop twin, a window of it beside each of the run's.
     """
     state = checkpoint.load(config) if resume else None
     if state is not None:
@@ -62,16 +61,15 @@ def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
             recorder.restore(state)
         recorder.write()  # a valid result exists from the start
     try:
-        return train_epochs(trainer, config, recorder, state["next_epoch"] if state else 0,
-                            beside)
+        return train_epochs(trainer, config, recorder, schedule,
+                            state["next_epoch"] if state else 0)
     finally:
-        if beside is not None:
-            beside.close()
+        schedule.close()
         trainer.close()
 
 
 def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
-                 first_epoch: int = 0, beside: Beside | None = None) -> int:
+                 schedule: Schedule, first_epoch: int = 0) -> int:
     """Train epochs first_epoch + 1 .. config.epochs (1-based), measuring as
     results.MEASUREMENT says, with a checkpoint after each; returns an exit code.
 
@@ -80,27 +78,19 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     """
     chief = recorder is not None
     display = ProgressDisplay(config, trainer.framework, trainer.steps_per_epoch, enabled=chief)
+    outputs = Outputs(recorder, display, config.batch_size)
     total_steps = trainer.steps_per_epoch * config.epochs
     global_step = trainer.steps_per_epoch * first_epoch  # the schedule goes on where it stopped
     status, code = "completed", EXIT_OK
     nvml = (gpu_metrics.sampler(trainer.gpu_indices) if chief
             else gpu_metrics.NoSampler("not the chief process"))
-
-    def slowest(own_s: float) -> float:  # the slowest process's time per call, on all of them
-        measured = [row[0] for row in trainer.gather_figures([own_s]) if math.isfinite(row[0])]
-        return max(measured) if measured else math.nan  # nan: none measured, the size holds
-
-    windows = TimingWindows(config, trainer.steps_per_call,  # sized in the session's first epoch
-                       slowest if trainer.choice.processes > 1 else None,
-                       trainer.steps_per_epoch)
     with shutdown.shielded():  # from here on a stop cannot cut the writing of the result short
         try:
             with shutdown.interruptible():  # ... but it ends the epochs at once
                 for epoch in range(first_epoch + 1, config.epochs + 1):
                     display.start_epoch(epoch)
-                    record, global_step = _train_epoch(trainer, config, recorder, display, nvml,
-                                                       windows, epoch, global_step, total_steps,
-                                                       beside)
+                    record, global_step = _train_epoch(trainer, config, outputs, schedule, nvml,
+                                                       epoch, global_step, total_steps)
                     if recorder is not None:  # the chief
                         with shutdown.shielded():  # result, model and checkpoint agree
                             recorder.add_epoch(record, trainer.save_model(recorder.out))
@@ -109,17 +99,14 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
                             recorder.summarise("running")
                             recorder.write()
                     display.end_epoch(record)
-                    if beside is not None:
-                        beside.after_epoch()
-                if beside is not None:
-                    beside.finish()
+                    schedule.after_epoch()
+                schedule.finish()
                 if config.profile_steps and first_epoch < config.epochs:
                     profile_phases(trainer, config, recorder, global_step)
         except KeyboardInterrupt as exc:
             status, code = "interrupted", getattr(exc, "exit_code", EXIT_INTERRUPTED)
             _interrupted(trainer, recorder, str(exc))
-            if beside is not None:
-                beside.stop(exc)
+            schedule.stop(exc)
         except Diverged as exc:
             status, code = "diverged", EXIT_DIVERGED
             _note(recorder, str(exc))
@@ -154,22 +141,19 @@ def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     return code
 
 
-def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
-                 display: ProgressDisplay, nvml: gpu_metrics.NvmlSampler | gpu_metrics.NoSampler,
-                 windows: TimingWindows, epoch: int, global_step: int, total_steps: int,
-                 beside: Beside | None = None) -> tuple[Epoch, int]:
+def _train_epoch(trainer: Trainer, config: RunConfig, outputs: Outputs, schedule: Schedule,
+                 nvml: gpu_metrics.NvmlSampler | gpu_metrics.NoSampler, epoch: int,
+                 global_step: int, total_steps: int) -> tuple[Epoch, int]:
     """One epoch's training in calls of trainer.steps_per_call steps (the last call takes
     what is left), timed in synchronised windows of whole calls, then its evaluation.
-    Between two windows, outside the epoch's clock: the twin's window (`beside`) and the
-    other framework's turn (compare.run.turns), the first epoch's too, so that its time is
-    paired with the other's as the later epochs' are (docs/measurement.md, "On a busy host")."""
+    Between two windows, and before the first, what the schedule says runs outside the
+    epoch's clock (the twin's window, the other framework's turn)."""
     batches = trainer.batches(epoch - 1)
     steps = trainer.steps_per_epoch
     epoch_losses: list[float] = []
     wait_s = 0.0
-    away_s = 0.0  # in the twin's or the other framework's turn: in no clock
-    if beside is not None:
-        beside.before_window()
+    away_s = 0.0  # in the schedule's work between windows: in no clock
+    schedule.open_epoch()
     trainer.sync()  # nothing queued from before may land in this epoch's clock
     nvml.begin_epoch()
     start = window_start = time.perf_counter()
@@ -184,39 +168,29 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
         pending.append(trainer.train_steps(batches, call_lrs))
         lrs.extend(call_lrs)
         step, global_step, calls = step + count, global_step + count, calls + 1
-        if calls == windows.calls or step == steps:
+        if calls == schedule.calls or step == steps:
             trainer.sync()  # the window ends when the device has finished its work
-            now = time.perf_counter()
+            seconds = time.perf_counter() - window_start
             losses, waited = trainer.read_steps(pending)  # one transfer per window
             wait_s += waited
-            if recorder is not None:
-                recorder.add_window(epoch, first_in_window, len(lrs), now - window_start, waited)
-                recorder.add_steps(first_in_window, epoch, lrs, losses)
+            epoch_losses.extend(losses)
+            outputs.window(epoch, first_in_window, lrs, losses, seconds, waited, step,
+                           float(np.mean(epoch_losses)))
             bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
             if bad is not None:
                 raise Diverged(f"the training loss became {losses[bad]} at epoch {epoch}, "
                                f"step {first_in_window + bad + 1}: lower --lr (now {config.lr}) "
                                f"or use --precision fp32")
-            epoch_losses.extend(losses)
-            step_ms.append(1000.0 * (now - window_start) / len(lrs))
-            display.window(step, len(lrs) * config.batch_size / (now - window_start),
-                           float(np.mean(epoch_losses)))
-            windows.observe(now - window_start, calls)
-            left = time.perf_counter()  # the others' turns, between two windows
-            if beside is not None:
-                beside.after_window(now - window_start, len(lrs))
-            if global_step < total_steps:  # after the last, the turn is held to the exit
-                turns.after_window(global_step / total_steps, config.epochs,
-                                   None if config.timing_window is not None
-                                   else config.timing_window_s)
-            if beside is not None and step < steps:
-                beside.before_window()
+            step_ms.append(1000.0 * seconds / len(lrs))
+            left = time.perf_counter()
+            schedule.between_windows(seconds, calls, len(lrs), global_step / total_steps,
+                                     epoch_goes_on=step < steps)
             away_s += time.perf_counter() - left
             pending, lrs, calls, first_in_window = [], [], 0, global_step
             window_start = time.perf_counter()
     trainer.sync()
     train_time = time.perf_counter() - start - away_s
-    windows.end_epoch()
+    schedule.end_epoch_training()
     device_time = trainer.epoch_device_time()
     gpu = nvml.end_epoch()  # energy and utilisation of the training part of the epoch
     peak_bytes, _ = trainer.peak_memory()  # this epoch's training (epoch 1: with its warm-up)
@@ -236,6 +210,23 @@ def _train_epoch(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
     if trainer.choice.processes > 1:  # a collective: every process gets here each epoch
         record["processes"] = per_process(trainer, train_time, wait_s, step_ms)
     return record, global_step
+
+
+class Outputs:
+    """Where the loop's figures go: the chief's files (no recorder elsewhere) and its live
+    display."""
+
+    def __init__(self, recorder: Recorder | None, display: ProgressDisplay, batch_size: int):
+        self.recorder, self.display, self.batch_size = recorder, display, batch_size
+
+    def window(self, epoch: int, first_step: int, lrs: list[float], losses: list[float],
+               seconds: float, waited: float, steps_done: int, mean_loss: float) -> None:
+        """A timing window of len(lrs) steps closed after `seconds`: its row, its steps' rows,
+        and the display's live images per second and loss."""
+        if self.recorder is not None:
+            self.recorder.add_window(epoch, first_step, len(lrs), seconds, waited)
+            self.recorder.add_steps(first_step, epoch, lrs, losses)
+        self.display.window(steps_done, len(lrs) * self.batch_size / seconds, mean_loss)
 
 
 PROCESS_FIGURES = ("train_time_s", "input_wait_s", "median_step_ms")

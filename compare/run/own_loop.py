@@ -1,25 +1,22 @@
-"""A framework's own idiomatic loop on a run's recipe: the answer to "is the shared loop
-handicapping my framework?".
-
-`python -m tf_impl.train CONFIG --own-loop` (or torch_impl) builds the run's Trainer (the
-same model, shared initial weights, data plan, optimizer, precision and distribution), then
-trains it with the framework's own loop instead of compare.run.loop: Keras' compile + fit
-(tf_impl/own_loop.py) or the plain PyTorch loop (torch_impl/own_loop.py). `compare` trains
-it in the run's own process instead (`Beside`): a second Trainer of the same run, an epoch of
-each loop in turn, so the two loops' epochs of a pair meet the same state of a noisy host.
-Each epoch is timed as the shared loop times it (the device synchronised at both ends,
-evaluation apart); the test set is evaluated once, at the end. What it measured is written
-to own-loop.json (compare.records.OwnLoopRecord) beside nothing else: no checkpoint, no
-per-step files.
+"""A framework's own idiomatic loop on a run's recipe (Keras' compile + fit, the plain PyTorch
+loop): the answer to "is the shared loop handicapping my framework?". It trains the run's
+Trainer (same model, initial weights, data plan, optimizer, precision and distribution) in a
+process of its own (`python -m tf_impl.train CONFIG --own-loop`), or, under `compare`, in the
+run's process as its twin (`Twin`), a timing window of each loop in turn (docs/measurement.md,
+"On a busy host"). Its clock is the shared loop's (`WindowClock`); its record is
+own-loop.json (compare.records.OwnLoopRecord), written from the start and after every epoch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 from compare import files, schema
 from compare.errors import EXIT_OK, UserError
@@ -27,10 +24,74 @@ from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
 from compare.experiment.recipe import learning_rate
 from compare.records import OwnLoopRecord
-from compare.run import shutdown, turns, wall_time
+from compare.run import shutdown, wall_time
 from compare.run.interface import DeviceChoice
+from compare.run.schedule import TimingWindows
 from compare.run.summary import steady_step_times
-from compare.run.windows import WindowClock
+
+T = TypeVar("T")
+
+
+class WindowClock:
+    """An own loop's clock, the shared loop's (compare.run.loop) in the loop's own hands: each
+    epoch timed from a synchronised start to a synchronised end and cut into windows of whole
+    calls sized by TimingWindows, so that the two loops' step times are the same statistic.
+    The loop says when an epoch begins, when steps have been issued and when the epoch ends;
+    `sync` waits for the device. `windows` holds one {"epoch", "steps", "seconds"} per window
+    (epochs 1-based). What runs `away`, between two windows, is in no window and no epoch."""
+
+    def __init__(self, config: RunConfig, steps_per_call: int, sync: Callable[[], None],
+                 steps_per_epoch: int | None = None):
+        self.sizes = TimingWindows(config, steps_per_call, steps_per_epoch=steps_per_epoch)
+        self.steps_per_call, self.sync = steps_per_call, sync
+        self.windows: list[dict[str, float]] = []
+        self.epoch = self.epoch_steps = 0
+        self.epoch_start = self.window_start = 0.0
+        self.away_s = 0.0  # in this epoch, away
+        self.calls = self.steps = 0  # in the open window
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Epoch `epoch` (0-based, as the loops count) starts now."""
+        self.sync()
+        self.epoch, self.epoch_steps, self.calls, self.steps = epoch + 1, 0, 0, 0
+        self.away_s = 0.0
+        self.epoch_start = self.window_start = time.perf_counter()
+
+    def steps_done(self, steps: int) -> bool:
+        """`steps` more steps have been issued; True: a window closed after its last call."""
+        self.steps, self.epoch_steps = self.steps + steps, self.epoch_steps + steps
+        if self.epoch_steps % self.steps_per_call:
+            return False  # inside a call
+        self.calls += 1
+        if self.calls == self.sizes.calls:
+            self._close()
+            return True
+        return False
+
+    @contextmanager
+    def away(self) -> Iterator[None]:
+        left = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.away_s += time.perf_counter() - left
+            self.window_start = time.perf_counter()
+
+    def end_epoch(self) -> float:
+        """The epoch's training seconds, its last (partial) window closed."""
+        if self.steps:
+            self._close()
+        self.sync()
+        seconds = time.perf_counter() - self.epoch_start - self.away_s
+        self.sizes.end_epoch()
+        return seconds
+
+    def _close(self) -> None:
+        self.sync()
+        seconds = time.perf_counter() - self.window_start
+        self.windows.append({"epoch": self.epoch, "steps": self.steps, "seconds": seconds})
+        self.sizes.observe(seconds, max(self.calls, 1))
+        self.calls, self.steps, self.window_start = 0, 0, time.perf_counter()
 
 
 class OwnLoopRun:
@@ -157,23 +218,9 @@ def run(impl: ModuleType, config: RunConfig, dataset: Dataset) -> int:
     return EXIT_OK
 
 
-class Beside:
-    """A run's own-loop twin trained in the run's process (RunConfig.own_loop_beside), a
-    timing window of each loop in turn, so that the two windows of a pair meet the same state
-    of a noisy host, whose speed changes within seconds (docs/measurement.md, "On a busy
-    host"). One loop trains at any moment, and neither clock runs in the other's window.
-
-    The shared loop's first epoch comes first, with no window of the twin's inside it (the other
-    framework's turns, on a CPU side by side, still pass between its windows): it compiles and
-    autotunes as a run alone does, where after the twin's first epoch it would find the
-    process's caches (XLA's autotuning, the driver's kernels) filled, and the run's start-up and
-    training time would understate a user's. The twin's first epoch follows, whole. From the
-    second epoch on, the windows go in pairs, one of each loop, the twin's second in one pair
-    and first in the next (the other way round on odd seeds), or, where the run takes turns
-    with the other framework's, in one turn and the next (the turn passes between two pairs),
-    so each loop comes back to the processor after something else ran (the other loop, or the
-    other framework's turn) as often as the other does. Each pair of windows is one ratio of
-    step times (own-loop.json's `window_pairs`, with `own_first` saying which came first). A
+class Twin:
+    """A run's own-loop twin in the run's process (RunConfig.own_loop_beside), trained a
+    window or its first epoch at a time as the run's schedule says (compare.run.schedule). A
     twin that fails is recorded and left; the run goes on."""
 
     def __init__(self, impl: ModuleType, config: RunConfig, dataset: Dataset,
@@ -181,12 +228,6 @@ class Beside:
         assert config.own_loop_beside is not None
         twin = config.replace(out=config.own_loop_beside, own_loop_beside=None,
                               tensorboard_dir=None, profile_steps=0)
-        self.seed = config.seed
-        self.shared_epochs = 0  # the shared loop's epochs trained in this process
-        self.slot = 0  # the pair the next windows belong to
-        self.own_first: dict[int, bool] = {}  # slot: whether the twin's window came first
-        self.shared_ms: dict[int, float] = {}  # slot: the shared loop's ms per step
-        self.own_ms: dict[int, float] = {}  # slot: the twin's
         self.own: OwnLoopRun | None = None
         try:
             self.own = OwnLoopRun(impl, twin, dataset, choice, beside=True)
@@ -194,34 +235,23 @@ class Beside:
             print(f"{impl.FRAMEWORK} own loop failed: {exc.__class__.__name__}: {exc}",
                   file=sys.stderr, flush=True)
 
-    def before_window(self) -> None:
-        """The shared loop is about to open a window (outside its clock)."""
-        if not self.shared_epochs:
-            return  # its first epoch: no pairs
-        self.own_first[self.slot] = self._order()
-        if self.own_first[self.slot]:
-            self._twin_window()
+    def window(self) -> float | None:
+        """Train the twin's next timing window; its ms per step (None: none trained)."""
+        def window(own: OwnLoopRun) -> float | None:
+            if not own.window():
+                return None
+            last = own.clock.windows[-1]
+            return 1000.0 * last["seconds"] / last["steps"]
+        return self._guarded(window)
 
-    def after_window(self, seconds: float, steps: int) -> None:
-        """The shared loop closed a window of `steps` steps in `seconds` (outside its clock)."""
-        if not self.shared_epochs:
-            return  # its first epoch: no pairs
-        self.shared_ms[self.slot] = 1000.0 * seconds / steps
-        if not self.own_first[self.slot]:  # its order, set by before_window
-            self._twin_window()
-        self.slot += 1
+    def first_epoch(self) -> None:
+        self._guarded(lambda own: own.epoch())
 
-    def after_epoch(self) -> None:
-        self.shared_epochs += 1
-        if self.shared_epochs == 1:  # the twin's first epoch, whole
-            self._guarded(lambda own: own.epoch())
-
-    def finish(self) -> None:
-        """Train what the twin has left, then evaluate it and write its record."""
+    def finish(self, window_pairs: list[list[float]], own_first: list[bool]) -> None:
+        """Train what the twin has left, then evaluate it and write its record with the
+        pairs of windows ([shared, own] ms per step) and which came first in each."""
         if self.own is not None:
-            slots = [slot for slot in sorted(self.shared_ms) if slot in self.own_ms]
-            self.own.record.window_pairs = [[self.shared_ms[s], self.own_ms[s]] for s in slots]
-            self.own.record.own_first = [self.own_first[s] for s in slots]
+            self.own.record.window_pairs, self.own.record.own_first = window_pairs, own_first
         self._guarded(lambda own: own.finish())
         self.close()
 
@@ -237,31 +267,16 @@ class Beside:
                 own.stop(RuntimeError("the run it trained beside ended before it"))
             own.close()
 
-    def _order(self) -> bool:
-        """Whether the twin's window comes first in the pair about to start: turn by turn
-        where the run takes turns with the other framework's (every pair of a turn alike, so
-        that the first window after a handover is the shared loop's in one turn and the
-        twin's in the next), else pair by pair; the shared loop's first on even seeds."""
-        taken = turns.taken()
-        return ((self.slot if taken is None else taken) + self.seed) % 2 == 1
-
-    def _twin_window(self) -> None:
-        """One window of the twin's, in the current slot."""
-        def window(own: OwnLoopRun) -> None:
-            if own.window():
-                last = own.clock.windows[-1]
-                self.own_ms[self.slot] = 1000.0 * last["seconds"] / last["steps"]
-        self._guarded(window)
-
-    def _guarded(self, work: Callable[[OwnLoopRun], object]) -> None:
+    def _guarded(self, work: Callable[[OwnLoopRun], T]) -> T | None:
         if self.own is None:
-            return
+            return None
         try:
-            work(self.own)
+            return work(self.own)
         except Exception as exc:  # noqa: BLE001 - the twin is extra: the run goes on
             print(f"{self.own.impl.FRAMEWORK} own loop failed: "
                   f"{exc.__class__.__name__}: {exc}", file=sys.stderr, flush=True)
             self.stop(exc)
+            return None
 
 
 def steady_seconds(epoch_times_s: list[float]) -> float:

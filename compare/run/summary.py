@@ -25,7 +25,7 @@ def summarise_run(config: RunConfig, epochs: list[Epoch], windows: list[dict[str
                   steps_per_call: int | None = None,
                   precision: str | None = None) -> RunSummary:
     """The summary of result.json for these epochs and windows; `precision` is the one the
-    run resolved (compare.experiment.precision), config.precision where not given."""
+    run resolved (compare.experiment.precision_rule), config.precision where not given."""
     summary = RunSummary(
         status=status, replicas=replicas, train_flops_per_image=train_flops_per_image,
         steps_per_call=steps_per_call, epochs_completed=len(epochs),

@@ -26,6 +26,7 @@ from compare.experiment.frameworks import impl_module
 from compare.machine import allocator, devices
 from compare.run import compile_cache, progress, shutdown, wall_time
 from compare.run.interface import DeviceChoice
+from compare.run.schedule import Handover
 
 
 def main(impl: ModuleType, argv: list[str] | None = None) -> int:
@@ -113,10 +114,10 @@ def _run(impl: ModuleType, config: RunConfig, args: argparse.Namespace) -> int:
             found = doctor.train_steps(impl, config)
         files.write_json(Path(args.doctor), found)
         return 0
+    handover = None
     if config.turns is not None:  # nothing heavy before this run's first turn
-        from compare.run import turns
         with shutdown.interruptible():  # a stop while waiting ends the process at once
-            turns.join(config.turns, impl.FRAMEWORK)
+            handover = Handover.join(config.turns, impl.FRAMEWORK)
         wall_time.mark("first turn")
     dataset = datasets.config_dataset(config)
     wall_time.mark("data")
@@ -139,7 +140,7 @@ def _run(impl: ModuleType, config: RunConfig, args: argparse.Namespace) -> int:
         if args.own_loop:
             from compare.run import own_loop
             return own_loop.run(impl, config, dataset)
-        return impl.train(config, dataset, resume=args.resume)
+        return impl.train(config, dataset, handover, resume=args.resume)
 
 
 def carried_precision(config: RunConfig) -> RunConfig:
@@ -148,8 +149,8 @@ def carried_precision(config: RunConfig) -> RunConfig:
     once, before the framework sees it: never inside the framework's own modules."""
     if config.precision_resolved is not None:
         return config
-    from compare.machine import precision
-    return precision.carry(config)
+    from compare.machine import precision_choice
+    return precision_choice.carry(config)
 
 
 def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, steps: int,
@@ -164,14 +165,14 @@ def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, ste
     import numpy as np
 
     from compare import files
-    from compare.experiment import networks, precision
+    from compare.experiment import networks, precision_rule
     from compare.run import parity_probe
     try:
         trainer = impl.Trainer(config, dataset, impl.select_device(config))
         shared = trainer.initial  # the floor moves these, whether or not the first moved them
         parity_probe.write_probe(trainer, config, path, steps, perturb)
     except Exception:
-        if config.precision != precision.PROBE_ONLY:
+        if config.precision != precision_rule.PROBE_ONLY:
             raise
         missing = impl.float64_missing(networks.get_spec(config.model, len(dataset.classes)))
         if missing is None:  # every layer runs alone in float64: a failure of its own
@@ -185,13 +186,16 @@ def probe(impl: ModuleType, config: RunConfig, dataset: Dataset, path: Path, ste
 
 
 def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice: DeviceChoice,
-                  resume: bool) -> int:
-    """Train this process's replicas with `impl`'s Trainer and record the run; an exit code.
+                  handover: Handover | None, resume: bool) -> int:
+    """Train this process's replicas with `impl`'s Trainer on the run's schedule (its turns
+    through `handover`, its own-loop twin beside it) and record the run; an exit code.
     The chief says where it trains and in what precision (and warns of emulated bfloat16)."""
     from compare.run import loop, own_loop
+    from compare.run.schedule import Schedule
     trainer = impl.Trainer(config, dataset, choice)
-    beside = (own_loop.Beside(impl, config, dataset, choice)
-              if config.own_loop_beside and choice.is_chief else None)
+    twin = (own_loop.Twin(impl, config, dataset, choice)
+            if config.own_loop_beside and choice.is_chief else None)
+    schedule = Schedule(config, trainer, handover, twin)
     wall_time.mark("built")
     resolved = trainer.numerics["resolved"]  # the config's, as the framework applied it
     if choice.is_chief:
@@ -201,7 +205,7 @@ def train_process(impl: ModuleType, config: RunConfig, dataset: Dataset, choice:
         if resolved.warning:
             print(f"warning: {resolved.warning}", file=sys.stderr, flush=True)
     environment = {**impl.describe_environment(), "device_used": choice.description}
-    return loop.train_and_record(trainer, config, environment, dataset.info(), resume, beside)
+    return loop.train_and_record(trainer, config, environment, dataset.info(), schedule, resume)
 
 
 def leave(code: int) -> NoReturn:
