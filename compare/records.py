@@ -14,7 +14,15 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self, Union, cast
+from typing import Any, ClassVar, Self, TypedDict, Union, cast
+
+
+class ClockWindow(TypedDict):
+    """One synchronised timing window of either loop: its epoch (1-based), steps and seconds."""
+
+    epoch: int
+    steps: int
+    seconds: float
 
 
 class RecordError(ValueError):
@@ -126,7 +134,7 @@ class OwnLoopRecord(JsonRecord):
     steps_per_call: int = 0
     epoch_times_s: list[float] = field(default_factory=list)  # synchronised at both ends
     # synchronised timing windows, as result.json's: {"epoch" (1-based), "steps", "seconds"}
-    windows: list[dict[str, Any]] = field(default_factory=list)
+    windows: list[ClockWindow] = field(default_factory=list)
     # over the windows of the epochs after the first, as a run's summary figure of that name
     # (compare.run.summary.steady_step_times); None until done, and in version 1 files
     steady_step_time_ms: StepTimes | None = None
@@ -183,6 +191,11 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         if option is str and isinstance(value, str):
             return value
         if (option is dict or origin is dict) and isinstance(value, dict):
+            return value
+        if typing.is_typeddict(option) and isinstance(value, dict):
+            missing = sorted(set(getattr(option, "__required_keys__")) - set(value))
+            if missing:
+                raise RecordError(f"{where} lacks {', '.join(missing)}")
             return value
     raise RecordError(f"{where}: {value!r} is not {_name(hint)}")
 

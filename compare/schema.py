@@ -15,7 +15,7 @@ from compare import figures, files
 from compare.experiment.frameworks import FRAMEWORKS
 from compare.experiment.parity_record import ParityRecord
 from compare.experiment.porting import PortProof
-from compare.records import OwnLoopRecord, RecordError, RunSummary
+from compare.records import ClockWindow, OwnLoopRecord, RecordError, RunSummary
 
 RESULT_VERSION = 2  # 2: fairness.strategy and fairness.precision are records
 SUMMARY_VERSION = 4  # 4: own_loops; 3: intervals as low/high (v1: ci95_low/high), order_note
@@ -25,6 +25,97 @@ STATUSES = ("running", "completed", "interrupted", "diverged", "failed")
 
 class SchemaError(files.Unreadable):
     """A result or summary that does not follow its schema (one line, naming the file)."""
+
+
+class GpuEpoch(TypedDict):
+    """An epoch's NVML figures over its training part (compare.machine.gpu_metrics)."""
+
+    energy_j: float | None
+    samples: NotRequired[int]
+    interval_s: NotRequired[float]  # s between samples
+    gpus: NotRequired[int]
+    utilisation_pct_mean: NotRequired[float | None]  # per GPU
+    memory_used_bytes_max: NotRequired[float | None]
+    power_w_mean: NotRequired[float | None]
+    energy_source: NotRequired[str]
+    note: NotRequired[str]  # why a figure is missing (no NVML, no counter)
+    unavailable: NotRequired[dict[str, str]]  # field: NVML's reason
+
+
+class Window(ClockWindow):
+    """One synchronised timing window of a run (a row of windows.csv)."""
+
+    first_step: int
+    input_wait_s: float
+
+
+class Session(TypedDict):
+    """One process that trained a run (a resumed run has one more per resume)."""
+
+    session: int
+    pid: int
+    host: str
+    started_at: str
+    first_epoch: int  # 1-based, the first it trained
+
+
+class RecordsSoFar(TypedDict):
+    """What a resumed run restores of its records (the chief's, kept with its checkpoint)."""
+
+    epochs: list["Epoch"]
+    steps: list[list[Any]]  # [global step, epoch, lr, loss], one per step
+    windows: list[Window]
+    sessions: list[Session]
+    started_at: str
+    files: dict[str, str]  # the run's files, by role
+
+
+class Checkpoint(RecordsSoFar):
+    """checkpoint.json: where a run stopped, its weights' state file and its records."""
+
+    schema_version: int
+    framework: str
+    next_epoch: int  # 0-based index of the epoch to train next
+    state: str  # the Trainer's state file, relative to the run's directory
+    config: dict[str, Any]  # the RunConfig, as JSON
+
+
+class GpuDevice(TypedDict):
+    index: int
+    name: str | None
+    memory_bytes: int | None
+    power_limit_w: float | None
+
+
+class Nvml(TypedDict):
+    """GPUs and driver as NVML reports them (compare.machine.environment.nvml_devices)."""
+
+    available: bool
+    reason: NotRequired[str]  # without NVML: why
+    driver: NotRequired[str | None]
+    cuda_driver_version: NotRequired[str | None]  # the newest CUDA the driver runs, "12.4"
+    devices: NotRequired[list[GpuDevice]]
+    unavailable: NotRequired[dict[str, str]]  # field: NVML's reason
+
+
+class Machine(TypedDict):
+    """The host as the tool's own process sees it (compare.machine.environment.machine)."""
+
+    python: str
+    platform: str
+    processor: str
+    cpu_count: int | None
+    memory_bytes: int | None
+    nvml: Nvml
+
+
+class MachineIdentity(TypedDict):
+    """Where a comparison ran (compare.report.labels.machine_of)."""
+
+    id: str  # device | host
+    device: str
+    host: str
+    named: str  # the device as a reader knows it
 
 
 class Epoch(TypedDict):
@@ -43,18 +134,44 @@ class Epoch(TypedDict):
     device_time_s: NotRequired[float | None]  # CUDA events (PyTorch on a GPU)
     peak_device_memory_bytes: NotRequired[int | None]
     host_rss_bytes: NotRequired[int | None]
-    gpu: NotRequired[dict]  # NVML: energy, power, utilisation (compare.machine.gpu_metrics)
+    gpu: NotRequired[GpuEpoch]
     session: NotRequired[int]  # the process that trained it (a resume starts another)
     processes: NotRequired[list[dict]]  # each process's own clock (several processes)
     loss_scale: NotRequired[float | None]  # the dynamic loss scale at the epoch's end (float16)
 
 
-class Environment(TypedDict):
-    """What the framework's process saw (its describe_environment) and trained on."""
+class FrameworkGpu(TypedDict):
+    name: str | None
+    capability: str | None  # "9.0"
+    memory_bytes: NotRequired[int]
+
+
+class FrameworkEnvironment(TypedDict):
+    """What a framework's process sees (its describe_environment; `cnncompare env`)."""
 
     framework: str
-    python: str
-    platform: str
+    python: NotRequired[str]
+    platform: NotRequired[str]
+    error: NotRequired[str]  # the process could not say (not installed, failed)
+    cuda_available: NotRequired[bool]
+    cuda: NotRequired[str | None]  # the CUDA it was built with
+    cudnn: NotRequired[str | int | None]
+    gpus: NotRequired[list[FrameworkGpu]]
+    gpu_libraries: NotRequired[dict[str, str | None] | None]  # TensorFlow seeing no GPU
+    cuda_visible_devices: NotRequired[str | None]
+    tf32_default: NotRequired[bool | dict[str, bool]]
+    mixed_precision: NotRequired[str]  # what its mixed precision is here, in words
+    tensorflow: NotRequired[str]
+    keras: NotRequired[str]
+    torch: NotRequired[str]
+    torchvision: NotRequired[str | None]
+    cpu_threads: NotRequired[int]
+    bf16_supported: NotRequired[bool]
+
+
+class Environment(FrameworkEnvironment):
+    """What the framework's process saw (its describe_environment) and trained on."""
+
     device_used: str  # the framework's own words
     hardware: NotRequired[dict]  # compare.machine.devices.hardware: how reports group runs
 
@@ -76,7 +193,7 @@ class Result(TypedDict):
     started_at: NotRequired[str]
     finished_at: NotRequired[str]
     updated_at: NotRequired[str]
-    sessions: NotRequired[list[dict]]
+    sessions: NotRequired[list[Session]]
     error: NotRequired[str | None]
     exit: NotRequired[dict]  # how a process that wrote no end ended (compare.process.runner)
     peer_failures: NotRequired[dict]
@@ -104,7 +221,7 @@ class Summary(TypedDict):
     runs: NotRequired[list[dict]]
     not_run: NotRequired[list[dict]]
     skipped: NotRequired[list[dict]]
-    machine: NotRequired[dict]
+    machine: NotRequired[MachineIdentity]
     model: NotRequired[dict | None]
     data: NotRequired[dict | None]
     measurement: NotRequired[dict]

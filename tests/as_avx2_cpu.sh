@@ -13,7 +13,7 @@
 #   oneDNN's cap, that it may hand bfloat16 convolutions to oneDNN, which then refuses them
 #   ("could not create a primitive descriptor"); without oneDNN it runs Eigen's kernels, which
 #   its wheel builds for AVX2, and emulates bfloat16 as an AVX2-only CPU does.
-# - CNNCOMPARE_CPU_FLAGS: the CPU flags cnncompare reads (compare/experiment/precision.py),
+# - CNNCOMPARE_CPU_FLAGS: the CPU flags cnncompare reads (compare/machine/cpu.py),
 #   those of an AVX2-only CPU.
 # - TORCHINDUCTOR_CACHE_DIR: a kernel cache of its own. torch.compile's on-disk cache does not
 #   key on ATEN_CPU_CAPABILITY: kernels compiled earlier at the CPU's own AVX-512 are reused

@@ -91,3 +91,8 @@ def test_an_own_loop_record_keeps_its_config_windows_and_loss_pairs():
         OwnLoopRecord.from_dict({**data, "mean_losses": [[4, 2.0], ["x", 2.0]]})
     with pytest.raises(RecordError, match=r"^own loop.config: \[\] is not dict$"):
         OwnLoopRecord.from_dict({**data, "config": []})
+    # a window is a ClockWindow: every key of it, in an object
+    with pytest.raises(RecordError, match=r"^own loop.windows\[0\] lacks seconds, steps$"):
+        OwnLoopRecord.from_dict({**data, "windows": [{"epoch": 1}]})
+    with pytest.raises(RecordError, match=r"^own loop.windows\[0\]: 8 is not ClockWindow$"):
+        OwnLoopRecord.from_dict({**data, "windows": [8]})

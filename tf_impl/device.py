@@ -14,7 +14,8 @@ from compare.errors import DeviceError
 from compare.experiment import precision_rule, strategy
 from compare.experiment.config import RunConfig
 from compare.machine import cluster, devices
-from compare.run.interface import DeviceChoice
+from compare.run.interface import DeviceChoice, Numerics
+from compare.schema import FrameworkEnvironment, FrameworkGpu
 
 FRAMEWORK = "tf"
 
@@ -113,7 +114,7 @@ def make_strategy(config: RunConfig, choice: DeviceChoice) -> tf.distribute.Stra
             implementation=implementation, timeout_seconds=config.collective_timeout_s))
 
 
-def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
+def configure_numerics(config: RunConfig, choice: DeviceChoice) -> Numerics:
     """Precision policy (compare.experiment.precision_rule), TF32 and determinism; returns
     what was set."""
     tf.config.experimental.enable_tensor_float_32_execution(config.tf32)
@@ -163,14 +164,15 @@ def float64_missing(spec) -> str | None:
         keras.mixed_precision.set_global_policy(before)
 
 
-def describe_environment() -> dict:
+def describe_environment() -> FrameworkEnvironment:
     """What TensorFlow sees: versions, devices, CUDA/cuDNN, TF32, precision support."""
     build = tf.sysconfig.get_build_info()
     details = [tf.config.experimental.get_device_details(g)
                for g in tf.config.list_physical_devices("GPU")]
-    gpus = [{"name": d.get("device_name"),
-             "capability": ".".join(map(str, d.get("compute_capability", ()))) or None}
-            for d in details]
+    gpus: list[FrameworkGpu] = [
+        {"name": d.get("device_name"),
+         "capability": ".".join(map(str, d.get("compute_capability", ()))) or None}
+        for d in details]
     libraries = None
     if not gpus and build.get("is_cuda_build"):  # why not: which CUDA library is missing?
         from compare.machine.doctor import find_library

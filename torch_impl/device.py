@@ -16,7 +16,8 @@ from compare.errors import DeviceError
 from compare.experiment import precision_rule, strategy
 from compare.experiment.config import RunConfig
 from compare.machine import cluster, devices
-from compare.run.interface import DeviceChoice
+from compare.run.interface import DeviceChoice, Numerics
+from compare.schema import FrameworkEnvironment, FrameworkGpu
 
 FRAMEWORK = "torch"
 # After a failure, how long the chief waits for each other process to say why it stopped (s):
@@ -85,7 +86,7 @@ def make_strategy(config: RunConfig, choice: DeviceChoice) -> str | None:
     return backend
 
 
-def configure_numerics(config: RunConfig, choice: DeviceChoice) -> dict:
+def configure_numerics(config: RunConfig, choice: DeviceChoice) -> Numerics:
     """Precision (compare.experiment.precision_rule), TF32, cuDNN autotune and determinism;
     returns what was set."""
     torch.backends.cuda.matmul.allow_tf32 = config.tf32
@@ -123,13 +124,14 @@ def float64_missing(spec) -> str | None:
     return parity.first_float64_failure(spec, run_alone)
 
 
-def describe_environment() -> dict:
+def describe_environment() -> FrameworkEnvironment:
     """What PyTorch sees: versions, devices, CUDA/cuDNN, TF32 defaults, precision support."""
     cuda = torch.cuda.is_available()
-    gpus = [{"name": torch.cuda.get_device_name(i),
-             "memory_bytes": torch.cuda.get_device_properties(i).total_memory,
-             "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))}
-            for i in range(torch.cuda.device_count())] if cuda else []
+    gpus: list[FrameworkGpu] = [
+        {"name": torch.cuda.get_device_name(i),
+         "memory_bytes": torch.cuda.get_device_properties(i).total_memory,
+         "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))}
+        for i in range(torch.cuda.device_count())] if cuda else []
     return {"framework": FRAMEWORK, "torch": torch.__version__,
             "torchvision": _version("torchvision"), "python": platform.python_version(),
             "platform": platform.platform(), "cpu_threads": torch.get_num_threads(),

@@ -22,8 +22,9 @@ def env(as_json: bool) -> None:
     from compare.experiment.frameworks import FRAMEWORKS
     from compare.machine import environment
     from compare.process import runner
-    info = {"machine": environment.machine(),
-            "frameworks": {fw: runner.framework_environment(fw) for fw in FRAMEWORKS}}
+    info: environment.EnvReport = {
+        "machine": environment.machine(),
+        "frameworks": {fw: runner.framework_environment(fw) for fw in FRAMEWORKS}}
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

@@ -145,7 +145,5 @@ def at_default(config: RunConfig, device_kind: str) -> RunConfig | None:
     state = resolve(config, device_kind)
     if state.is_default or config.parallel == "model":
         return None
-    changes: dict[str, Any] = {"variant": "defaults", "compile": state.default}
-    if config.framework == "torch":
-        changes["cuda_graphs"] = False
-    return config.replace(**changes)
+    at = config.replace(variant="defaults", compile=state.default)
+    return at.replace(cuda_graphs=False) if config.framework == "torch" else at

@@ -30,6 +30,7 @@ from compare.experiment.checks import (
 )
 from compare.experiment.frameworks import FRAMEWORK_NAMES, FRAMEWORKS  # noqa: F401 - re-exported
 from compare.experiment.precision_rule import CHOICES as PRECISIONS  # auto is resolved there
+from compare.experiment.precision_rule import ResolvedRecord
 
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "onecycle")
@@ -304,7 +305,7 @@ class RunConfig:
     # started (compare.machine.precision_choice.carry), for each device kind the run may train on:
     # {"cpu" | "gpu": Resolved.to_dict(precision)}. The frameworks read it
     # (compare.experiment.precision_rule.carried); None: not resolved yet.
-    precision_resolved: dict[str, dict[str, Any]] | None = field(default=None, hash=False)
+    precision_resolved: dict[str, ResolvedRecord] | None = field(default=None, hash=False)
 
     def replace(self, **changes: Any) -> "RunConfig":
         """This config with `changes`; a change of what the precision was resolved from

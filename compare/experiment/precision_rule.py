@@ -26,7 +26,7 @@ compare.machine.precision_choice reads the machine it is applied to.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from compare.experiment.frameworks import FRAMEWORK_NAMES, FRAMEWORKS
 
@@ -37,6 +37,26 @@ PROBE_ONLY = "fp64"
 # Precisions that mean the same on every device: nothing of the machine decides them
 DEVICE_INDEPENDENT = ("fp32", "fp16", PROBE_ONLY)
 TENSOR_CORES_FROM = (7, 0)  # Volta: the first GPUs with float16 tensor cores
+
+
+class PrecisionMeasured(TypedDict):
+    """doctor's step times of float32 and mixed on a CPU, kept for --precision auto."""
+
+    step_ms: dict[str, dict[str, float]]  # framework: {"fp32": ms, "mixed": ms}
+    measured_at: str  # the date
+    by: str
+    key: dict[str, str | None]  # what it holds for: the CPU, the model, the versions
+
+
+class ResolvedRecord(TypedDict):
+    """A Resolved as a config carries it, with the --precision it was resolved from."""
+
+    requested: str
+    precision: str
+    compute_type: str
+    reason: str
+    warning: str | None
+    handicap: str | None
 
 
 @dataclass(frozen=True)
@@ -50,7 +70,7 @@ class Resolved:
     def describe(self) -> str:
         return f"{self.compute_type} ({self.reason})"
 
-    def to_dict(self, requested: str) -> dict:
+    def to_dict(self, requested: str) -> ResolvedRecord:
         return {"requested": requested, "precision": self.precision,
                 "compute_type": self.compute_type, "reason": self.reason,
                 "warning": self.warning, "handicap": self.handicap}
@@ -63,7 +83,7 @@ class CarriesPrecision(Protocol):
     def precision(self) -> str: ...
 
     @property
-    def precision_resolved(self) -> dict[str, dict[str, Any]] | None: ...
+    def precision_resolved(self) -> dict[str, ResolvedRecord] | None: ...
 
 
 def carried(config: CarriesPrecision, device_kind: str) -> Resolved:
@@ -85,7 +105,7 @@ def carried(config: CarriesPrecision, device_kind: str) -> Resolved:
 MIXED_FASTER = 0.95
 
 
-def figures(entry: dict) -> str:
+def figures(entry: PrecisionMeasured) -> str:
     """'TensorFlow/Keras 20 -> 16 ms, PyTorch 21 -> 27 ms a step (float32 -> mixed)'."""
     step = entry["step_ms"]
     return (", ".join(f"{FRAMEWORK_NAMES[fw]} {step[fw]['fp32']:.3g} -> {step[fw]['mixed']:.3g} ms"
@@ -94,7 +114,7 @@ def figures(entry: dict) -> str:
 
 
 def choose(requested: str, on_gpu: bool, capability: tuple[int, int] | None = None,
-           native: str | None = None, measured: dict | None = None) -> Resolved:
+           native: str | None = None, measured: PrecisionMeasured | None = None) -> Resolved:
     """The rule: the precision a run computes in, on a GPU of `capability` or on a CPU whose
     native bfloat16 instruction is `native` (None: emulated) and where doctor measured
     `measured` (compare.machine.precision_choice.measurement; None: not measured)."""
@@ -117,7 +137,7 @@ def choose(requested: str, on_gpu: bool, capability: tuple[int, int] | None = No
                                                 f"capability {shown}")
         return Resolved("fp32", "float32", f"auto: no tensor cores on this GPU, compute "
                                            f"capability {shown} below 7.0")
-    steps = ((measured or {}).get("step_ms") or {}).items()
+    steps = (measured["step_ms"] if measured else {}).items()
     slower = [FRAMEWORK_NAMES[fw] for fw, step in steps if step["mixed"] > step["fp32"]]
     not_faster = [FRAMEWORK_NAMES[fw] for fw, step in steps
                   if step["mixed"] > MIXED_FASTER * step["fp32"]]

@@ -10,11 +10,12 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from compare.experiment import datasets
 from compare.experiment.config import RunConfig
 from compare.machine import precision_choice
+from compare.schema import FrameworkEnvironment, Machine
 
 if TYPE_CHECKING:  # annotations only
     from types import ModuleType
@@ -22,6 +23,30 @@ if TYPE_CHECKING:  # annotations only
 TIMED_STEPS = 3  # steps timed after one warm-up step (tracing, autotuning)
 LIBRARY = re.compile(r"/(lib(?:cudart|cublas|cublasLt|cudnn|nccl|cufft|cusparse)"
                      r"[^/]*\.so[.0-9]*)$")
+
+
+class PrecisionSteps(TypedDict):
+    """A few real steps in one precision: whether their losses were finite, and their time."""
+
+    ok: bool
+    step_ms: NotRequired[float]  # ms per step, after one warm-up step
+    losses: NotRequired[list[float]]
+    policy: NotRequired[str]  # the framework's precision policy, in its words
+    error: NotRequired[str]
+
+
+class DoctorSteps(TypedDict):
+    """One framework process's answer to the doctor (its --doctor file)."""
+
+    framework: str
+    device: str
+    device_kind: str
+    device_name: str | None
+    model: str
+    batch_size: int
+    precisions: dict[str, PrecisionSteps]  # fp32, mixed
+    libraries: NotRequired[dict[str, str]]  # CUDA libraries loaded: file name -> path
+    error: NotRequired[str]  # the process gave no answer: why (no precisions then)
 
 
 def loaded_cuda_libraries() -> dict[str, str]:
@@ -54,15 +79,15 @@ def find_library(name: str) -> str | None:
     return None
 
 
-def train_steps(impl: ModuleType, config: RunConfig) -> dict[str, Any]:
+def train_steps(impl: ModuleType, config: RunConfig) -> DoctorSteps:
     """In a framework process: a few real steps per precision on this config's device; the
     loaded CUDA libraries. Called by compare.run.worker for `--doctor`."""
     choice = impl.select_device(config)
     batch = config.batch_size
     dataset = datasets.synthetic(batch * (TIMED_STEPS + 1), batch)
-    record: dict[str, Any] = {"framework": impl.FRAMEWORK, "device": choice.description,
-                              "device_kind": choice.kind, "device_name": choice.name,
-                              "model": config.model, "batch_size": batch, "precisions": {}}
+    record: DoctorSteps = {"framework": impl.FRAMEWORK, "device": choice.description,
+                           "device_kind": choice.kind, "device_name": choice.name,
+                           "model": config.model, "batch_size": batch, "precisions": {}}
     for mode in ("fp32", "mixed"):
         # each precision in turn: its config is made here, so it is resolved here, once
         run_config = precision_choice.carry(config.replace(precision=mode))
@@ -87,12 +112,12 @@ def train_steps(impl: ModuleType, config: RunConfig) -> dict[str, Any]:
     return record
 
 
-def gpu_diagnosis(framework_env: dict[str, Any], machine: dict[str, Any]) -> str | None:
+def gpu_diagnosis(framework_env: FrameworkEnvironment, machine: Machine) -> str | None:
     """Why a framework sees no GPU on this machine (None when it sees one, or none exists)."""
     if framework_env.get("gpus"):
         return None
-    nvml = machine.get("nvml", {})
-    if not nvml.get("available"):
+    nvml = machine["nvml"]
+    if not nvml["available"]:
         return None  # no NVIDIA driver: a CPU machine, nothing to explain
     if framework_env.get("cuda") in (None, "", "False"):
         return "this build has no CUDA support (a CPU-only build)"

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from compare.machine import gpu_metrics
+from compare.schema import FrameworkEnvironment, GpuDevice, Machine, Nvml
 
 
-def nvml_devices() -> dict[str, Any]:
+def nvml_devices() -> Nvml:
     """GPUs and driver as NVML reports them; an error entry where there is no NVML. Each
     field is asked on its own: one the device refuses (as virtual machines often do) is
     null, with the reason under `unavailable`."""
@@ -30,7 +31,7 @@ def nvml_devices() -> dict[str, Any]:
         return value.decode() if isinstance(value, bytes) else value
 
     try:
-        devices = []
+        devices: list[GpuDevice] = []
         for i in range(ask("count", pynvml.nvmlDeviceGetCount) or 0):
             handle = ask(f"gpu {i}", lambda: pynvml.nvmlDeviceGetHandleByIndex(i))
             if handle is None:
@@ -43,10 +44,11 @@ def nvml_devices() -> dict[str, Any]:
                             "memory_bytes": memory,
                             "power_limit_w": limit / 1000.0 if limit is not None else None})
         cuda = ask("cuda driver version", pynvml.nvmlSystemGetCudaDriverVersion)  # 12040: 12.4
-        found = {"available": True, "driver": ask("driver", pynvml.nvmlSystemGetDriverVersion),
-                 "cuda_driver_version": (f"{cuda // 1000}.{cuda % 1000 // 10}"
-                                         if cuda is not None else None),
-                 "devices": devices}
+        found: Nvml = {"available": True,
+                       "driver": ask("driver", pynvml.nvmlSystemGetDriverVersion),
+                       "cuda_driver_version": (f"{cuda // 1000}.{cuda % 1000 // 10}"
+                                               if cuda is not None else None),
+                       "devices": devices}
         if unavailable:
             found["unavailable"] = unavailable
         return found
@@ -57,7 +59,7 @@ def nvml_devices() -> dict[str, Any]:
             pass
 
 
-def machine() -> dict[str, Any]:
+def machine() -> Machine:
     memory = None
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -68,7 +70,14 @@ def machine() -> dict[str, Any]:
             "memory_bytes": memory, "nvml": nvml_devices()}
 
 
-def print_table(info: dict[str, Any]) -> None:
+class EnvReport(TypedDict):
+    """`cnncompare env`: the machine, and what each framework's process sees."""
+
+    machine: Machine
+    frameworks: dict[str, FrameworkEnvironment]
+
+
+def print_table(info: EnvReport) -> None:
     from rich.table import Table
 
     from compare.console import console as make_console
@@ -108,6 +117,6 @@ def print_table(info: dict[str, Any]) -> None:
     console.print(fw)
 
 
-def _gpus(info: dict[str, Any]) -> str:
+def _gpus(info: FrameworkEnvironment) -> str:
     gpus = info.get("gpus") or []
-    return ", ".join(g["name"] for g in gpus) if gpus else "none"
+    return ", ".join(str(g["name"]) for g in gpus) if gpus else "none"

@@ -11,7 +11,9 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
+
+from compare.schema import GpuEpoch
 
 # Dense peak throughput in TFLOP/s per GPU, from the vendors' data sheets (no sparsity).
 # A device name matches the row whose model words it contains, the longest such row when
@@ -78,8 +80,14 @@ def peak_flops(device_name: str | None, mode: str | None) -> tuple[float | None,
     return PEAK_TFLOPS[key][mode] * 1e12, None
 
 
+class Mfu(TypedDict):
+    mfu: float | None  # achieved / peak
+    peak_flops_per_s: float | None  # of every replica together
+    mfu_note: str  # how it was computed, or why not
+
+
 def mfu(achieved_flops_per_s: float | None, device_name: str | None, mode: str | None,
-        replicas: int) -> dict[str, Any]:
+        replicas: int) -> Mfu:
     """Model FLOPs utilisation: achieved / (peak of one device x replicas)."""
     peak, why = peak_flops(device_name, mode)
     if peak is None or not achieved_flops_per_s:
@@ -239,13 +247,13 @@ class NvmlSampler:
         self.energy_start = self._energy_j()
         self.started = time.perf_counter()
 
-    def end_epoch(self) -> dict[str, Any]:
+    def end_epoch(self) -> GpuEpoch:
         energy = self._energy_j()
         elapsed = time.perf_counter() - self.started
         with self.lock:
             samples = list(self.samples)
-        record: dict[str, Any] = {"samples": len(samples), "interval_s": self.interval_s,
-                                  "gpus": len(self.handles)}
+        record: GpuEpoch = {"energy_j": None, "samples": len(samples),
+                            "interval_s": self.interval_s, "gpus": len(self.handles)}
 
         def values(field: str) -> list[float]:
             return [s[field] for s in samples if field in s]
@@ -260,7 +268,7 @@ class NvmlSampler:
             record["energy_j"] = energy - self.energy_start
             record["energy_source"] = "nvmlDeviceGetTotalEnergyConsumption difference"
         elif power:  # no counter: integrate the sampled power over the epoch
-            record["energy_j"] = record["power_w_mean"] * elapsed
+            record["energy_j"] = sum(power) / len(power) * elapsed
             record["energy_source"] = "mean sampled power x epoch time"
         else:
             record["energy_j"] = None
@@ -288,7 +296,7 @@ class NoSampler:
     def begin_epoch(self) -> None:
         pass
 
-    def end_epoch(self) -> dict[str, Any]:
+    def end_epoch(self) -> GpuEpoch:
         return {"energy_j": None, "note": self.reason}
 
     def close(self) -> None:

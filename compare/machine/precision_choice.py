@@ -16,6 +16,7 @@ from compare.experiment.frameworks import FRAMEWORK_PACKAGES
 from compare.experiment.precision_rule import (
     DEVICE_INDEPENDENT,
     TENSOR_CORES_FROM,
+    PrecisionMeasured,
     Resolved,
     choose,
 )
@@ -50,7 +51,7 @@ def measurement_key(model: str) -> str:
     return json.dumps({"cpu": cpu_description(), "model": model, **versions}, sort_keys=True)
 
 
-def record_measurement(model: str, step_ms: dict[str, dict[str, float]]) -> dict:
+def record_measurement(model: str, step_ms: dict[str, dict[str, float]]) -> PrecisionMeasured:
     """Keep doctor's step times ({framework: {"fp32": ms, "mixed": ms}}) for this CPU, model
     and versions; returns the entry."""
     path = _measured_path()
@@ -58,15 +59,16 @@ def record_measurement(model: str, step_ms: dict[str, dict[str, float]]) -> dict
         kept = json.loads(path.read_text())
     except (OSError, ValueError):
         kept = {}
-    entry = {"step_ms": step_ms, "measured_at": time.strftime("%Y-%m-%d"),
-             "by": "cnncompare doctor", "key": json.loads(measurement_key(model))}
+    entry: PrecisionMeasured = {"step_ms": step_ms, "measured_at": time.strftime("%Y-%m-%d"),
+                                "by": "cnncompare doctor",
+                                "key": json.loads(measurement_key(model))}
     kept[measurement_key(model)] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(kept, indent=2))
     return entry
 
 
-def measurement(model: str | None) -> dict | None:
+def measurement(model: str | None) -> PrecisionMeasured | None:
     """doctor's step times of mixed and float32 on this CPU for `model` and these framework
     versions, or None where none was measured."""
     if not model:

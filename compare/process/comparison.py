@@ -9,7 +9,7 @@ import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from compare import files, report, schema
 from compare.errors import EXIT_FAILED, UserError
@@ -118,15 +118,22 @@ def _compare(config: RunConfig, comparison: ComparisonConfig, out: Path, command
     return done.exit_code
 
 
+class Invocation(TypedDict):
+    """One `compare` command that worked on a comparison's folder (comparison.json)."""
+
+    frameworks: list[str]  # those it ran
+    started_at: NotRequired[str]
+
+
 def _record_invocation(directory: files.ComparisonDir, config: RunConfig,
                        comparison: ComparisonConfig, command: str, resume: bool,
-                       selected: tuple[str, ...]) -> tuple[str, list[dict[str, Any]]]:
+                       selected: tuple[str, ...]) -> tuple[str, list[Invocation]]:
     """Write comparison.json with this invocation added; the command a report replays (a
     resumed comparison's first) and every invocation so far."""
     saved = files.read_json_or_empty(directory.comparison) if resume else {}
     command = saved.get("command") or command  # a resumed report replays the first command
-    invocations = saved.get("invocations") or ([{"frameworks": list(FRAMEWORKS)}] if resume
-                                               else [])
+    invocations: list[Invocation] = saved.get("invocations") or (
+        [{"frameworks": list(FRAMEWORKS)}] if resume else [])
     invocations = invocations + [{"frameworks": list(selected),
                                   "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
     files.write_json(directory.comparison, {
@@ -408,7 +415,7 @@ def _write_defaults(directory: files.ComparisonDir, matched: list[Path],
     report.write(directory.defaults, ran + beside, parity, command, order_note=order)
 
 
-def order_note(invocations: list[dict]) -> str | None:
+def order_note(invocations: list[Invocation]) -> str | None:
     """When the comparison's runs were made in invocations of one framework each (compare
     --framework), the caveat that drift between them is not balanced; None when every
     invocation ran both frameworks, alternated."""

@@ -12,19 +12,50 @@ a machine that has one, it says why.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from compare.errors import FrameworkMissing
 from compare.experiment.config import FRAMEWORK_NAMES, FRAMEWORKS, recipe_config
+from compare.experiment.precision_rule import PrecisionMeasured
 from compare.machine import environment, precision_choice
-from compare.machine.doctor import gpu_diagnosis
+from compare.machine.doctor import DoctorSteps, gpu_diagnosis
 from compare.process import runner, warm
 from compare.setup.config import interpreter, read
 from compare.setup.plan import staleness
+from compare.schema import FrameworkEnvironment, Machine
+
+# The interpreter a framework runs in and what chose it (its keys: "from" is a keyword)
+InterpreterFound = TypedDict("InterpreterFound", {"python": str, "from": str,
+                                                  "stale": NotRequired[list[str]],
+                                                  "mended_by": NotRequired[str]})
+
+
+class FrameworkCheck(TypedDict):
+    """What the doctor found of one framework."""
+
+    name: str
+    interpreter: InterpreterFound
+    installed: NotRequired[bool]
+    verdict: NotRequired[str]
+    kinds: NotRequired[list[str]]  # the device kinds it trained on
+    environment: NotRequired[FrameworkEnvironment]  # as its process said
+    gpu_diagnosis: NotRequired[str | None]
+    runs: NotRequired[dict[str, DoctorSteps]]  # per device kind
+
+
+class DoctorReport(TypedDict):
+    """`cnncompare doctor`'s findings (its --json)."""
+
+    machine: Machine
+    model: str
+    frameworks: dict[str, FrameworkCheck]
+    verdict: NotRequired[str]
+    ready: NotRequired[bool]
+    precision_measured: NotRequired[PrecisionMeasured]  # as kept for --precision auto
 
 
 def examine(model: str, frameworks: tuple[str, ...] = FRAMEWORKS,
-            device: str = "auto") -> dict[str, Any]:
+            device: str = "auto") -> DoctorReport:
     """The whole check: per framework its environment and trained steps on `device` (auto:
     the GPU where the framework sees one, else the CPU); the verdicts. With one framework,
     its own verdict is the whole one. Each framework is imported once, by its fork server
@@ -33,20 +64,21 @@ def examine(model: str, frameworks: tuple[str, ...] = FRAMEWORKS,
         return _examine(model, frameworks, device)
 
 
-def _examine(model: str, frameworks: tuple[str, ...], device: str) -> dict[str, Any]:
+def _examine(model: str, frameworks: tuple[str, ...], device: str) -> DoctorReport:
     machine = environment.machine()
-    report: dict[str, Any] = {"machine": machine, "model": model, "frameworks": {}}
+    report: DoctorReport = {"machine": machine, "model": model, "frameworks": {}}
     for framework in (fw for fw in FRAMEWORKS if fw in frameworks):
-        entry: dict[str, Any] = {"name": FRAMEWORK_NAMES[framework],
+        entry: FrameworkCheck = {"name": FRAMEWORK_NAMES[framework],
                                  "interpreter": _interpreter(framework)}
         try:
             runner.check_installed(framework)
         except FrameworkMissing as exc:
-            entry.update(installed=False, verdict=f"not installed: {exc}", kinds=[])
+            entry.update({"installed": False, "verdict": f"not installed: {exc}", "kinds": []})
             report["frameworks"][framework] = entry
             continue
         env = runner.framework_environment(framework)
-        entry.update(installed=True, environment=env, gpu_diagnosis=gpu_diagnosis(env, machine))
+        entry.update({"installed": True, "environment": env,
+                      "gpu_diagnosis": gpu_diagnosis(env, machine)})
         # A framework that sees a GPU is examined on it alone: a GPU machine is leased for
         # its GPU, and every framework can train on a CPU.
         kinds = [device] if device != "auto" else ["gpu"] if env.get("gpus") else ["cpu"]
@@ -70,19 +102,19 @@ def _examine(model: str, frameworks: tuple[str, ...], device: str) -> dict[str, 
     return report
 
 
-def _interpreter(framework: str) -> dict[str, Any]:
+def _interpreter(framework: str) -> InterpreterFound:
     """The interpreter the framework runs in, what chose it (compare.setup.config), and why
     it is out of date where the set-up built it and it no longer holds what a set-up would
     install (compare.setup.plan.staleness)."""
     chosen = interpreter(framework)
-    found: dict[str, Any] = {"python": chosen.python, "from": chosen.described}
+    found: InterpreterFound = {"python": chosen.python, "from": chosen.described}
     recorded = read().environments.get(framework)
     if chosen.source == "setup" and recorded is not None:
-        found.update(stale=staleness(framework), mended_by=recorded.setup_command)
+        found.update({"stale": staleness(framework), "mended_by": recorded.setup_command})
     return found
 
 
-def _train_in_process(framework: str, model: str, kind: str) -> dict[str, Any]:
+def _train_in_process(framework: str, model: str, kind: str) -> DoctorSteps:
     import json
     import tempfile
     config = recipe_config(model, framework=framework, device=kind, quiet=True,
@@ -92,11 +124,14 @@ def _train_in_process(framework: str, model: str, kind: str) -> dict[str, Any]:
         outcome = runner.run_framework(config.replace(out=tmp), on_line=lambda line: None,
                                        extra=("--doctor", str(out)))
         if outcome.code != 0 or not out.exists():
-            return {"error": outcome.error or f"exit code {outcome.code}"}
-        return json.loads(out.read_text())
+            return {"framework": framework, "device": kind, "device_kind": kind,
+                    "device_name": None, "model": model, "batch_size": config.batch_size,
+                    "precisions": {}, "error": outcome.error or f"exit code {outcome.code}"}
+        found: DoctorSteps = json.loads(out.read_text())  # written by train_steps
+        return found
 
 
-def _framework_verdict(entry: dict[str, Any]) -> str:
+def _framework_verdict(entry: FrameworkCheck) -> str:
     if "gpu" in entry["kinds"]:
         return f"can train on GPU: {entry['runs']['gpu']['device_name']}"
     if "cpu" in entry["kinds"]:
@@ -106,7 +141,7 @@ def _framework_verdict(entry: dict[str, Any]) -> str:
     return "cannot train: " + "; ".join(failures)
 
 
-def _pair_verdict(frameworks: dict[str, dict]) -> tuple[str, bool]:
+def _pair_verdict(frameworks: dict[str, FrameworkCheck]) -> tuple[str, bool]:
     tf_kinds, torch_kinds = (set(frameworks[fw].get("kinds", [])) for fw in FRAMEWORKS)
     if "gpu" in tf_kinds and "gpu" in torch_kinds:
         name = frameworks["torch"]["runs"]["gpu"]["device_name"]
@@ -124,7 +159,7 @@ def _pair_verdict(frameworks: dict[str, dict]) -> tuple[str, bool]:
     return f"not ready: {', '.join(missing)} cannot train here", False
 
 
-def print_report(report: dict[str, Any]) -> None:
+def print_report(report: DoctorReport) -> None:
     """The doctor's findings as rich tables, ending with the verdict."""
     from rich.table import Table
 
@@ -145,7 +180,7 @@ def print_report(report: dict[str, Any]) -> None:
             version = env.get("tensorflow") or env.get("torch")
             console.print(f"{entry['name']} {version}: CUDA {env.get('cuda')}, cuDNN "
                           f"{env.get('cudnn')}, GPUs: "
-                          f"{', '.join(g['name'] for g in env.get('gpus', [])) or 'none'}")
+                          f"{', '.join(str(g['name']) for g in env.get('gpus', [])) or 'none'}")
         for kind, run in entry.get("runs", {}).items():
             if "error" in run:
                 table.add_row(kind, "", "", run["error"])

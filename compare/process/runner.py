@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, cast
 
 from compare import files, schema
 from compare.errors import EXIT_INTERRUPTED, FrameworkMissing
@@ -344,7 +344,7 @@ def last_error(proc: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit {proc.returncode}"
 
 
-def framework_environment(framework: str) -> dict:
+def framework_environment(framework: str) -> schema.FrameworkEnvironment:
     """What the framework sees (its train module's --env), or an error entry."""
     try:
         proc = framework_call(framework, MODULES[framework], ["--env"], timeout=300)
@@ -352,7 +352,7 @@ def framework_environment(framework: str) -> dict:
         return {"framework": framework, "error": str(exc)}
     if proc.returncode != 0:
         return {"framework": framework, "error": last_error(proc)}
-    return _answer(proc)
+    return cast(schema.FrameworkEnvironment, _answer(proc))  # its describe_environment
 
 
 def framework_models(framework: str, names: list[str]) -> dict:

@@ -9,6 +9,7 @@ from typing import Any
 
 from compare.experiment.config import FRAMEWORK_NAMES
 from compare.machine import devices
+from compare.schema import MachineIdentity
 
 MACHINE_IDENTITY = (
     "A machine is the device the runs trained on, as each result's environment records it "
@@ -28,7 +29,7 @@ def device_label(environment: Mapping[str, Any] | None) -> str | None:
     return devices.label_of(environment)
 
 
-def machine_of(environment: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+def machine_of(environment: Mapping[str, Mapping[str, Any] | None]) -> MachineIdentity:
     """{id, device, host, named}: where a comparison ran (see MACHINE_IDENTITY); `named` is
     the device as a reader knows it (a CPU's model, cores and instructions)."""
     labels = {fw: label for fw, env in environment.items() if (label := device_label(env))}

@@ -34,7 +34,7 @@ class Group:
     source: str = ""
 
     @property
-    def machine(self) -> dict[str, Any]:
+    def machine(self) -> schema.MachineIdentity:
         return self.summary.get("machine") or machine_of(self.summary.get("environment") or {})
 
     @property

@@ -3,7 +3,7 @@ manifest, the environment, the runs, each process's clock and the phase split.""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from compare import figures, schema
 from compare.experiment.config import FRAMEWORK_NAMES
@@ -12,6 +12,7 @@ from compare.figures import FINAL_ACCURACY, TRAIN_TIME
 from compare.report import defaults
 from compare.report.labels import machine_of, plain, precision_label, seed_of
 from compare.run import phases
+from compare.run.kernels import KernelSplit
 
 FORMATS = {  # how each kind of figure is printed in tables
     "pct": lambda v: f"{100 * v:.1f}%",
@@ -157,17 +158,29 @@ def _readable(runs: list[schema.Result]) -> list[schema.Result]:
 RUN_FIGURES = tuple(f for f in figures.FIGURES if f.in_runs)
 
 
-def run_rows(runs: list[schema.Result] | None,
-             summary: schema.Summary) -> list[dict[str, Any]]:
+class RunRow(TypedDict):
+    """A run in the comparison's table of its runs."""
+
+    framework: str  # its name
+    seed: int | None
+    status: str
+    epochs: int | str  # "" where the results were not read
+    figures: list[str]  # a cell for each of RUN_FIGURES
+    error: str
+    path: str
+
+
+def run_rows(runs: list[schema.Result] | None, summary: schema.Summary) -> list[RunRow]:
     """One row per run (from its result; from the summary alone, without figures, where the
     results were not read), then the runs planned but not run; `figures` holds a cell for
     each of RUN_FIGURES."""
-    name = lambda fw: FRAMEWORK_NAMES.get(fw, fw)  # noqa: E731
+    name = lambda fw: FRAMEWORK_NAMES.get(fw) or str(fw)  # noqa: E731
     if runs is None:
-        rows = [{"framework": name(r["framework"]), "seed": r["seed"], "status": r["status"],
-                 "epochs": "", "figures": [""] * len(RUN_FIGURES),
-                 "error": r.get("error") or "", "path": r["path"]}
-                for r in summary.get("runs") or []]
+        rows: list[RunRow] = [
+            {"framework": name(r["framework"]), "seed": r["seed"], "status": r["status"],
+             "epochs": "", "figures": [""] * len(RUN_FIGURES),
+             "error": r.get("error") or "", "path": r["path"]}
+            for r in summary.get("runs") or []]
     else:
         rows = [{"framework": name(r["framework"]), "seed": seed_of(r),
                  "status": r["summary"].status, "epochs": len(r["epochs"]),
@@ -191,7 +204,26 @@ PHASE_HEADINGS = {"input": "Input", "host_to_device": "Host to device", "forward
                   "backward": "Backward", "all_reduce": "All-reduce", "update": "Update"}
 
 
-def phase_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
+class PhaseRow(TypedDict):
+    """A profiled run's step split into its phases (cells: ms and share of the step)."""
+
+    framework: str
+    seed: int | None
+    error: str  # the profile failed: why
+    steps: NotRequired[int]
+    clock: NotRequired[str]
+    step: NotRequired[str]
+    profiler_cost: NotRequired[str]
+    device_idle_less_profiler: NotRequired[str]
+    other: NotRequired[str]
+    device_idle: NotRequired[str]
+    input_stall: NotRequired[str]
+    files: NotRequired[str]
+    notes: NotRequired[str]
+    cells: NotRequired[list[str]]  # one per phases.PHASES
+
+
+def phase_rows(runs: list[schema.Result]) -> list[PhaseRow]:
     """Where a step's time goes, per run with a phase profile (compare.run.phases): each
     phase's milliseconds per profiled step and share of the step, the rest, and on a GPU the
     device's idle time."""
@@ -200,8 +232,8 @@ def phase_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
         profile = r.get("profile") or {}
         if not {"phases_ms", "error"} & set(profile):
             continue
-        row = {"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]),
-               "seed": seed_of(r), "error": profile.get("error") or ""}
+        row: PhaseRow = {"framework": FRAMEWORK_NAMES.get(r["framework"], r["framework"]),
+                         "seed": seed_of(r), "error": profile.get("error") or ""}
         if "phases_ms" in profile:
             share = phases.shares(profile)
 
@@ -231,8 +263,7 @@ def phase_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
     return rows
 
 
-def kernel_runs(runs: list[schema.Result]) -> list[tuple[str, int | None, dict[str, Any],
-                                                          float]]:
+def kernel_runs(runs: list[schema.Result]) -> list[tuple[str, int | None, KernelSplit, float]]:
     """(framework name, seed, kernel table, profiled step in ms) of each run whose profile
     read the GPU's kernels (compare.run.kernels)."""
     found = []
@@ -244,10 +275,22 @@ def kernel_runs(runs: list[schema.Result]) -> list[tuple[str, int | None, dict[s
     return found
 
 
-def process_rows(runs: list[schema.Result]) -> list[dict[str, Any]]:
+class ProcessRow(TypedDict):
+    """One process of a multi-process run: its own steady-state clock."""
+
+    framework: str
+    seed: int | None
+    rank: int
+    where: str
+    train_time: str
+    input_wait: str
+    step_ms: str
+
+
+def process_rows(runs: list[schema.Result]) -> list[ProcessRow]:
     """Multi-process runs (DDP, MultiWorkerMirroredStrategy, several machines): each
     process's own steady-state clock, from the run's summary."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ProcessRow] = []
     for r in _readable(runs):
         manifest = r.get("fairness") or {}
         for p in r["summary"].processes or []:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from compare import files
+from compare import files, schema
 from compare.errors import UserError
 from compare.experiment.config import RunConfig
 from compare.run.interface import Trainer
@@ -31,7 +31,7 @@ NOT_COMPARED = ("out", "quiet", "debug", "precision_resolved", "own_loop_beside"
 
 
 def save(out: Path, trainer: Trainer, config: RunConfig, epochs_done: int,
-         recorded: dict[str, Any]) -> None:
+         recorded: schema.RecordsSoFar) -> None:
     """The checkpoint after `epochs_done` epochs; `recorded`: the recorder's resume_state()."""
     run = files.RunDir(out)
     directory = run.checkpoint_states / f"epoch-{epochs_done:04d}"
@@ -49,7 +49,7 @@ def save(out: Path, trainer: Trainer, config: RunConfig, epochs_done: int,
             shutil.rmtree(old, ignore_errors=True)
 
 
-def load(config: RunConfig) -> dict[str, Any] | None:
+def load(config: RunConfig) -> schema.Checkpoint | None:
     """The checkpoint in config.out, checked against `config`; None when there is none."""
     out, run = Path(config.out), files.RunDir(Path(config.out))
     if not run.checkpoint.exists():
@@ -66,10 +66,10 @@ def load(config: RunConfig) -> dict[str, Any] | None:
     if changed or state["framework"] != config.framework:
         raise UserError(f"the checkpoint in {out} was made with other settings "
                         f"({', '.join(changed) or 'framework'}): resume with its config.json")
-    return state
+    return cast(schema.Checkpoint, state)  # its version and settings checked above
 
 
-def state_directory(config: RunConfig, state: dict[str, Any]) -> Path:
+def state_directory(config: RunConfig, state: schema.Checkpoint) -> Path:
     """The directory the Trainer's load_checkpoint reads."""
     return (Path(config.out) / state["state"]).parent
 

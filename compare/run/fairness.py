@@ -8,7 +8,7 @@ distribution machinery, compiler, memory layout, input pipeline, default initial
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from compare.experiment import compile_state, networks, plan, specs, stages, weights
 from compare.experiment.config import (
@@ -113,10 +113,18 @@ def manifest(config: RunConfig, choice: DeviceChoice, replicas: int,
     }
 
 
-def _parallel(config: RunConfig, spec: Any = None) -> dict[str, Any]:
+class Parallel(TypedDict):
+    """How the devices share the work (the manifest's `parallel`)."""
+
+    kind: str  # --parallel: replicas, or the network cut into stages
+    micro_batches: int
+    stages: NotRequired[list[dict[str, int | str | float | None]]]  # stages.describe
+
+
+def _parallel(config: RunConfig, spec: Any = None) -> Parallel:
     """How the devices share the work: the kind, the stages' cut of `spec` (the trained
     network), the micro-batches."""
-    record: dict[str, Any] = {"kind": config.parallel, "micro_batches": config.micro_batches}
+    record: Parallel = {"kind": config.parallel, "micro_batches": config.micro_batches}
     if stage_count(config) > 1:
         spec = spec or networks.get_spec(config.model)
         record["stages"] = stages.describe(spec, stages.cut(spec, stage_count(config)))

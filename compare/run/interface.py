@@ -17,9 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, NotRequired, Protocol, TypedDict
 
 from compare.experiment.config import RunConfig
+from compare.experiment.precision_rule import Resolved
+from compare.schema import FrameworkEnvironment
 
 if TYPE_CHECKING:  # annotations only
     import numpy as np
@@ -28,6 +30,15 @@ if TYPE_CHECKING:  # annotations only
     from compare.experiment.datasets import Dataset
     from compare.run import phases
 
+
+class Numerics(TypedDict):
+    """What a framework's configure_numerics set, named alike in both."""
+
+    resolved: Resolved  # the run's precision, the one its config carries for this device
+    policy: str  # the framework's precision policy, in its words
+    loss_scaling: bool
+    dtype: Any  # the weights' dtype, as the framework names it
+    autocast_dtype: NotRequired[Any]  # PyTorch: autocast's dtype (None: no autocast)
 
 @dataclass(frozen=True)
 class DeviceChoice:
@@ -78,9 +89,7 @@ class Training(Protocol):
     steps_per_epoch: int
     steps_per_call: int  # training steps per train_steps call (config.steps_per_call)
     gpu_indices: list[int] | None  # NVML indices of this run's GPUs; None on CPU
-    # What the framework's configure_numerics set: "resolved" is the run's precision
-    # (compare.experiment.precision_rule.Resolved), the one its config carries for this device
-    numerics: dict[str, Any]
+    numerics: Numerics
 
     def __init__(self, config: RunConfig, dataset: Dataset, choice: DeviceChoice) -> None: ...
     def batches(self, epoch: int) -> Iterator[Any]: ...  # epoch is 0-based
@@ -173,7 +182,7 @@ class FrameworkModule(Protocol):
     Trainer: type
 
     def select_device(self, config: RunConfig) -> DeviceChoice: ...
-    def describe_environment(self) -> dict[str, Any]: ...
+    def describe_environment(self) -> FrameworkEnvironment: ...
     def describe_model(self, spec: Any) -> dict[str, Any]: ...  # a specs.ModelSpec
     # The first layer of the spec the framework cannot compute in float64 on the CPU, as
     # "NAME (KIND): the framework's line"; None when every layer can (the parity probe's).

@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TypedDict, cast
 
 TOP_KERNELS = 12  # the kernels listed by name, longest total time first
 NAME_LENGTH = 160  # characters of a kernel's name kept (CUTLASS names run to 300)
@@ -67,7 +67,26 @@ class KernelTime:
     share: float  # of the profiled step's wall time
 
 
-def per_step(events: Iterable[tuple[str, float]], steps: int, step_ms: float) -> dict[str, Any]:
+class KernelRow(TypedDict):
+    """A KernelTime as the profile records it."""
+
+    name: str
+    family: str
+    ms: float
+    calls: float
+    share: float
+
+
+class KernelSplit(TypedDict):
+    """The profiled steps' kernels, per step (result.json's profile.kernels)."""
+
+    total_ms: float  # every launch's duration, summed
+    launches: float
+    families_ms: dict[str, float]  # FAMILIES, those with time
+    top: list[KernelRow]  # the longest TOP_KERNELS
+
+
+def per_step(events: Iterable[tuple[str, float]], steps: int, step_ms: float) -> KernelSplit:
     """The kernels of `steps` profiled steps, each (name, seconds) one launch: their total and
     each family's milliseconds per step, and the TOP_KERNELS longest by name. Durations add
     up even where kernels overlap on several streams, so the total can exceed the GPU's busy
@@ -89,4 +108,4 @@ def per_step(events: Iterable[tuple[str, float]], steps: int, step_ms: float) ->
     return {"total_ms": sum(seconds.values()) * per_ms,
             "launches": sum(calls.values()) / steps,
             "families_ms": {kind: ms for kind, ms in families.items() if ms > 0},
-            "top": [asdict(kernel) for kernel in top]}
+            "top": [cast(KernelRow, asdict(kernel)) for kernel in top]}

@@ -26,6 +26,7 @@ from compare.errors import (
     OutOfMemory,
 )
 from compare.experiment.config import RunConfig
+from compare.experiment.datasets.dataset import DataInfo
 from compare.experiment.recipe import learning_rate
 from compare.schema import Epoch
 from compare.machine import cluster, devices, gpu_metrics
@@ -37,7 +38,7 @@ from compare.run.schedule import Schedule
 
 
 def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
-                     data_info: dict, schedule: Schedule, resume: bool = False) -> int:
+                     data_info: DataInfo, schedule: Schedule, resume: bool = False) -> int:
     """Train with a Recorder on the chief process, without one elsewhere, between the
     windows what `schedule` says; an exit code.
 
@@ -61,21 +62,23 @@ def train_and_record(trainer: Trainer, config: RunConfig, environment: dict,
             recorder.restore(state)
         recorder.write()  # a valid result exists from the start
     try:
-        return train_epochs(trainer, config, recorder, schedule,
-                            state["next_epoch"] if state else 0)
+        return train_epochs(trainer, config, recorder, state["next_epoch"] if state else 0,
+                            schedule)
     finally:
         schedule.close()
         trainer.close()
 
 
 def train_epochs(trainer: Trainer, config: RunConfig, recorder: Recorder | None,
-                 schedule: Schedule, first_epoch: int = 0) -> int:
+                 first_epoch: int = 0, schedule: Schedule | None = None) -> int:
     """Train epochs first_epoch + 1 .. config.epochs (1-based), measuring as
-    results.MEASUREMENT says, with a checkpoint after each; returns an exit code.
+    compare.schema.MEASUREMENT says, on `schedule` (None: the run alone), with a checkpoint
+    after each; returns an exit code.
 
     Whatever happens (Ctrl-C, SIGTERM, SIGHUP, the parent's death, NaN loss, out of memory,
     a crash), the finished epochs are written with the matching status before returning.
     """
+    schedule = schedule or Schedule(config, trainer)
     chief = recorder is not None
     display = ProgressDisplay(config, trainer.framework, trainer.steps_per_epoch, enabled=chief)
     outputs = Outputs(recorder, display, config.batch_size)

@@ -23,7 +23,7 @@ from compare.errors import EXIT_OK, UserError
 from compare.experiment.config import RunConfig
 from compare.experiment.datasets import Dataset
 from compare.experiment.recipe import learning_rate
-from compare.records import OwnLoopRecord
+from compare.records import ClockWindow, OwnLoopRecord
 from compare.run import shutdown, wall_time
 from compare.run.interface import DeviceChoice
 from compare.run.schedule import TimingWindows
@@ -44,7 +44,7 @@ class WindowClock:
                  steps_per_epoch: int | None = None):
         self.sizes = TimingWindows(config, steps_per_call, steps_per_epoch=steps_per_epoch)
         self.steps_per_call, self.sync = steps_per_call, sync
-        self.windows: list[dict[str, float]] = []
+        self.windows: list[ClockWindow] = []
         self.epoch = self.epoch_steps = 0
         self.epoch_start = self.window_start = 0.0
         self.away_s = 0.0  # in this epoch, away

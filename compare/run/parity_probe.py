@@ -41,8 +41,9 @@ def write_probe(trainer: ProbeTrainer, config: RunConfig, path: Path, steps: int
     total = trainer.steps_per_epoch * config.epochs
     for step, batch in zip(range(steps), itertools.chain([first], batches)):
         trainer.train_step(batch, parity.probe_learning_rate(config, step, total))
-    out: dict[str, Any] = {"logits": logits, "loss": np.float64(loss),
-           "running_variance_unbiased": np.bool_(trainer.unbiased_running_variance)}
+    out: dict[str, Any] = {
+        "logits": logits, "loss": np.float64(loss),
+        "running_variance_unbiased": np.bool_(trainer.unbiased_running_variance)}
     out.update({f"grad/{k}": v for k, v in grads.items()})
     out.update({f"param/{k}": v for k, v in trainer.weights().items()})
     out.update({f"init/{k}": v for k, v in initial.items()})

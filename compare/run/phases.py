@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, TypedDict
 
 from compare.run import kernels
 
@@ -170,7 +170,24 @@ def gaps(intervals: Iterable[Interval], start: float, end: float) -> list[Interv
     return [(s, e) for s, e in out if e > s]
 
 
-def split(capture: Capture, steps: int, wall_s: float) -> dict[str, Any]:
+class PhaseSplit(TypedDict):
+    """Milliseconds per step of each phase of the profiled steps (result.json's profile)."""
+
+    steps: int
+    step_ms: float  # on the loop's clock, the profiler's overhead in it
+    clock: str  # "device" or "host": where the phases were read
+    phases_ms: dict[str, float]  # PHASES
+    other_ms: float
+    host_phases_ms: dict[str, float] | None  # on a GPU, the host's view; None on a CPU
+    device_idle_ms: float | None
+    input_stall_ms: float
+    source: str
+    files: str  # the trace written (a file or folder)
+    notes: list[str]
+    kernels: kernels.KernelSplit | None
+
+
+def split(capture: Capture, steps: int, wall_s: float) -> PhaseSplit:
     """Milliseconds per step of each phase, of the rest, and (GPU) of device idle time.
 
     wall_s: the profiled steps' time on the loop's clock, from a device synchronisation
@@ -187,7 +204,7 @@ def split(capture: Capture, steps: int, wall_s: float) -> dict[str, Any]:
     phases_ms = {name: union_seconds(timed.get(name, ())) * per_step for name in PHASES}
     busy = [i for name in PHASES for i in timed.get(name, ())]
     step_ms = wall_s * per_step
-    result: dict[str, Any] = {
+    result: PhaseSplit = {
         "steps": steps, "step_ms": step_ms, "clock": "device" if on_device else "host",
         "phases_ms": phases_ms,
         "other_ms": max(0.0, step_ms - union_seconds(busy) * per_step),

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from compare import files, schema
 from compare.experiment import specs
 from compare.experiment.config import RunConfig
+from compare.experiment.datasets.dataset import DataInfo
 from compare.machine.doctor import loaded_cuda_libraries
 from compare.run.interface import ScalarWriter, Trainer
 from compare.run.summary import summarise_run
@@ -34,7 +35,7 @@ class Recorder:
     """Holds the result of one run and writes it atomically."""
 
     def __init__(self, config: RunConfig, trainer: Trainer, spec: specs.ModelSpec,
-                 environment: dict, fairness: dict, data_info: dict):
+                 environment: dict, fairness: dict, data_info: DataInfo):
         self.out = Path(config.out)
         self.files = files.RunDir(self.out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -43,7 +44,7 @@ class Recorder:
         self.train_flops_per_image = specs.train_flops(spec)
         # the framework's TensorBoard writer, made at the first epoch
         self.scalars: ScalarWriter | None = None
-        self.windows: list[dict[str, float]] = []  # synchronised timing windows
+        self.windows: list[schema.Window] = []  # synchronised timing windows
         self.steps: list[list[Any]] = []  # [global step, epoch, lr, loss] per optimizer step
         self.result: dict[str, Any] = {
             "schema_version": schema.RESULT_VERSION,
@@ -66,13 +67,13 @@ class Recorder:
         }
         self.summarise("running")
 
-    def resume_state(self) -> dict[str, Any]:
+    def resume_state(self) -> schema.RecordsSoFar:
         """What a resumed run restores (compare.run.checkpoint keeps it beside the weights)."""
         return {"epochs": self.epochs, "steps": self.steps, "windows": self.windows,
                 "sessions": self.result["sessions"], "started_at": self.result["started_at"],
                 "files": self.result["files"]}
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: schema.RecordsSoFar) -> None:
         """Continue a checkpointed run: its records so far, and this process as a new session."""
         self.result["epochs"] = list(state["epochs"])
         self.steps = [list(row) for row in state["steps"]]
@@ -162,7 +163,7 @@ class Recorder:
         files.write_json(self.files.result, self.result)
         _write_csv(self.files.steps, STEP_COLUMNS, self.steps)
         _write_csv(self.files.windows, WINDOW_COLUMNS,
-                   [[w[c] for c in WINDOW_COLUMNS] for w in self.windows])
+                   [[dict(w)[c] for c in WINDOW_COLUMNS] for w in self.windows])
 
 
 def resolved_precision(trainer: Trainer) -> str:
@@ -198,7 +199,7 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def _session(index: int, first_epoch: int) -> dict[str, Any]:
+def _session(index: int, first_epoch: int) -> schema.Session:
     """This process as one session of the run: it trains from epoch `first_epoch` (1-based)."""
     return {"session": index, "pid": os.getpid(), "host": socket.gethostname(),
             "started_at": _now(), "first_epoch": first_epoch}

@@ -14,11 +14,11 @@ import numpy as np
 
 from compare.experiment.config import RunConfig
 from compare.machine import gpu_metrics
-from compare.records import ProcessClock, RunSummary, StepTimes
+from compare.records import ClockWindow, ProcessClock, RunSummary, StepTimes
 from compare.schema import Epoch
 
 
-def summarise_run(config: RunConfig, epochs: list[Epoch], windows: list[dict[str, float]],
+def summarise_run(config: RunConfig, epochs: list[Epoch], windows: Sequence[ClockWindow],
                   *, status: str, replicas: int, train_flops_per_image: int,
                   device_name: str | None, on_gpu: bool, peak_memory_note: str | None,
                   host_peak_rss_bytes: int | None,
@@ -109,7 +109,7 @@ def per_process(steady: list[Epoch]) -> list[ProcessClock] | None:
 
 
 def steady_step_times(epochs: Sequence[Mapping[str, Any]],
-                      windows: list[dict[str, float]]) -> StepTimes:
+                      windows: Sequence[ClockWindow]) -> StepTimes:
     """Median and p90 of per-step milliseconds over the steady windows."""
     numbers = {e["epoch"] for e in steady_epochs(epochs)}
     steady = [w for w in windows if w["epoch"] in numbers]

@@ -5,13 +5,30 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from compare.errors import DataError
 
 IMAGE_SHAPE = (32, 32, 3)  # height, width, channels every source delivers
+
+
+class DataInfo(TypedDict):
+    """A dataset as a run's result records it (result.json's `data`)."""
+
+    source: str
+    origin: str
+    cache_path: str | None
+    train_size: int
+    test_size: int
+    image_shape: list[int]
+    classes: list[str]
+    num_classes: int
+    train_class_counts: list[int]
+    mean: list[float]  # per channel, of the scaled training images
+    std: list[float]
+    notes: list[str]
 
 
 @dataclass
@@ -57,7 +74,7 @@ class Dataset:
     def std(self) -> np.ndarray:
         return self.channel_stats[1]
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> DataInfo:
         counts = np.bincount(self.train_y, minlength=len(self.classes)).tolist()
         return {"source": self.source, "origin": self.origin, "cache_path": self.cache_path,
                 "train_size": int(len(self.train_y)), "test_size": int(len(self.test_y)),
