@@ -309,10 +309,29 @@ def quickstart_time() -> str:
     return textwrap.fill(sentence, width=100, break_long_words=False, break_on_hyphens=False)
 
 
+SCHEDULE_BEFORE_AFTER = (  # every comparison; then batch 32 again, alone
+    "cpu-xeon-2core/schedule-before-after.json",
+    "cpu-xeon-2core/schedule-before-after-batch32.json")
+
+
+def schedule_before_after() -> str:
+    """The research page's tables: what `compare` measured before and after its timing
+    schedule became one object (benchmarks/checkout_ab.py), each with its command and machine."""
+    from benchmarks.checkout_ab import table
+    blocks = []
+    for file in SCHEDULE_BEFORE_AFTER:
+        data = load(file)
+        blocks.append(f"`{data['command']}` on a {machine(file, data)}, before {data['before']}, "
+                      f"after {data['after']}, {data['repeats']} repeats of each "
+                      f"(`benchmarks/results/{file}`):\n\n" + table(data).rstrip("\n"))
+    return "\n\n".join(blocks)
+
+
 MARKERS: dict[tuple[str, str], Callable[[], str]] = {  # (page, table's name) -> its maker
     ("README.md", "gpu-table"): gpu_table,
     ("README.md", "quickstart-time"): quickstart_time,
     ("docs/benchmarks.md", "claims"): claims_table,
+    ("docs/research/schedule-before-after.md", "schedule-before-after"): schedule_before_after,
 }
 
 
