@@ -75,6 +75,23 @@ EQUIVALENT: dict[str, dict[str, str]] = {
     "compare/records.py": {
         "xǁJsonRecordǁto_dict__mutmut_2": "typing.cast does nothing at run time",
     },
+    "compare/run/kernels.py": {
+        "x_per_step__mutmut_59": "typing.cast does nothing at run time",
+    },
+    "compare/run/schedule.py": {
+        "xǁTimingWindowsǁend_epoch__mutmut_7": "np.median of no values is nan too (with a "
+                                                "warning)",
+        "xǁTimingWindowsǁend_epoch__mutmut_12": "sizing None or False: both falsy",
+        "xǁTimingWindowsǁend_epoch__mutmut_14": "sizing None or False: both falsy",
+        "xǁHandoverǁjoin__mutmut_5": "socket.SOCK_STREAM == socket.AF_UNIX == 1 on Linux",
+        "xǁHandoverǁjoin__mutmut_6": "SOCK_STREAM is socket.socket's default type",
+        "xǁHandoverǁ_wait_for_go__mutmut_4": "the parent sends one GO, then waits for a PASS: "
+                                              "recv(2) reads the same byte",
+        "xǁHandoverǁ_wait_for_go__mutmut_5": "any answer but GO leaves",
+        "xǁHandoverǁ_wait_for_go__mutmut_6": "any answer but GO leaves",
+        "xǁScheduleǁ_before_window__mutmut_10": "(a - seed) and (a + seed) have one parity",
+        "xǁScheduleǁ_offer_turn__mutmut_11": "> or >= against a bound 1e-9 below the share",
+    },
     "compare/experiment/parity_record.py": {
         "x_from_json__mutmut_4": "typing.cast does nothing at run time",
     },

@@ -112,30 +112,6 @@ def test_a_warm_comparison_warms_each_cache_folder_once_untimed(tmp_path):
     assert comparison.warm_ups(eager, directory) == []
 
 
-def _summary(tf_cache: str | None, torch_cache: str | None, compiled: bool = True) -> dict:
-    state = {"compiled": compiled}
-    return {"parity": {"passed": True}, "runs": [],
-            "fairness": {"tf": {"compile_cache": tf_cache, "compile_state": state},
-                         "torch": {"compile_cache": torch_cache, "compile_state": state}}}
-
-
-def test_the_verdict_says_how_both_compilers_started_and_flags_a_mix():
-    assert verdict.compile_caches_phrase(_summary("cold", "cold")) == (
-        "; both compilers' caches cold")
-    assert verdict.compile_caches_phrase(_summary("warm", "warm")) == (
-        "; both compilers' caches warm")
-    assert verdict.compile_caches_phrase(_summary("warm", "warm", compiled=False)) == ""
-    assert verdict.compile_caches_phrase(_summary(None, None)) == ""  # results from before
-    mixed = _summary("cold", "warm")
-    assert verdict.compile_caches_phrase(mixed) == (
-        "; TensorFlow/Keras's compiler caches cold, PyTorch's compiler caches warm")
-    flagged = [c for c in verdict.fairness_caveats(mixed) if "compilers' caches" in c]
-    assert flagged == ["the compilers' caches started in different states (TensorFlow/Keras "
-                       "cold, PyTorch warm): their start-up is not like for like"]
-    assert not [c for c in verdict.fairness_caveats(_summary("warm", "warm"))
-                if "compilers' caches" in c]
-
-
 def _run(tmp_path: Path, framework: str, name: str, cache: str) -> dict:
     """A compiled run of `framework` on tiny synthetic data with its caches `cache`."""
     out = tmp_path / name

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from compare.experiment.config import RunConfig
-from compare.run.schedule import MAX_EPOCH_SHARE, TURN_S, Schedule
+from compare.run.schedule import MAX_EPOCH_SHARE, TURN_S, Schedule, TimingWindows
 
 
 class Handover:
@@ -218,3 +218,100 @@ def test_the_handover_speaks_the_parents_protocol_and_works_alone_once_it_is_gon
     listener.close()
     assert Handover.join(None, "tf") is None
     assert Handover.join(str(tmp_path / "nobody.sock"), "tf") is None
+
+
+def _windows(steps_per_call: int = 1, steps_per_epoch: int | None = None,
+             agree=None, **config) -> TimingWindows:
+    return TimingWindows(RunConfig(**config), steps_per_call, agree, steps_per_epoch)
+
+
+def test_a_fixed_window_holds_whole_calls_and_a_sized_one_starts_at_one_call():
+    assert _windows(4, timing_window=10).calls == 3  # 10 steps in calls of 4
+    assert _windows(4).calls == 1  # one process: sized from its first epoch
+    assert _windows(4, agree=lambda own: own).calls == 3  # FIRST_WINDOW_STEPS in calls of 4
+
+
+def test_the_size_is_measured_after_each_epochs_first_window_and_then_held():
+    """The first window carries tracing: not counted. Each later one sizes the window from the
+    median time per call so far; the epoch's end holds the size. An epoch of one window
+    measures nothing, and the next epoch's first window is again not counted."""
+    windows = _windows(timing_window_s=0.5)
+    windows.observe(0.2, 1)  # tracing
+    assert windows.calls == 1
+    windows.end_epoch()  # nothing measured: still sizing
+    windows.observe(0.2, 1)  # the next epoch's first window
+    assert windows.calls == 1
+    windows.observe(0.004, 4)  # 1 ms a call
+    assert windows.calls == 500
+    windows.observe(0.008, 4)  # the median of 1 and 2 ms
+    assert windows.calls == round(0.5 / 0.0015)
+    windows.end_epoch()
+    windows.observe(1.0, 1)
+    windows.observe(1.0, 1)
+    assert windows.calls == round(0.5 / 0.0015)  # held
+    slow = _windows(timing_window_s=0.5)
+    for seconds in (1.0, 10.0):
+        slow.observe(seconds, 1)
+    assert slow.calls == 1  # never less than one call
+
+
+def test_several_processes_say_their_own_median_or_nan_and_agree_once():
+    said: list[float] = []
+
+    def agree(own: float) -> float:
+        said.append(own)
+        return 0.001 * len(said)
+    windows = _windows(agree=agree, timing_window_s=0.5)
+    windows.end_epoch()  # an epoch of no measured window
+    assert math.isnan(said[0]) and windows.calls == 500
+    windows.end_epoch()  # agreed once: held
+    assert len(said) == 1 and windows.calls == 500
+    measured = _windows(agree=agree, timing_window_s=0.5)
+    for seconds in (0.5, 0.003, 0.005):
+        measured.observe(seconds, 1)
+    measured.end_epoch()
+    assert said[1] == pytest.approx(0.004)
+
+
+def test_the_schedule_sizes_windows_as_its_trainer_runs():
+    """One process sizes its own window (one call at first); several agree (on the slowest
+    measured; nan from all holds the size); the window is held to an eighth of the epoch;
+    a fixed window makes each window a turn, and a turn holds at least one window."""
+    alone = _schedule(RunConfig(timing_window_s=0.5), _trainer(steps_per_epoch=80))
+    assert alone.calls == 1
+    for seconds in (1.0, 0.001):
+        alone.between_windows(seconds, 1, 1, 0.0, epoch_goes_on=True)
+    assert alone.calls == 10  # 500 wanted, an eighth of 80 steps allowed
+    said: list[list[float]] = []
+    two = _trainer(processes=2, gathered=[[math.nan], [math.nan]])
+    two.gather_figures = lambda own: said.append(own) or [[math.nan], [math.nan]]
+    pair = _schedule(RunConfig(timing_window_s=0.5), two)
+    assert pair.calls == 10
+    pair.between_windows(1.0, 10, 10, 0.0, epoch_goes_on=True)
+    pair.between_windows(0.01, 10, 10, 0.0, epoch_goes_on=True)
+    pair.end_epoch_training()
+    assert said == [[pytest.approx(0.001)]] and pair.calls == 10
+    assert _schedule(RunConfig(timing_window=4, timing_window_s=0.125)).windows_per_turn == 1
+    assert _schedule(RunConfig(timing_window_s=1.0)).windows_per_turn == 1
+
+
+def test_an_eighth_of_an_epoch_reached_through_rounding_still_ends_the_turn():
+    """Three windows of a 24th of an epoch add up to an eighth but for the floats' rounding."""
+    handover = Handover()
+    schedule = _schedule(RunConfig(epochs=1, timing_window_s=0.01), handover=handover)
+    _epoch(schedule, 3, 0.0, 1 / 24, [])
+    assert handover.passes == pytest.approx([3 / 24])
+
+
+def test_a_handover_whose_parent_closes_closes_its_own_end():
+    import socket
+
+    from compare.run.schedule import GO, Handover as RealHandover
+    ours, theirs = socket.socketpair()
+    theirs.sendall(GO)
+    handover = RealHandover(ours)
+    handover.pass_turn(0.5)  # reads the GO sent before
+    assert handover.taken() == 1
+    theirs.close()
+    handover.pass_turn(0.75)  # the parent is gone
+    assert handover.taken() is None and ours.fileno() == -1

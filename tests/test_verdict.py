@@ -376,3 +376,40 @@ def test_both_frameworks_spread_and_both_wrapped_alike():
     assert verdict.fairness_caveats(summary) == []  # both under a wrapper: like for like
     del summary["frameworks"]["torch"]
     assert verdict.fairness_caveats(summary) == []
+
+
+def _cache_summary(tf_cache: str | None, torch_cache: str | None, compiled: bool = True,
+                   torch_compiled: bool | None = None) -> dict:
+    """A summary whose frameworks compiled (or not) from caches in these states."""
+    def manifest(cache: str | None, did: bool) -> dict:
+        return {"compile_cache": cache, "compile_state": {"compiled": did}}
+    return {"parity": {"passed": True}, "runs": [],
+            "fairness": {"tf": manifest(tf_cache, compiled),
+                         "torch": manifest(torch_cache, compiled if torch_compiled is None
+                                           else torch_compiled)}}
+
+
+def test_the_verdict_says_how_both_compilers_started_and_flags_a_mix():
+    phrase, caveats = verdict.compile_caches_phrase, verdict.fairness_caveats
+    assert phrase(_cache_summary("cold", "cold")) == "; both compilers' caches cold"
+    assert phrase(_cache_summary("warm", "warm")) == "; both compilers' caches warm"
+    assert phrase(_cache_summary("warm", "warm", compiled=False)) == ""
+    assert phrase(_cache_summary(None, None)) == ""  # results from before the caches' record
+    assert phrase({"fairness": {}}) == "" and verdict.compile_caches({}) == {}
+    mixed = _cache_summary("cold", "warm")
+    assert phrase(mixed) == (
+        "; TensorFlow/Keras's compiler caches cold, PyTorch's compiler caches warm")
+    assert phrase(_cache_summary("warm", None)) == (
+        "; TensorFlow/Keras's compiler caches warm, PyTorch's compiler caches unrecorded")
+    # one framework compiled: its state alone, and nothing to set against
+    alone = _cache_summary("cold", "warm", torch_compiled=False)
+    assert verdict.compile_caches(alone) == {"tf": "cold"}
+    assert phrase(alone) == "; TensorFlow/Keras's compiler caches cold"
+    assert not [c for c in caveats(alone) if "compilers' caches" in c]
+    flagged = [c for c in caveats(mixed) if "compilers' caches" in c]
+    assert flagged == ["the compilers' caches started in different states (TensorFlow/Keras "
+                       "cold, PyTorch warm): their start-up is not like for like"]
+    unrecorded = [c for c in caveats(_cache_summary(None, "cold")) if "compilers' caches" in c]
+    assert unrecorded == ["the compilers' caches started in different states (TensorFlow/Keras "
+                          "unrecorded, PyTorch cold): their start-up is not like for like"]
+    assert not [c for c in caveats(_cache_summary("warm", "warm")) if "compilers' caches" in c]

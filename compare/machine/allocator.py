@@ -1,21 +1,9 @@
 """The host's memory allocator in a framework process: glibc's malloc told to keep what a
-training step frees, so that the next step does not fault its pages back in.
-
-Both frameworks allocate a CPU step's buffers (the batch, the activations, the gradients)
-through the C library's malloc. glibc's default gives a buffer over its dynamic threshold
-(128 KiB at first, up to 32 MiB) its own mapping, unmapped again when freed, and returns the
-free top of its heap to the system once it exceeds twice that threshold. Which buffers a
-step gets back from the heap and which it maps afresh then depends on the order in which
-the code around the step frees them: the shared loop's step is a function that frees its
-batch before the next one is loaded, the plain PyTorch loop holds it until then, and the
-one faulted more pages back in than the other and measured slower for it
-(docs/research/cpu-timing.md, "The host's allocator").
-With both thresholds fixed high (mallopt), freed memory stays in the heap for the next step
-in either loop and framework; a process's peak memory is unchanged, the memory it returns
-to the system while training is what it keeps.
-
-A process whose environment already sets glibc's malloc tunables keeps the user's; on
-another C library nothing is changed. Either way the state is recorded (`describe`).
+training step frees (mallopt's mmap and trim thresholds fixed high), so that both loops and
+both frameworks reuse freed buffers alike instead of faulting them back in. Why, and what it
+changes: docs/measurement.md, "The host's allocator". A process whose environment sets
+malloc's tunables keeps them; another C library is left as it is; either way the state is
+recorded (`describe`).
 """
 
 from __future__ import annotations
