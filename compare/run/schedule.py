@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import math
 import socket
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
 from compare.experiment.config import RunConfig
 
-if TYPE_CHECKING:  # annotations only: the twin is built by the worker
+if TYPE_CHECKING:  # annotations only
     from compare.run.interface import Trainer
-    from compare.run.own_loop import Twin
 
 MAX_EPOCH_SHARE = 1 / 8  # the most of an epoch one window, or one turn, holds
 TURN_S = 0.5  # s of a run's timing windows in one turn
@@ -25,6 +24,16 @@ FIRST_WINDOW_STEPS = 10  # several processes: steps per window while the size is
 HELLO = b"H"  # a process to the parent, then its framework's name and a newline
 GO = b"G"  # the parent to a process: your turn
 PASS = b"P"  # a process to the parent: my turn is done; then its share done and a newline
+
+
+class Twin(Protocol):
+    """What the schedule asks of a run's own-loop twin (compare.run.own_loop.Twin)."""
+
+    def window(self) -> float | None: ...  # train one window: its ms per step (None: none)
+    def first_epoch(self) -> None: ...
+    def finish(self, window_pairs: list[list[float]], own_first: list[bool]) -> None: ...
+    def stop(self, exc: BaseException) -> None: ...
+    def close(self) -> None: ...
 
 
 class TimingWindows:
