@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -157,7 +158,7 @@ def pack(folder: Path) -> None:
         for part in parts:
             archive.add(part, arcname=part.name)
     for part in parts:
-        subprocess.run(["rm", "-rf", str(part)], check=True)
+        shutil.rmtree(part)
 
 
 def main() -> None:
@@ -165,9 +166,7 @@ def main() -> None:
     if args.summarise:
         document = json.loads(args.out.with_suffix(".json").read_text())
         document["summary"] = summarise(document["rows"])
-        args.out.with_suffix(".json").write_text(json.dumps(document, indent=1) + "\n")
-        args.out.with_suffix(".md").write_text(markdown(document))
-        print(markdown(document))
+        write(document, args.out)
         return
     checkouts = {"before": args.before, "after": args.after}
     rows = []
@@ -181,10 +180,15 @@ def main() -> None:
                 "before": _commit(args.before), "after": _commit(args.after),
                 "repeats": args.repeats, "rows": rows,
                 "summary": summarise(rows)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(document, indent=1) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(document))
+    write(document, args.out)
     pack(args.out)
+
+
+def write(document: dict, out: Path) -> None:
+    """OUT.json and OUT.md beside the folder OUT, and the tables on the terminal."""
+    out.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(document, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(document))
     print(markdown(document))
 
 

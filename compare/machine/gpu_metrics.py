@@ -263,12 +263,13 @@ class NvmlSampler:
         memory = values("memory_used_bytes")
         record["memory_used_bytes_max"] = max(memory) if memory else None
         power = values("power_w")
-        record["power_w_mean"] = sum(power) / len(power) if power else None
+        power_w_mean = sum(power) / len(power) if power else None
+        record["power_w_mean"] = power_w_mean
         if energy is not None and self.energy_start is not None:
             record["energy_j"] = energy - self.energy_start
             record["energy_source"] = "nvmlDeviceGetTotalEnergyConsumption difference"
-        elif power:  # no counter: integrate the sampled power over the epoch
-            record["energy_j"] = sum(power) / len(power) * elapsed
+        elif power_w_mean is not None:  # no counter: integrate the sampled power
+            record["energy_j"] = power_w_mean * elapsed
             record["energy_source"] = "mean sampled power x epoch time"
         else:
             record["energy_j"] = None

@@ -176,14 +176,14 @@ def _train_epoch(trainer: Trainer, config: RunConfig, outputs: Outputs, schedule
             seconds = time.perf_counter() - window_start
             losses, waited = trainer.read_steps(pending)  # one transfer per window
             wait_s += waited
-            epoch_losses.extend(losses)
-            outputs.window(epoch, first_in_window, lrs, losses, seconds, waited, step,
-                           float(np.mean(epoch_losses)))
+            outputs.record_window(epoch, first_in_window, lrs, losses, seconds, waited)
             bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
             if bad is not None:
                 raise Diverged(f"the training loss became {losses[bad]} at epoch {epoch}, "
                                f"step {first_in_window + bad + 1}: lower --lr (now {config.lr}) "
                                f"or use --precision fp32")
+            epoch_losses.extend(losses)
+            outputs.show_window(step, len(lrs), seconds, float(np.mean(epoch_losses)))
             step_ms.append(1000.0 * seconds / len(lrs))
             left = time.perf_counter()
             schedule.between_windows(seconds, calls, len(lrs), global_step / total_steps,
@@ -222,14 +222,18 @@ class Outputs:
     def __init__(self, recorder: Recorder | None, display: ProgressDisplay, batch_size: int):
         self.recorder, self.display, self.batch_size = recorder, display, batch_size
 
-    def window(self, epoch: int, first_step: int, lrs: list[float], losses: list[float],
-               seconds: float, waited: float, steps_done: int, mean_loss: float) -> None:
-        """A timing window of len(lrs) steps closed after `seconds`: its row, its steps' rows,
-        and the display's live images per second and loss."""
+    def record_window(self, epoch: int, first_step: int, lrs: list[float], losses: list[float],
+                      seconds: float, waited: float) -> None:
+        """A timing window of len(lrs) steps closed after `seconds`: its row and its steps'
+        rows, whatever their losses (a diverged run keeps the step that diverged)."""
         if self.recorder is not None:
             self.recorder.add_window(epoch, first_step, len(lrs), seconds, waited)
             self.recorder.add_steps(first_step, epoch, lrs, losses)
-        self.display.window(steps_done, len(lrs) * self.batch_size / seconds, mean_loss)
+
+    def show_window(self, steps_done: int, steps: int, seconds: float, mean_loss: float) -> None:
+        """The display's live images per second and mean loss, after a window of finite
+        losses."""
+        self.display.window(steps_done, steps * self.batch_size / seconds, mean_loss)
 
 
 PROCESS_FIGURES = ("train_time_s", "input_wait_s", "median_step_ms")
